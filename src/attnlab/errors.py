@@ -1,0 +1,7 @@
+"""Errors that are the user's to fix: the CLI prints their message, not a traceback."""
+
+from __future__ import annotations
+
+
+class UserError(Exception):
+    """Bad input (config, file, data, checkpoint); the message names the cause and the fix."""
