@@ -271,7 +271,11 @@ class ModelConfig(Section):
                 )
             if self.family != "decoder":
                 problems.append("model.moe_values is implemented for model.family='decoder' only")
-        if self.virtual_heads.enabled and self.virtual_heads.conv == "2d" and a.mask != "bidirectional":
+        if (
+            self.virtual_heads.enabled
+            and self.virtual_heads.conv == "2d"
+            and a.mask != "bidirectional"
+        ):
             problems.append(
                 "model.virtual_heads.conv='2d' looks at later queries and keys; it is only "
                 "causal-safe with model.attention.mask='bidirectional'. Use conv='1d'"
@@ -423,7 +427,7 @@ def _preset_dict(name: str, _seen: tuple[str, ...] = ()) -> dict[str, Any]:
             "A file path must exist and end in .toml"
         )
     raw = _read_toml(path.read_text(encoding="utf-8"), f"preset {name}")
-    return _resolve_extends(raw, _seen + (name,))
+    return _resolve_extends(raw, (*_seen, name))
 
 
 def _resolve_extends(raw: dict[str, Any], seen: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -565,7 +569,9 @@ def _toml_value(v: Any) -> str:
 
 
 def _to_toml(d: Mapping[str, Any], prefix: str = "") -> str:
-    scalars = [f"{k} = {_toml_value(v)}" for k, v in d.items() if not isinstance(v, dict) and v is not None]
+    scalars = [
+        f"{k} = {_toml_value(v)}" for k, v in d.items() if not isinstance(v, dict) and v is not None
+    ]
     out = []
     if scalars:
         if prefix:

@@ -1,0 +1,52 @@
+"""Head mixing: concatenated head outputs [.., n_in] -> d.
+
+- linear:    o W_O                                   params n_in * d (+ d)
+- nonlinear: W_b act(W_a o) (seed 004): an MLP whose hidden width m is chosen so that its params
+  equal W_O's plus those of the MLP blocks removed from the layer:
+  m = (n_in*d + P_mlp) / (n_in + d), P_mlp = the removed FFN's params. FLOPs 2m(n_in + d)/token.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+from attnlab.config import ModelConfig
+from attnlab.model.activations import make_activation
+
+
+def removed_mlp_params(cfg: ModelConfig) -> int:
+    """Parameters of one FFN block of this config (what ``mlp = false`` removes per layer)."""
+    d, h = cfg.d_model, cfg.ffn_hidden
+    mats = 3 * d * h if cfg.ffn.kind in ("swiglu", "geglu") else 2 * d * h
+    biases = ((2 * h if cfg.ffn.kind in ("swiglu", "geglu") else h) + d) if cfg.bias else 0
+    norm = d * (2 if cfg.norm.kind == "layernorm" and cfg.norm.bias else 1)
+    return mats + biases + norm
+
+
+def nonlinear_mixer_hidden(cfg: ModelConfig, n_in: int) -> int:
+    if cfg.mixer.hidden is not None:
+        return cfg.mixer.hidden
+    return max(1, round((n_in * cfg.d_model + removed_mlp_params(cfg)) / (n_in + cfg.d_model)))
+
+
+class NonlinearMixer(nn.Module):
+    """o -> W_b act(W_a o)."""
+
+    def __init__(self, n_in: int, d: int, hidden: int, activation: str, bias: bool) -> None:
+        super().__init__()
+        self.w_a = nn.Linear(n_in, hidden, bias=bias)
+        self.act = make_activation(activation)
+        self.w_b = nn.Linear(hidden, d, bias=bias)
+        self.w_b.is_output_projection = True
+
+    def forward(self, o: Tensor) -> Tensor:
+        return self.w_b(self.act(self.w_a(o)))
+
+
+def make_mixer(cfg: ModelConfig, n_in: int) -> nn.Module:
+    if cfg.mixer.nonlinear:
+        hidden = nonlinear_mixer_hidden(cfg, n_in)
+        return NonlinearMixer(n_in, cfg.d_model, hidden, cfg.mixer.activation, cfg.bias)
+    lin = nn.Linear(n_in, cfg.d_model, bias=cfg.bias)
+    lin.is_output_projection = True
+    return lin

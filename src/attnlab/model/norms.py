@@ -1,0 +1,65 @@
+"""Normalisations over the last dimension.
+
+- LayerNorm: g * (x - mean) / sqrt(var + eps) + b          params: d (+ d bias)
+- RMSNorm:   g * x / sqrt(mean(x^2) + eps)                  params: d
+- ScaleNorm: g * x / max(||x||_2, eps) with a scalar g = sqrt(d) at init (Nguyen & Salazar 2019)
+All cost O(d) FLOPs per token.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from attnlab.config import NormConfig
+from attnlab.model.registry import Registry
+
+NORMS: Registry = Registry("norm")
+
+
+@NORMS.register("layernorm")
+class LayerNorm(nn.Module):
+    """LayerNorm with an optional bias (nanoGPT runs GPT-2 without it)."""
+
+    def __init__(self, dim: int, bias: bool = True, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.bias = nn.Parameter(torch.zeros(dim)) if bias else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.layer_norm(x, self.weight.shape, self.weight, self.bias, self.eps)
+
+
+@NORMS.register("rmsnorm")
+class RMSNorm(nn.Module):
+    """RMSNorm (Zhang & Sennrich 2019); never has a bias."""
+
+    def __init__(self, dim: int, bias: bool = False, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
+
+
+@NORMS.register("scalenorm")
+class ScaleNorm(nn.Module):
+    """ScaleNorm: one learned scalar times the unit-normalised vector."""
+
+    def __init__(self, dim: int, bias: bool = False, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.tensor(math.sqrt(dim)))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.weight * x / x.norm(dim=-1, keepdim=True).clamp_min(self.eps)
+
+
+def make_norm(cfg: NormConfig, dim: int) -> nn.Module:
+    """The configured norm over ``dim`` features."""
+    return NORMS[cfg.kind](dim, bias=cfg.bias, eps=cfg.eps)

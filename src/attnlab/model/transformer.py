@@ -1,0 +1,322 @@
+"""The three families assembled from blocks: decoder-only (causal LM), encoder-only (masked LM) and
+encoder-decoder (seq2seq). With ``moe_values`` the stack is a universal transformer: its blocks are
+looped ``loops`` times with shared weights and a learned per-loop step embedding.
+
+Init (nanoGPT / seed 001): every Linear and Embedding N(0, init_std), output projections
+N(0, init_std / sqrt(2 * depth)), norm weights 1 and biases 0; parts that declare their own init
+(pre-projection 0.01, content skip 1e-4, identity-head weights, virtual-head identity kernel,
+anchored query's zeroed final LN) keep it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from attnlab.config import ModelConfig
+from attnlab.model.block import Block
+from attnlab.model.context import AttnContext
+from attnlab.model.kv_cache import KVCache
+from attnlab.model.masks import allowed_keys
+from attnlab.model.norms import LayerNorm, RMSNorm, ScaleNorm, make_norm
+from attnlab.model.output import ModelOutput
+from attnlab.model.positions import (
+    ALiBi,
+    LearnedPositions,
+    Rotary,
+    SinusoidalPositions,
+    T5RelativeBias,
+)
+
+
+class Stack(nn.Module):
+    """Blocks of one attention direction (causal or bidirectional), with their position bias."""
+
+    def __init__(self, cfg: ModelConfig, n_layers: int, *, causal: bool, cross: bool) -> None:
+        super().__init__()
+        self.cfg, self.causal = cfg, causal
+        pos = cfg.position
+        self.rotary = (
+            Rotary(cfg.head_dim, pos.rope_fraction, pos.rope_base) if pos.kind == "rope" else None
+        )
+        self.alibi = ALiBi(cfg.attention.n_heads) if pos.kind == "alibi" else None
+        self.t5_bias = (
+            T5RelativeBias(cfg.attention.n_heads, pos.t5_buckets, pos.t5_max_distance, not causal)
+            if pos.kind == "t5"
+            else None
+        )
+        self.loops = cfg.moe_values.loops if cfg.moe_values.enabled else 1
+        depth = n_layers * self.loops
+        rates = [cfg.stochastic_depth * i / max(depth - 1, 1) for i in range(n_layers)]
+        self.blocks = nn.ModuleList(
+            Block(cfg, rotary=self.rotary, cross=cross, drop_path=r) for r in rates
+        )
+        self.step_embedding = nn.Embedding(self.loops, cfg.d_model) if self.loops > 1 else None
+        self.final_norm = make_norm(cfg.norm, cfg.d_model) if cfg.norm_position == "pre" else None
+
+    @property
+    def n_slots(self) -> int:
+        return len(self.blocks) * self.loops
+
+    def context(self, T: int, start: int, device: torch.device, need_weights: bool) -> AttnContext:
+        a = self.cfg.attention
+        q_pos = torch.arange(start, start + T, device=device)
+        k_pos = torch.arange(0, start + T, device=device)
+        simple = (a.mask == "causal" and self.causal) or a.mask == "bidirectional"
+        if simple and start == 0:
+            allowed, is_causal = None, a.mask == "causal"
+        elif simple and T == 1:
+            allowed, is_causal = None, False
+        else:
+            allowed, is_causal = allowed_keys(a, q_pos, k_pos, self.causal), False
+        bias = None
+        if self.alibi is not None:
+            bias = self.alibi(q_pos, k_pos)
+        elif self.t5_bias is not None:
+            bias = self.t5_bias(q_pos, k_pos)
+        rope_q = rope_k = None
+        if self.rotary is not None:
+            cos, sin = self.rotary.cos_sin(k_pos, torch.get_default_dtype())
+            rope_k = (cos, sin)
+            rope_q = (cos[start:], sin[start:])
+        return AttnContext(
+            q_pos, k_pos, allowed, is_causal, bias, rope_q, rope_k, start, need_weights
+        )
+
+    def forward(
+        self,
+        x: Tensor,
+        ctx: AttnContext,
+        *,
+        cache: KVCache | None = None,
+        memory: Tensor | None = None,
+    ) -> tuple[Tensor, list[Tensor]]:
+        maps: list[Tensor] = []
+        slot = 0
+        for step in range(self.loops):
+            if self.step_embedding is not None:
+                x = x + self.step_embedding.weight[step]
+            for block in self.blocks:
+                x, probs = block(x, ctx, cache=cache, slot=slot, memory=memory)
+                slot += 1
+                if probs is not None:
+                    maps.append(probs)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        return x, maps
+
+
+class Transformer(nn.Module):
+    """Embeddings, one or two stacks, and a language-model head."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        d = cfg.d_model
+        self.embed = nn.Embedding(cfg.vocab_size, d)
+        kind = cfg.position.kind
+        self.abs_pos: nn.Module | None = None
+        if kind == "learned":
+            self.abs_pos = LearnedPositions(cfg.max_seq_len, d)
+        elif kind == "sinusoidal":
+            self.abs_pos = SinusoidalPositions(d)
+        self.drop = nn.Dropout(cfg.dropout)
+        fam = cfg.family
+        self.encoder = (
+            Stack(cfg, cfg.n_layers, causal=False, cross=False)
+            if fam in ("encoder", "encoder_decoder")
+            else None
+        )
+        if fam == "decoder":
+            self.decoder = Stack(cfg, cfg.n_layers, causal=True, cross=False)
+        elif fam == "encoder_decoder":
+            self.decoder = Stack(cfg, cfg.n_decoder_layers or cfg.n_layers, causal=True, cross=True)
+        else:
+            self.decoder = None
+        self.lm_head = nn.Linear(d, cfg.vocab_size, bias=False)
+        if cfg.tie_embeddings:
+            self.lm_head.weight = self.embed.weight
+        self.reset_parameters()
+
+    # -------------------------------------------------------------------------------- properties
+    @property
+    def supports_cache(self) -> bool:
+        return self.decoder is not None
+
+    @property
+    def depth(self) -> int:
+        stacks = [s for s in (self.encoder, self.decoder) if s is not None]
+        return max(len(s.blocks) * s.loops for s in stacks)
+
+    # -------------------------------------------------------------------------------------- init
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        std = self.cfg.init_std
+        out_std = std / math.sqrt(2 * self.depth)
+        for m in self.modules():
+            if isinstance(m, nn.Linear):
+                if getattr(m, "skip_init", False):
+                    continue
+                s = getattr(
+                    m, "init_std", out_std if getattr(m, "is_output_projection", False) else std
+                )
+                nn.init.normal_(m.weight, 0.0, s)
+                if m.bias is not None:
+                    nn.init.zeros_(m.bias)
+            elif isinstance(m, nn.Embedding):
+                nn.init.normal_(m.weight, 0.0, std)
+            elif isinstance(m, LayerNorm | RMSNorm):
+                fill = 0.0 if getattr(m, "zero_init", False) else 1.0
+                m.weight.fill_(fill)
+                if getattr(m, "bias", None) is not None:
+                    m.bias.zero_()
+            elif isinstance(m, ScaleNorm):
+                m.weight.fill_(math.sqrt(self.cfg.d_model))
+        for m in self.modules():
+            if hasattr(m, "reset_head_weights"):
+                m.reset_head_weights()
+
+    # ----------------------------------------------------------------------------------- helpers
+    def param_groups(self, weight_decay: float) -> list[dict]:
+        """AdamW groups: decay on >= 2-D weights (matrices, embeddings), none on norms and biases."""
+        decay, no_decay = [], []
+        for p in self.parameters():
+            if p.requires_grad:
+                (decay if p.dim() >= 2 else no_decay).append(p)
+        return [
+            {"params": decay, "weight_decay": weight_decay},
+            {"params": no_decay, "weight_decay": 0.0},
+        ]
+
+    def new_cache(
+        self,
+        batch: int,
+        max_len: int,
+        device: torch.device | str = "cpu",
+        dtype: torch.dtype = torch.float32,
+    ) -> KVCache:
+        if self.decoder is None:
+            raise ValueError("an encoder-only model has no KV cache; it does not decode")
+        return KVCache(
+            self.decoder.n_slots,
+            batch,
+            self.cfg.n_kv_heads,
+            max_len,
+            self.cfg.head_dim,
+            device,
+            dtype,
+        )
+
+    def _embed(self, ids: Tensor, start: int) -> Tensor:
+        x = self.embed(ids)
+        if self.abs_pos is not None:
+            pos = torch.arange(start, start + ids.shape[1], device=ids.device)
+            x = x + self.abs_pos(pos).to(x.dtype)
+        return self.drop(x)
+
+    def aux_losses(self) -> Iterator[Tensor]:
+        for m in self.modules():
+            loss = getattr(m, "last_aux_loss", None)
+            if isinstance(loss, Tensor):
+                yield loss
+
+    def encode(self, encoder_input_ids: Tensor, need_weights: bool = False) -> Tensor:
+        assert self.encoder is not None
+        ctx = self.encoder.context(
+            encoder_input_ids.shape[1], 0, encoder_input_ids.device, need_weights
+        )
+        h, _ = self.encoder(self._embed(encoder_input_ids, 0), ctx)
+        return h
+
+    # ----------------------------------------------------------------------------------- forward
+    def forward(
+        self,
+        input_ids: Tensor,
+        targets: Tensor | None = None,
+        *,
+        cache: KVCache | None = None,
+        start_pos: int = 0,
+        encoder_input_ids: Tensor | None = None,
+        memory: Tensor | None = None,
+        return_attn: bool = False,
+    ) -> ModelOutput:
+        """Logits over the vocabulary for every position of ``input_ids`` [B, T].
+
+        Decoder: causal LM over input_ids. Encoder: bidirectional over input_ids (masked LM).
+        Encoder-decoder: ``encoder_input_ids`` (or a precomputed ``memory``) is read by the
+        decoder's cross-attention; input_ids is the decoder input.
+        """
+        if cache is not None:
+            start_pos = cache.length
+        T = input_ids.shape[1]
+        if self.cfg.family == "encoder":
+            assert self.encoder is not None
+            ctx = self.encoder.context(T, 0, input_ids.device, return_attn)
+            h, maps = self.encoder(self._embed(input_ids, 0), ctx)
+        else:
+            assert self.decoder is not None
+            if self.cfg.family == "encoder_decoder" and memory is None:
+                if cache is not None and cache.cross:
+                    memory = None
+                else:
+                    if encoder_input_ids is None:
+                        raise ValueError("an encoder-decoder model needs encoder_input_ids")
+                    memory = self.encode(encoder_input_ids)
+            ctx = self.decoder.context(T, start_pos, input_ids.device, return_attn)
+            h, maps = self.decoder(
+                self._embed(input_ids, start_pos), ctx, cache=cache, memory=memory
+            )
+        if cache is not None:
+            cache.length = start_pos + T
+        logits = self.lm_head(h)
+        loss = None
+        if targets is not None:
+            loss = F.cross_entropy(
+                logits.float().view(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-100
+            )
+        aux = list(self.aux_losses()) if self.training else []
+        return ModelOutput(
+            logits=logits,
+            loss=loss,
+            aux_loss=torch.stack(aux).sum() if aux else None,
+            cache=cache,
+            attn=maps if return_attn else None,
+        )
+
+    # --------------------------------------------------------------------------------- accounting
+    def flops_per_token(self, seq_len: int) -> int:
+        """Forward FLOPs per token: 2 x every matmul weight a token passes through (MoE: only
+        active experts; the LM head included), plus 4 * T * d_h per head per attention layer for
+        q k^T and p v at full context T (the PaLM/nanoGPT convention), plus the virtual-head conv.
+        Training costs 3x this."""
+        from attnlab.model.attention_layer import Attention
+
+        total = 0
+        for stack in (self.encoder, self.decoder):
+            if stack is None:
+                continue
+            for block in stack.blocks:
+                routed = [m for m in block.modules() if hasattr(m, "active_params")]
+                inside = {id(s) for m in routed for s in m.modules()}
+                per_block = sum(2 * m.active_params() for m in routed)
+                for m in block.modules():
+                    if isinstance(m, nn.Linear) and id(m) not in inside:
+                        per_block += 2 * m.in_features * m.out_features
+                    if isinstance(m, Attention):
+                        heads = m.H
+                        if m.virtual is not None:
+                            heads = m.virtual.weight.shape[0]
+                            per_block += 2 * m.virtual.weight.numel() * seq_len
+                        per_block += 4 * seq_len * m.dh * heads
+                total += per_block * stack.loops
+        total += 2 * self.lm_head.in_features * self.lm_head.out_features
+        return total
+
+
+def build_model(cfg: ModelConfig) -> Transformer:
+    """Build the model a config describes."""
+    return Transformer(cfg)
