@@ -1,0 +1,255 @@
+"""Routed mixture-of-experts value projection (seed 004, "One MoE V"; SPEC 1.4).
+
+v = MoE(u) replaces v = u W_V inside the looped (universal) attention layer, so each loop can call
+on different experts. With N tokens u_n in R^d, E experts, top-k routing:
+
+    router     z_n = u_n W_r                      W_r: d x E, no bias, in float32 (or wider)
+               p_n = softmax(z_n)
+    top-k      S_n = the k experts with the largest p_n,e (dropless: every token gets all k)
+    gates      g_n,e = p_n,e / sum_{e' in S_n} p_n,e'           (renormalised to sum to 1)
+    expert e   y_e(u) = act(u W1_e + b1_e) W2_e + b2_e          W1_e: d x h, W2_e: h x d_out
+    output     v_n = sum_{e in S_n} g_n,e y_e(u_n)
+
+Auxiliary losses (``last_aux_loss = aux_loss_coef * balance + z_loss_coef * z`` in training):
+
+    balance = E * sum_e f_e P_e      (Switch Transformer / GShard form)
+              f_e = #{(n, j): S_n[j] = e} / (N k)   fraction of token-slots sent to e (no gradient)
+              P_e = (1/N) sum_n p_n,e               mean router probability of e (carries gradient)
+              = 1 when routing is uniform; its minimum under fixed P is reached by spreading f.
+    z       = (1/N) sum_n logsumexp(z_n)^2           (ST-MoE router z-loss: keeps logits small)
+
+Cost per token (forward matmul FLOPs): router 2dE, experts k (2dh + 2h d_out).
+Params: router dE; each expert dh + h d_out (+ h + d_out with biases); active per token
+dE + k (dh + h d_out [+ h + d_out]) of dE + E (...) in total.
+
+Dispatch: the N k (token, expert) pairs are sorted by expert (stable), the token rows gathered into
+one [N k, d] matrix whose row blocks belong to consecutive experts, each block multiplied by its
+expert's weights, and the results un-permuted and gate-weighted. Two ways to run the blocks:
+
+- ``loop``: a Python loop over E with one matmul pair per expert (``split`` by the counts). Needs the
+  counts on the host (one device sync per call, a graph break under ``torch.compile``). Fastest on CPU.
+- ``grouped``: ``torch.nn.functional.grouped_mm`` with int32 offsets, no host sync, compile-friendly;
+  needs row strides that are multiples of 16 bytes (d, h, d_out divisible by 4 in fp32, 8 in bf16).
+- ``auto`` (default): ``grouped`` on CUDA when the widths are aligned, else ``loop``.
+
+Init: router and expert weights N(0, init_std = 0.02), biases 0. ``reset_parameters()`` redoes it.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from attnlab.config import MoEValuesConfig
+from attnlab.errors import UserError
+from attnlab.model.activations import make_activation
+
+Impl = Literal["auto", "loop", "grouped"]
+
+
+def load_balancing_loss(probs: Tensor, experts: Tensor, n_experts: int) -> Tensor:
+    """Switch/GShard balance loss E * sum_e f_e P_e.
+
+    probs [N, E] router probabilities; experts [N, k] chosen expert ids. f (token-slot fractions)
+    carries no gradient, P (mean probabilities) does. Equals 1 when P is uniform, whatever f is.
+    """
+    slots = experts.numel()
+    counts = torch.zeros(n_experts, dtype=probs.dtype, device=probs.device)
+    counts.scatter_add_(
+        0, experts.reshape(-1), torch.ones_like(experts.reshape(-1), dtype=probs.dtype)
+    )
+    f = counts / slots
+    P = probs.mean(0)
+    return n_experts * (f * P).sum()
+
+
+def router_z_loss(logits: Tensor) -> Tensor:
+    """ST-MoE z-loss: mean over tokens of logsumexp(z_n)^2; logits [N, E]."""
+    return torch.logsumexp(logits, dim=-1).square().mean()
+
+
+def _compute_dtype(x: Tensor) -> torch.dtype:
+    kind = x.device.type
+    if torch.is_autocast_enabled(kind):
+        return torch.get_autocast_dtype(kind)
+    return x.dtype
+
+
+class MoEValues(nn.Module):
+    """u [..., d_model] -> v [..., d_out] through top-k of E expert MLPs (dropless).
+
+    After each forward: ``last_aux_loss`` (training only, else None) and ``last_stats`` (detached
+    tensors: ``counts`` [E] token-slots per expert, ``load`` [E] fraction of tokens sent to each
+    expert (sums to k), ``entropy`` mean router entropy in nats, ``balance_loss``, ``z_loss``, and
+    ``dropped`` = 0). A module called several times per model step (the universal loop) overwrites
+    them on every call: collect ``last_aux_loss`` after each call.
+    """
+
+    last_aux_loss: Tensor | None
+    last_stats: dict
+
+    def __init__(
+        self,
+        d_model: int,
+        d_out: int,
+        cfg: MoEValuesConfig,
+        bias: bool,
+        *,
+        init_std: float = 0.02,
+        impl: Impl = "auto",
+    ) -> None:
+        super().__init__()
+        if cfg.top_k > cfg.n_experts:
+            raise UserError(
+                f"model.moe_values.top_k={cfg.top_k} exceeds model.moe_values.n_experts="
+                f"{cfg.n_experts}; lower top_k or add experts"
+            )
+        if impl not in ("auto", "loop", "grouped"):
+            raise UserError(f"MoEValues impl={impl!r}; choose 'auto', 'loop' or 'grouped'")
+        self.d_model, self.d_out = d_model, d_out
+        self.n_experts, self.top_k = cfg.n_experts, cfg.top_k
+        self.hidden = cfg.expert_hidden or d_model
+        self.aux_loss_coef, self.z_loss_coef = cfg.aux_loss_coef, cfg.z_loss_coef
+        self.init_std = init_std
+        self.impl: Impl = impl
+        E, h = self.n_experts, self.hidden
+
+        self.router = nn.Linear(d_model, E, bias=False)
+        self.router.init_std = init_std
+        self.w_in = nn.Parameter(torch.empty(E, d_model, h))
+        self.w_out = nn.Parameter(torch.empty(E, h, d_out))
+        self.b_in = nn.Parameter(torch.empty(E, h)) if bias else None
+        self.b_out = nn.Parameter(torch.empty(E, d_out)) if bias else None
+        for b in (self.b_in, self.b_out):
+            if b is not None:
+                b.no_weight_decay = True  # 2-D only because experts are stacked: a bias
+        self.act = make_activation(cfg.activation)
+        self.last_aux_loss = None
+        self.last_stats = {}
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        nn.init.normal_(self.router.weight, std=self.init_std)
+        nn.init.normal_(self.w_in, std=self.init_std)
+        nn.init.normal_(self.w_out, std=self.init_std)
+        for b in (self.b_in, self.b_out):
+            if b is not None:
+                nn.init.zeros_(b)
+
+    # ------------------------------------------------------------------------------ accounting
+
+    def _expert_params(self) -> int:
+        per = self.d_model * self.hidden + self.hidden * self.d_out
+        return per + (self.hidden + self.d_out if self.b_in is not None else 0)
+
+    def total_params(self) -> int:
+        """Router dE + E experts."""
+        return self.d_model * self.n_experts + self.n_experts * self._expert_params()
+
+    def active_params(self) -> int:
+        """Params touched per token: router dE + top_k experts."""
+        return self.d_model * self.n_experts + self.top_k * self._expert_params()
+
+    def flops_per_token(self) -> int:
+        """Forward matmul FLOPs per token: 2dE + k (2dh + 2h d_out)."""
+        d, h, E, k = self.d_model, self.hidden, self.n_experts, self.top_k
+        return 2 * d * E + k * (2 * d * h + 2 * h * self.d_out)
+
+    # --------------------------------------------------------------------------------- routing
+
+    def route(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """x [N, d] -> (logits, probs [N, E], experts [N, k], gates [N, k]); float32 or wider."""
+        rdtype = torch.promote_types(x.dtype, torch.float32)
+        with torch.autocast(x.device.type, enabled=False):
+            logits = F.linear(x.to(rdtype), self.router.weight.to(rdtype))
+        probs = torch.softmax(logits, dim=-1)
+        top_p, experts = probs.topk(self.top_k, dim=-1)
+        gates = top_p / top_p.sum(-1, keepdim=True)
+        return logits, probs, experts, gates
+
+    def _use_grouped(self, x: Tensor, dtype: torch.dtype) -> bool:
+        if self.impl != "auto":
+            return self.impl == "grouped"
+        if not hasattr(F, "grouped_mm") or x.device.type != "cuda":
+            return False
+        if dtype not in (torch.bfloat16, torch.float16, torch.float32):
+            return False
+        size = torch.empty((), dtype=dtype).element_size()
+        return all(w * size % 16 == 0 for w in (self.d_model, self.hidden, self.d_out))
+
+    def _experts_loop(self, x_sorted: Tensor, counts: Tensor) -> Tensor:
+        outs = []
+        for e, xs in enumerate(x_sorted.split(counts.tolist())):
+            hdn = xs @ self.w_in[e]
+            if self.b_in is not None:
+                hdn = hdn + self.b_in[e]
+            y = self.act(hdn) @ self.w_out[e]
+            if self.b_out is not None:
+                y = y + self.b_out[e]
+            outs.append(y)
+        return torch.cat(outs)
+
+    def _experts_grouped(
+        self, x_sorted: Tensor, counts: Tensor, expert_sorted: Tensor, dtype: torch.dtype
+    ) -> Tensor:
+        offs = counts.cumsum(0).to(torch.int32)
+        hdn = F.grouped_mm(x_sorted.to(dtype), self.w_in.to(dtype), offs=offs)
+        if self.b_in is not None:
+            hdn = hdn + self.b_in.to(dtype)[expert_sorted]
+        y = F.grouped_mm(self.act(hdn), self.w_out.to(dtype), offs=offs)
+        if self.b_out is not None:
+            y = y + self.b_out.to(dtype)[expert_sorted]
+        return y
+
+    # --------------------------------------------------------------------------------- forward
+
+    def forward(self, u: Tensor) -> Tensor:
+        """u [..., d_model] -> v [..., d_out]."""
+        if u.shape[-1] != self.d_model:
+            raise ValueError(f"MoEValues expects width {self.d_model}, got {u.shape[-1]}")
+        lead = u.shape[:-1]
+        x = u.reshape(-1, self.d_model)
+        N, k, E = x.shape[0], self.top_k, self.n_experts
+
+        logits, probs, experts, gates = self.route(x)
+        flat = experts.reshape(-1)
+        expert_sorted, order = flat.sort(stable=True)
+        counts = torch.zeros(E, dtype=torch.long, device=x.device)
+        counts.scatter_add_(0, flat, torch.ones_like(flat))
+        x_sorted = x[order // k]
+
+        dtype = _compute_dtype(x)
+        if self._use_grouped(x, dtype):
+            y_sorted = self._experts_grouped(x_sorted, counts, expert_sorted, dtype)
+        else:
+            y_sorted = self._experts_loop(x_sorted, counts)
+
+        inverse = torch.empty_like(order).scatter_(0, order, torch.arange(N * k, device=x.device))
+        y = y_sorted[inverse].view(N, k, self.d_out)
+        v = (y * gates.unsqueeze(-1).to(y.dtype)).sum(1)
+
+        balance = load_balancing_loss(probs, experts, E)
+        z = router_z_loss(logits)
+        self.last_aux_loss = (
+            self.aux_loss_coef * balance + self.z_loss_coef * z if self.training else None
+        )
+        with torch.no_grad():
+            entropy = -(probs * torch.log_softmax(logits, dim=-1)).sum(-1).mean()
+        self.last_stats = {
+            "counts": counts.detach(),
+            "load": counts.detach().float() / max(N, 1),
+            "entropy": entropy,
+            "balance_loss": balance.detach(),
+            "z_loss": z.detach(),
+            "dropped": 0,
+        }
+        return v.reshape(*lead, self.d_out)
+
+    def extra_repr(self) -> str:
+        return (
+            f"d_model={self.d_model}, d_out={self.d_out}, n_experts={self.n_experts}, "
+            f"top_k={self.top_k}, hidden={self.hidden}, impl={self.impl}"
+        )

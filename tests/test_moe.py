@@ -1,0 +1,267 @@
+"""MoEValues (SPEC 1.4): routed expert MLPs as the value projection, dropless, with aux losses."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from attnlab.config import MoEValuesConfig
+from attnlab.errors import UserError
+from attnlab.model.moe import MoEValues, load_balancing_loss, router_z_loss
+
+torch.set_num_threads(1)
+
+
+def make(d=8, d_out=12, E=4, k=2, h=16, bias=True, activation="gelu", seed=0, **kw):
+    torch.manual_seed(seed)
+    cfg = MoEValuesConfig(
+        enabled=True, n_experts=E, top_k=k, expert_hidden=h, activation=activation, **kw
+    )
+    return MoEValues(d, d_out, cfg, bias=bias)
+
+
+def naive(m: MoEValues, u: torch.Tensor) -> torch.Tensor:
+    """Per-token reference: for each token, its top-k experts' MLPs weighted by renormalised probs."""
+    x = u.reshape(-1, m.d_model)
+    out = torch.zeros(x.shape[0], m.d_out, dtype=x.dtype)
+    rd = torch.promote_types(x.dtype, torch.float32)  # router precision: float32 or wider
+    for n in range(x.shape[0]):
+        p = torch.softmax(x[n].to(rd) @ m.router.weight.to(rd).T, dim=-1)
+        top_p, top_e = p.topk(m.top_k)
+        g = top_p / top_p.sum()
+        for gate, e in zip(g.tolist(), top_e.tolist()):
+            h = x[n] @ m.w_in[e] + (m.b_in[e] if m.b_in is not None else 0)
+            y = m.act(h) @ m.w_out[e] + (m.b_out[e] if m.b_out is not None else 0)
+            out[n] += gate * y
+    return out.reshape(*u.shape[:-1], m.d_out)
+
+
+def scale_up(m: MoEValues) -> None:
+    """O(1) weights so the comparison is not trivially small."""
+    with torch.no_grad():
+        for p in m.parameters():
+            p.normal_(0, 0.5)
+
+
+@pytest.mark.parametrize("impl", ["loop", "grouped"])
+@pytest.mark.parametrize(
+    "activation,bias,k", [("gelu", True, 2), ("relu2", False, 1), ("silu", True, 3)]
+)
+def test_matches_naive_per_token_reference(impl, activation, bias, k):
+    m = make(activation=activation, bias=bias, k=k)
+    m.impl = impl
+    scale_up(m)
+    u = torch.randn(3, 7, 8)
+    with torch.no_grad():
+        v, ref = m(u), naive(m, u)
+    assert v.shape == (3, 7, 12)
+    assert ref.abs().max() > 0.1
+    torch.testing.assert_close(v, ref, atol=1e-6, rtol=1e-6)
+
+
+def test_matches_reference_in_float64_loop():
+    m = make(k=2).double()
+    m.impl = "loop"
+    scale_up(m)
+    u = torch.randn(2, 9, 8, dtype=torch.float64)
+    with torch.no_grad():
+        torch.testing.assert_close(m(u), naive(m, u), atol=1e-12, rtol=1e-12)
+
+
+def test_grouped_and_loop_agree_in_values_and_gradients():
+    m = make(E=6, k=2)
+    scale_up(m)
+    u = torch.randn(2, 11, 8)
+    grads = {}
+    for impl in ("loop", "grouped"):
+        m.impl = impl
+        m.zero_grad()
+        m.train()
+        v = m(u)
+        (v.square().sum() + m.last_aux_loss).backward()
+        grads[impl] = (v.detach(), [p.grad.clone() for p in m.parameters()])
+    torch.testing.assert_close(grads["loop"][0], grads["grouped"][0])
+    for a, b in zip(grads["loop"][1], grads["grouped"][1]):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+def test_dropless_every_token_gets_k_experts():
+    E, k = 5, 2
+    m = make(E=E, k=k)
+    with torch.no_grad():
+        m.router.weight.zero_()
+        m.router.weight[1] = 1.0  # skew: expert 1 wins for tokens with positive sum
+    u = torch.randn(4, 16, 8)
+    N = u.shape[0] * u.shape[1]
+    _, _, experts, gates = m.route(u.reshape(-1, 8))
+    assert experts.shape == (N, k)
+    assert all(len(set(row)) == k for row in experts.tolist())
+    torch.testing.assert_close(gates.sum(-1), torch.ones(N))
+    m(u)
+    s = m.last_stats
+    assert s["counts"].sum().item() == N * k
+    assert s["dropped"] == 0
+    torch.testing.assert_close(s["load"].sum(), torch.tensor(float(k)))
+    expected_counts = torch.bincount(experts.reshape(-1), minlength=E)
+    assert torch.equal(s["counts"], expected_counts)
+
+
+def test_balance_loss_hand_computed():
+    # 4 tokens, 2 experts, top-1: assignments 0,0,0,1 -> f = (3/4, 1/4)
+    probs = torch.tensor([[0.9, 0.1], [0.8, 0.2], [0.6, 0.4], [0.3, 0.7]])
+    experts = probs.argmax(-1, keepdim=True)
+    # P = (0.65, 0.35); balance = 2 * (0.75 * 0.65 + 0.25 * 0.35) = 1.15
+    torch.testing.assert_close(load_balancing_loss(probs, experts, 2), torch.tensor(1.15))
+    # top-2 of 3 experts: slots (0,1), (0,2) -> f = (2/4, 1/4, 1/4)
+    probs3 = torch.tensor([[0.5, 0.3, 0.2], [0.6, 0.1, 0.3]])
+    experts3 = torch.tensor([[0, 1], [0, 2]])
+    # P = (0.55, 0.2, 0.25); balance = 3 * (0.5*0.55 + 0.25*0.2 + 0.25*0.25) = 1.1625
+    torch.testing.assert_close(load_balancing_loss(probs3, experts3, 3), torch.tensor(1.1625))
+
+
+def test_balance_is_one_for_uniform_router_and_gradient_only_through_probs():
+    m = make(E=4, k=2)
+    with torch.no_grad():
+        m.router.weight.zero_()
+    m.train()
+    m(torch.randn(3, 5, 8))
+    # P uniform -> E * sum_e f_e / E = sum_e f_e = 1, whatever the tie-breaking gave f
+    torch.testing.assert_close(m.last_stats["balance_loss"], torch.tensor(1.0))
+    torch.testing.assert_close(m.last_stats["entropy"], torch.tensor(math.log(4)))
+    # z-loss with zero logits: logsumexp = log E
+    torch.testing.assert_close(m.last_stats["z_loss"], torch.tensor(math.log(4) ** 2))
+    probs = torch.full((3, 2), 0.5, requires_grad=True)
+    load_balancing_loss(probs, torch.tensor([[0], [0], [1]]), 2).backward()
+    # d/dp_{n,e} = E * f_e / N: f = (2/3, 1/3)
+    torch.testing.assert_close(
+        probs.grad, torch.tensor([[2 * (2 / 3) / 3, 2 * (1 / 3) / 3]]).expand(3, 2)
+    )
+
+
+def test_z_loss_hand_computed():
+    logits = torch.tensor([[0.0, 0.0], [math.log(3.0), 0.0]])
+    # logsumexp: log 2, log 4 -> mean of squares
+    expected = (math.log(2.0) ** 2 + math.log(4.0) ** 2) / 2
+    torch.testing.assert_close(router_z_loss(logits), torch.tensor(expected))
+
+
+def test_aux_loss_is_weighted_sum_in_training_and_none_in_eval():
+    m = make(aux_loss_coef=0.3, z_loss_coef=0.07)
+    u = torch.randn(2, 6, 8)
+    m.train()
+    m(u)
+    x = u.reshape(-1, 8)
+    logits, probs, experts, _ = m.route(x)
+    expected = 0.3 * load_balancing_loss(probs, experts, 4) + 0.07 * router_z_loss(logits)
+    torch.testing.assert_close(m.last_aux_loss, expected)
+    m.eval()
+    m(u)
+    assert m.last_aux_loss is None
+    assert "balance_loss" in m.last_stats
+
+
+def test_router_runs_in_float32_under_bf16_autocast():
+    m = make()
+    u = torch.randn(2, 4, 8)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits, probs, _, gates = m.route(u.reshape(-1, 8))
+        v = m(u)
+    assert logits.dtype == probs.dtype == gates.dtype == torch.float32
+    assert v.shape == (2, 4, 12)
+    with torch.no_grad():
+        ref = m(u)
+    torch.testing.assert_close(v.float(), ref, atol=3e-2, rtol=5e-2)
+
+
+def test_gradients_reach_router_and_experts():
+    m = make(E=4, k=2)
+    m.train()
+    u = torch.randn(4, 8, 8, requires_grad=True)
+    v = m(u)
+    (v.square().mean()).backward()  # task loss alone: router learns through the gates
+    assert m.router.weight.grad is not None and m.router.weight.grad.abs().sum() > 0
+    for p in (m.w_in, m.w_out, m.b_in, m.b_out):
+        assert p.grad is not None and p.grad.abs().sum() > 0
+    used = m.last_stats["counts"] > 0
+    assert (m.w_in.grad.abs().sum((1, 2)) > 0).eq(used).all()  # exactly the routed experts
+    assert u.grad is not None and u.grad.abs().sum() > 0
+    m.zero_grad()
+    m(u.detach())
+    m.last_aux_loss.backward()  # aux loss alone: the router only
+    assert m.router.weight.grad.abs().sum() > 0
+    assert m.w_in.grad is None or m.w_in.grad.abs().sum() == 0
+
+
+def _max_load(m: MoEValues, u: torch.Tensor) -> float:
+    with torch.no_grad():
+        m(u)
+    return float(m.last_stats["load"].max())
+
+
+@pytest.mark.parametrize("k,start,end", [(1, 0.9, 0.4), (2, 0.95, 0.6)])
+def test_routing_balances_under_aux_loss(k, start, end):
+    """The router starts sending (nearly) every token to expert 0; the aux loss alone spreads it."""
+    d, E = 16, 4
+    m = make(d=d, d_out=8, E=E, k=k, h=8, aux_loss_coef=1.0, z_loss_coef=1e-3)
+    g = torch.Generator().manual_seed(1)
+    direction = torch.ones(d) / math.sqrt(d)
+    u = torch.randn(512, d, generator=g) + 3.0 * direction
+    with torch.no_grad():
+        m.router.weight[0] += 3.0 * direction
+        if k == 2:
+            m.router.weight[1] += 2.0 * direction
+    before = _max_load(m, u)
+    assert before > start  # load = fraction of tokens routed to an expert (uniform: k / E)
+    opt = torch.optim.Adam(m.router.parameters(), lr=0.01)
+    m.train()
+    for _ in range(200):
+        opt.zero_grad()
+        m(u)
+        m.last_aux_loss.backward()
+        opt.step()
+    after = _max_load(m, u)
+    assert after < end, (before, after)
+    assert float(m.last_stats["balance_loss"]) < 1.1
+
+
+def test_active_and_total_params_exact():
+    d, d_out, E, k, h = 8, 12, 4, 2, 16
+    m = make(d=d, d_out=d_out, E=E, k=k, h=h, bias=True)
+    expert = d * h + h + h * d_out + d_out
+    assert m.total_params() == d * E + E * expert == sum(p.numel() for p in m.parameters())
+    assert m.active_params() == d * E + k * expert
+    assert m.active_params() < m.total_params()
+    nb = make(d=d, d_out=d_out, E=E, k=k, h=h, bias=False)
+    assert nb.active_params() == d * E + k * (d * h + h * d_out)
+    assert nb.total_params() == sum(p.numel() for p in nb.parameters())
+    assert nb.flops_per_token() == 2 * d * E + k * (2 * d * h + 2 * h * d_out)
+    full = make(d=d, d_out=d_out, E=E, k=E, h=h)
+    assert full.active_params() == full.total_params()
+
+
+def test_hidden_defaults_to_d_model_and_init():
+    torch.manual_seed(0)
+    cfg = MoEValuesConfig(enabled=True, n_experts=8, top_k=2)
+    m = MoEValues(64, 32, cfg, bias=True)
+    assert m.w_in.shape == (8, 64, 64) and m.w_out.shape == (8, 64, 32)
+    assert abs(m.w_in.std().item() - 0.02) < 2e-3
+    assert abs(m.router.weight.std().item() - 0.02) < 4e-3
+    assert m.b_in.abs().sum() == 0 and m.b_out.abs().sum() == 0
+
+
+def test_top_k_above_n_experts_is_user_error():
+    cfg = MoEValuesConfig(n_experts=2, top_k=3)  # not enabled: the config validator does not check
+    with pytest.raises(UserError, match="top_k=3"):
+        MoEValues(8, 8, cfg, bias=False)
+
+
+def test_single_expert_is_a_plain_mlp():
+    m = make(E=1, k=1, bias=True)
+    scale_up(m)
+    u = torch.randn(2, 3, 8)
+    with torch.no_grad():
+        expected = F.gelu(u @ m.w_in[0] + m.b_in[0]) @ m.w_out[0] + m.b_out[0]
+        torch.testing.assert_close(m(u), expected)
