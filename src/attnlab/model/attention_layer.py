@@ -112,8 +112,8 @@ class Attention(nn.Module):
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         if self.rotary is not None:
-            q = self.rotary.apply(q, *ctx.rope_q)
-            k = self.rotary.apply(k, *ctx.rope_k)
+            q = self.rotary.apply(q, *ctx.rope)
+            k = self.rotary.apply(k, *ctx.rope)
         if cache is not None and not self.cross:
             k, v = cache.update(slot, k, v, ctx.start)
         if self.cross:

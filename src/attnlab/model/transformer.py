@@ -78,14 +78,10 @@ class Stack(nn.Module):
             bias = self.alibi(q_pos, k_pos)
         elif self.t5_bias is not None:
             bias = self.t5_bias(q_pos, k_pos)
-        rope_q = rope_k = None
+        rope = None
         if self.rotary is not None:
-            cos, sin = self.rotary.cos_sin(k_pos, torch.get_default_dtype())
-            rope_k = (cos, sin)
-            rope_q = (cos[start:], sin[start:])
-        return AttnContext(
-            q_pos, k_pos, allowed, is_causal, bias, rope_q, rope_k, start, need_weights
-        )
+            rope = self.rotary.cos_sin(q_pos, torch.get_default_dtype())
+        return AttnContext(q_pos, k_pos, allowed, is_causal, bias, rope, start, need_weights)
 
     def forward(
         self,
