@@ -1,0 +1,68 @@
+"""``attnlab train CONFIG --out RUN_DIR``: pretrain from scratch; rerunning resumes."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import warnings
+
+from attnlab.commands._common import add_config_arguments, config_from_args
+
+NAME = "train"
+HELP = "train a model from scratch into RUN_DIR; the same command again resumes it"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_config_arguments(p)
+    p.add_argument("--out", required=True, metavar="RUN_DIR", help="the run directory")
+    p.add_argument(
+        "--restart",
+        action="store_true",
+        help="delete RUN_DIR's checkpoints, metrics and status and train from step 0",
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress bar or log lines")
+
+
+def _say(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def _warn(message, category, filename, lineno, file=None, line=None) -> None:
+    print(f"attnlab train: warning: {message}", file=sys.stderr, flush=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    from attnlab.train import train
+    from attnlab.train.progress import console_reporter
+
+    cfg = config_from_args(args)
+    main = int(os.environ.get("RANK", "0")) == 0
+    reporter = None if args.quiet or not main else console_reporter(cfg.train.log_every)
+    with warnings.catch_warnings():
+        warnings.showwarning = _warn
+        result = train(cfg, args.out, progress=reporter, resume=not args.restart)
+    if not main:
+        return 0
+    val = "n/a" if result.final_val_loss is None else f"{result.final_val_loss:.4f}"
+    best = "n/a" if result.best_val_loss is None else f"{result.best_val_loss:.4f}"
+    if result.status == "diverged":
+        _say(
+            f"diverged at step {result.steps}/{result.max_steps}: {result.reason}. "
+            f"Recorded in {args.out}/status.json (lower train.lr or raise train.warmup_steps)"
+        )
+    elif result.already_done:
+        _say(
+            f"{args.out} already finished {result.steps} steps (val loss {val}, best {best}); "
+            "nothing to do. Use --restart to train it again"
+        )
+    elif result.status == "finished":
+        resumed = f", resumed from step {result.resumed_from}" if result.resumed_from else ""
+        _say(
+            f"finished {result.steps} steps{resumed}: val loss {val} (best {best}), "
+            f"{result.tokens:,} tokens at {result.tokens_per_s:,.0f} tokens/s, "
+            f"{result.wall_time:.1f} s; run in {args.out}"
+        )
+    else:
+        _say(f"stopped at step {result.steps}/{result.max_steps} ({result.status})")
+    return 0

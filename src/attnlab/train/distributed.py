@@ -1,0 +1,162 @@
+"""Process-group plumbing for ``torchrun``: rank/world discovery, DDP and FSDP2 wrapping.
+
+One process is the degenerate case (rank 0 of 1) and needs no process group. Under ``torchrun`` the
+group is created here (NCCL on CUDA, Gloo on CPU) unless the caller already made one, and destroyed
+again by :meth:`Dist.close` only if it was created here, so ``train()`` can be called repeatedly.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.distributed as tdist
+from torch import nn
+
+from attnlab.errors import UserError
+
+
+@dataclass
+class Dist:
+    """This process's place in the job: ``rank`` of ``world`` (``local_rank`` on its node)."""
+
+    rank: int = 0
+    world: int = 1
+    local_rank: int = 0
+    owns_group: bool = False
+    backend: str | None = None
+    _closed: bool = field(default=False, repr=False)
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.world > 1
+
+    def barrier(self) -> None:
+        if self.enabled:
+            tdist.barrier()
+
+    def broadcast(self, obj: Any) -> Any:
+        """Rank 0's ``obj`` on every rank."""
+        if not self.enabled:
+            return obj
+        box = [obj]
+        tdist.broadcast_object_list(box, src=0)
+        return box[0]
+
+    def all_gather(self, obj: Any) -> list[Any]:
+        """Every rank's ``obj``, indexed by rank."""
+        if not self.enabled:
+            return [obj]
+        out: list[Any] = [None] * self.world
+        tdist.all_gather_object(out, obj)
+        return out
+
+    def mean(self, t: torch.Tensor) -> torch.Tensor:
+        """The average of ``t`` over ranks (in place)."""
+        if self.enabled:
+            tdist.all_reduce(t, op=tdist.ReduceOp.SUM)
+            t /= self.world
+        return t
+
+    def sum(self, t: torch.Tensor) -> torch.Tensor:
+        """The sum of ``t`` over ranks (in place)."""
+        if self.enabled:
+            tdist.all_reduce(t, op=tdist.ReduceOp.SUM)
+        return t
+
+    def close(self) -> None:
+        if self.owns_group and not self._closed and tdist.is_initialized():
+            tdist.destroy_process_group()
+        self._closed = True
+
+
+def setup(device_pref: str) -> Dist:
+    """Join the ``torchrun`` job described by the environment, if any (WORLD_SIZE > 1)."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1 and not tdist.is_initialized():
+        return Dist()
+    if tdist.is_initialized():
+        return Dist(
+            rank=tdist.get_rank(),
+            world=tdist.get_world_size(),
+            local_rank=int(os.environ.get("LOCAL_RANK", "0")),
+            backend=str(tdist.get_backend()),
+        )
+    if not tdist.is_available():
+        raise UserError("this torch build has no torch.distributed; run without torchrun")
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    use_cuda = device_pref.startswith("cuda") or (
+        device_pref == "auto" and torch.cuda.is_available()
+    )
+    backend = "nccl" if use_cuda else "gloo"
+    if use_cuda:
+        torch.cuda.set_device(local_rank)
+    tdist.init_process_group(backend=backend)
+    return Dist(
+        rank=tdist.get_rank(),
+        world=tdist.get_world_size(),
+        local_rank=local_rank,
+        owns_group=True,
+        backend=backend,
+    )
+
+
+def resolve_device(pref: str, dist: Dist) -> torch.device:
+    """``auto`` = CUDA when present (this rank's GPU), else CPU; an explicit name is checked."""
+    if pref == "auto":
+        pref = "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        device = torch.device(pref)
+    except RuntimeError:
+        raise UserError(
+            f"train.device={pref!r} is not a device name; use auto, cpu or cuda"
+        ) from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise UserError(
+                "train.device='cuda' but no CUDA device is visible; use 'auto' or 'cpu'"
+            )
+        if device.index is None:
+            device = torch.device("cuda", dist.local_rank)
+    return device
+
+
+def _shard_units(model: nn.Module) -> list[nn.Module]:
+    """The repeated blocks to shard one by one: the elements of the outermost ModuleLists."""
+    units: list[nn.Module] = []
+    covered: set[int] = set()
+    for module in model.modules():
+        if id(module) in covered or not isinstance(module, nn.ModuleList):
+            continue
+        for unit in module:
+            units.append(unit)
+            covered.update(id(m) for m in unit.modules())
+    return units
+
+
+def wrap(model: nn.Module, parallel: str, dist: Dist, device: torch.device) -> nn.Module:
+    """The module to run forward/backward through: ``model`` itself, DDP, or FSDP2 in place.
+
+    FSDP2 (``fully_shard``) shards each block's parameters over ranks (all-gathered for its forward
+    and backward, gradients reduce-scattered), so a model whose weights plus AdamW state do not fit
+    on one device can still train; it changes ``model`` in place and returns it.
+    """
+    if not dist.enabled:
+        return model
+    if parallel == "fsdp":
+        from torch.distributed.fsdp import fully_shard
+
+        for unit in _shard_units(model):
+            fully_shard(unit)
+        fully_shard(model)
+        return model
+    from torch.nn.parallel import DistributedDataParallel
+
+    ids = [device.index] if device.type == "cuda" else None
+    return DistributedDataParallel(model, device_ids=ids)
