@@ -278,7 +278,7 @@ class ModelConfig(Section):
         ):
             problems.append(
                 "model.virtual_heads.conv='2d' looks at later queries and keys; it is only "
-                "causal-safe with model.attention.mask='bidirectional'. Use conv='1d'"
+                "allowed in model.family='encoder'. Use conv='1d' in causal stacks"
             )
         if self.mixer.nonlinear and self.mlp and self.mixer.hidden is None:
             problems.append(
@@ -289,9 +289,40 @@ class ModelConfig(Section):
             problems.append("model.residual_kind='parallel' is defined for pre-norm blocks only")
         if self.residual_kind == "parallel" and not self.mlp:
             problems.append("model.residual_kind='parallel' needs model.mlp=true")
+        if self.residual_kind == "parallel" and not self.residual:
+            problems.append(
+                "model.residual_kind='parallel' sums x + attention + FFN; it needs model.residual=true"
+            )
+        if self.residual_kind == "parallel" and self.family == "encoder_decoder":
+            problems.append(
+                "model.residual_kind='parallel' has no place for cross-attention; use "
+                "residual_kind='sequential' with model.family='encoder_decoder'"
+            )
+        if self.family == "decoder" and a.mask == "bidirectional":
+            problems.append(
+                "model.family='decoder' is a causal LM; model.attention.mask='bidirectional' would "
+                "let it see the tokens it predicts. Use family='encoder' for a bidirectional model"
+            )
+        if self.family == "encoder_decoder" and a.mask == "prefix":
+            problems.append(
+                "model.attention.mask='prefix' is for decoder-only prefix LMs; an encoder-decoder "
+                "already reads its input bidirectionally"
+            )
+        vh = self.virtual_heads
+        if vh.enabled and (vh.n_virtual or a.n_heads) % self.n_kv_heads:
+            problems.append(
+                f"model.virtual_heads.n_virtual={vh.n_virtual or a.n_heads} must be a multiple of "
+                f"the {self.n_kv_heads} K/V heads (each virtual head reads one K/V group's values)"
+            )
         if problems:
             raise ValueError("\n".join(problems))
         return self
+
+
+def vh_2d_unsafe(cfg: ModelConfig) -> bool:
+    """A 2-D conv over (query, key) reads later queries: only safe in a bidirectional encoder."""
+    vh = cfg.virtual_heads
+    return vh.enabled and vh.conv == "2d" and cfg.family != "encoder"
 
 
 # ---------------------------------------------------------------------------------------------- data

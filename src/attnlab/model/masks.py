@@ -14,18 +14,29 @@ from torch import Tensor
 from attnlab.config import AttentionConfig
 
 
+def stack_mask(cfg: AttentionConfig, causal: bool) -> str:
+    """The mask kind one stack uses: ``attention.mask`` names the pattern; its direction is the
+    stack's own (an encoder-decoder's encoder is bidirectional and its decoder causal)."""
+    if cfg.mask in ("causal", "bidirectional"):
+        return "causal" if causal else "bidirectional"
+    if cfg.mask == "prefix" and not causal:
+        return "bidirectional"
+    return cfg.mask
+
+
 def allowed_keys(cfg: AttentionConfig, q_pos: Tensor, k_pos: Tensor, causal: bool) -> Tensor:
     """Boolean [Tq, Tk]: True where query i may attend to key j."""
     i, j = q_pos[:, None], k_pos[None, :]
     past = j <= i
-    if cfg.mask == "bidirectional":
+    mask = stack_mask(cfg, causal)
+    if mask == "bidirectional":
         return torch.ones(i.shape[0], j.shape[1], dtype=torch.bool, device=q_pos.device)
-    if cfg.mask == "causal":
+    if mask == "causal":
         return past
-    if cfg.mask == "prefix":
+    if mask == "prefix":
         return past | (j < cfg.prefix_len)
     near = ((i - j) < cfg.window) & past if causal else (i - j).abs() < cfg.window
-    if cfg.mask == "sliding":
+    if mask == "sliding":
         return near
 
     # local_global

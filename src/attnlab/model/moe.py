@@ -28,9 +28,11 @@ expert's weights, and the results un-permuted and gate-weighted. Two ways to run
 
 - ``loop``: a Python loop over E with one matmul pair per expert (``split`` by the counts). Needs the
   counts on the host (one device sync per call, a graph break under ``torch.compile``). Fastest on CPU.
-- ``grouped``: ``torch.nn.functional.grouped_mm`` with int32 offsets, no host sync, compile-friendly;
-  needs row strides that are multiples of 16 bytes (d, h, d_out divisible by 4 in fp32, 8 in bf16).
-- ``auto`` (default): ``grouped`` on CUDA when the widths are aligned, else ``loop``.
+- ``grouped``: ``torch.nn.functional.grouped_mm`` with int32 offsets: no host sync, traces with
+  ``torch.compile(fullgraph=True)`` in bf16 (its compile path takes bf16 only; eager also takes
+  fp32). Needs rows of a multiple of 16 bytes (d, h, d_out divisible by 8 in bf16, 4 in fp32).
+- ``auto`` (default): ``grouped`` on CUDA in bf16 (autocast or bf16 weights) with aligned widths,
+  else ``loop``.
 
 Init: router and expert weights N(0, init_std = 0.02), biases 0. ``reset_parameters()`` redoes it.
 """
@@ -170,15 +172,33 @@ class MoEValues(nn.Module):
         gates = top_p / top_p.sum(-1, keepdim=True)
         return logits, probs, experts, gates
 
-    def _use_grouped(self, x: Tensor, dtype: torch.dtype) -> bool:
-        if self.impl != "auto":
-            return self.impl == "grouped"
-        if not hasattr(F, "grouped_mm") or x.device.type != "cuda":
-            return False
-        if dtype not in (torch.bfloat16, torch.float16, torch.float32):
-            return False
+    def _aligned(self, dtype: torch.dtype) -> bool:
         size = torch.empty((), dtype=dtype).element_size()
         return all(w * size % 16 == 0 for w in (self.d_model, self.hidden, self.d_out))
+
+    def _use_grouped(self, x: Tensor, dtype: torch.dtype) -> bool:
+        if self.impl == "loop":
+            return False
+        if self.impl == "grouped":
+            if not hasattr(F, "grouped_mm"):
+                raise UserError(
+                    "MoEValues impl='grouped' needs torch.nn.functional.grouped_mm, which this "
+                    "torch lacks; use impl='loop' or the pinned torch"
+                )
+            if dtype not in (torch.bfloat16, torch.float32) or not self._aligned(dtype):
+                raise UserError(
+                    f"MoEValues impl='grouped' needs bf16/fp32 rows of a multiple of 16 bytes; "
+                    f"d_model={self.d_model}, hidden={self.hidden}, d_out={self.d_out} in {dtype} "
+                    "are not. Use impl='loop' (or 'auto') or change the widths"
+                )
+            return True
+        # grouped_mm's compile (meta) path accepts bf16 only; CUDA is where it beats the loop
+        return (
+            hasattr(F, "grouped_mm")
+            and x.device.type == "cuda"
+            and dtype == torch.bfloat16
+            and self._aligned(dtype)
+        )
 
     def _experts_loop(self, x_sorted: Tensor, counts: Tensor) -> Tensor:
         outs = []

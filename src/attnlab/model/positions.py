@@ -36,12 +36,14 @@ class SinusoidalPositions(nn.Module):
 
     def __init__(self, d: int, base: float = 10000.0) -> None:
         super().__init__()
-        self.d = d
-        inv = base ** (-torch.arange(0, d, 2, dtype=torch.float32) / d)
-        self.register_buffer("inv_freq", inv, persistent=False)
+        self.d, self.base = d, base
 
     def forward(self, positions: Tensor) -> Tensor:
-        ang = positions.float()[:, None] * self.inv_freq[None, :]
+        # computed in float32 on the fly: a buffer would be rounded by model.to(bfloat16)
+        inv = self.base ** (
+            -torch.arange(0, self.d, 2, dtype=torch.float32, device=positions.device) / self.d
+        )
+        ang = positions.float()[:, None] * inv[None, :]
         out = torch.zeros(positions.shape[0], self.d, device=positions.device)
         out[:, 0::2] = torch.sin(ang)
         out[:, 1::2] = torch.cos(ang)[:, : self.d // 2]
@@ -56,12 +58,13 @@ class Rotary(nn.Module):
 
     def __init__(self, head_dim: int, fraction: float = 1.0, base: float = 10000.0) -> None:
         super().__init__()
-        self.rot = int(head_dim * fraction)
-        inv = base ** (-torch.arange(0, self.rot, 2, dtype=torch.float32) / self.rot)
-        self.register_buffer("inv_freq", inv, persistent=False)
+        self.rot, self.base = int(head_dim * fraction), base
 
     def cos_sin(self, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-        ang = positions.float()[:, None] * self.inv_freq[None, :]
+        """cos/sin tables [T, rot] in ``dtype``, computed in float32 (never from rounded buffers)."""
+        idx = torch.arange(0, self.rot, 2, dtype=torch.float32, device=positions.device)
+        inv = self.base ** (-idx / self.rot)
+        ang = positions.float()[:, None] * inv[None, :]
         ang = torch.cat([ang, ang], dim=-1)
         return ang.cos().to(dtype), ang.sin().to(dtype)
 
@@ -95,11 +98,12 @@ class ALiBi(nn.Module):
 
     def __init__(self, n_heads: int) -> None:
         super().__init__()
-        self.register_buffer("slopes", alibi_slopes(n_heads), persistent=False)
+        self.n_heads = n_heads
 
     def forward(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
         dist = (q_pos[:, None] - k_pos[None, :]).abs().float()
-        return -self.slopes[:, None, None] * dist[None]
+        slopes = alibi_slopes(self.n_heads).to(q_pos.device)
+        return -slopes[:, None, None] * dist[None]
 
 
 class T5RelativeBias(nn.Module):

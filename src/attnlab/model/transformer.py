@@ -21,7 +21,7 @@ from attnlab.config import ModelConfig
 from attnlab.model.block import Block
 from attnlab.model.context import AttnContext
 from attnlab.model.kv_cache import KVCache
-from attnlab.model.masks import allowed_keys
+from attnlab.model.masks import allowed_keys, stack_mask
 from attnlab.model.norms import LayerNorm, RMSNorm, ScaleNorm, make_norm
 from attnlab.model.output import ModelOutput
 from attnlab.model.positions import (
@@ -62,13 +62,21 @@ class Stack(nn.Module):
     def n_slots(self) -> int:
         return len(self.blocks) * self.loops
 
-    def context(self, T: int, start: int, device: torch.device, need_weights: bool) -> AttnContext:
+    def context(
+        self,
+        T: int,
+        start: int,
+        device: torch.device,
+        need_weights: bool,
+        dtype: torch.dtype = torch.float32,
+    ) -> AttnContext:
         a = self.cfg.attention
         q_pos = torch.arange(start, start + T, device=device)
         k_pos = torch.arange(0, start + T, device=device)
-        simple = (a.mask == "causal" and self.causal) or a.mask == "bidirectional"
+        mask = stack_mask(a, self.causal)
+        simple = mask in ("causal", "bidirectional")
         if simple and start == 0:
-            allowed, is_causal = None, a.mask == "causal"
+            allowed, is_causal = None, mask == "causal"
         elif simple and T == 1:
             allowed, is_causal = None, False
         else:
@@ -80,7 +88,7 @@ class Stack(nn.Module):
             bias = self.t5_bias(q_pos, k_pos)
         rope = None
         if self.rotary is not None:
-            rope = self.rotary.cos_sin(q_pos, torch.get_default_dtype())
+            rope = self.rotary.cos_sin(q_pos, dtype)
         return AttnContext(q_pos, k_pos, allowed, is_causal, bias, rope, start, need_weights)
 
     def forward(
@@ -222,10 +230,9 @@ class Transformer(nn.Module):
 
     def encode(self, encoder_input_ids: Tensor, need_weights: bool = False) -> Tensor:
         assert self.encoder is not None
-        ctx = self.encoder.context(
-            encoder_input_ids.shape[1], 0, encoder_input_ids.device, need_weights
-        )
-        h, _ = self.encoder(self._embed(encoder_input_ids, 0), ctx)
+        x = self._embed(encoder_input_ids, 0)
+        ctx = self.encoder.context(x.shape[1], 0, x.device, need_weights, x.dtype)
+        h, _ = self.encoder(x, ctx)
         return h
 
     # ----------------------------------------------------------------------------------- forward
@@ -251,8 +258,9 @@ class Transformer(nn.Module):
         T = input_ids.shape[1]
         if self.cfg.family == "encoder":
             assert self.encoder is not None
-            ctx = self.encoder.context(T, 0, input_ids.device, return_attn)
-            h, maps = self.encoder(self._embed(input_ids, 0), ctx)
+            x = self._embed(input_ids, 0)
+            ctx = self.encoder.context(T, 0, x.device, return_attn, x.dtype)
+            h, maps = self.encoder(x, ctx)
         else:
             assert self.decoder is not None
             if self.cfg.family == "encoder_decoder" and memory is None:
@@ -262,10 +270,9 @@ class Transformer(nn.Module):
                     if encoder_input_ids is None:
                         raise ValueError("an encoder-decoder model needs encoder_input_ids")
                     memory = self.encode(encoder_input_ids)
-            ctx = self.decoder.context(T, start_pos, input_ids.device, return_attn)
-            h, maps = self.decoder(
-                self._embed(input_ids, start_pos), ctx, cache=cache, memory=memory
-            )
+            x = self._embed(input_ids, start_pos)
+            ctx = self.decoder.context(T, start_pos, x.device, return_attn, x.dtype)
+            h, maps = self.decoder(x, ctx, cache=cache, memory=memory)
         if cache is not None:
             cache.length = start_pos + T
         logits = self.lm_head(h)
