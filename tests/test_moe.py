@@ -201,30 +201,46 @@ def _max_load(m: MoEValues, u: torch.Tensor) -> float:
     return float(m.last_stats["load"].max())
 
 
-@pytest.mark.parametrize("k,start,end", [(1, 0.9, 0.4), (2, 0.95, 0.6)])
-def test_routing_balances_under_aux_loss(k, start, end):
-    """The router starts sending (nearly) every token to expert 0; the aux loss alone spreads it."""
+def _train_skewed_router(k: int, aux_loss_coef: float, task: bool) -> tuple[float, float, float]:
+    """Start with (nearly) every token routed to expert 0 (and 1 for k=2), train 200 Adam steps on
+    the aux loss (plus, with ``task``, a regression loss on v through all parameters); return the
+    max expert load (fraction of tokens, uniform = k / E) before and after, and the final balance."""
     d, E = 16, 4
-    m = make(d=d, d_out=8, E=E, k=k, h=8, aux_loss_coef=1.0, z_loss_coef=1e-3)
+    m = make(d=d, d_out=8, E=E, k=k, h=8, aux_loss_coef=aux_loss_coef, z_loss_coef=1e-3)
     g = torch.Generator().manual_seed(1)
     direction = torch.ones(d) / math.sqrt(d)
     u = torch.randn(512, d, generator=g) + 3.0 * direction
+    target = torch.randn(512, 8, generator=g)
     with torch.no_grad():
         m.router.weight[0] += 3.0 * direction
         if k == 2:
             m.router.weight[1] += 2.0 * direction
     before = _max_load(m, u)
-    assert before > start  # load = fraction of tokens routed to an expert (uniform: k / E)
-    opt = torch.optim.Adam(m.router.parameters(), lr=0.01)
+    opt = torch.optim.Adam(m.parameters() if task else m.router.parameters(), lr=0.01)
     m.train()
     for _ in range(200):
         opt.zero_grad()
-        m(u)
-        m.last_aux_loss.backward()
+        v = m(u)
+        loss = m.last_aux_loss + (F.mse_loss(v, target) if task else 0.0)
+        loss.backward()
         opt.step()
-    after = _max_load(m, u)
+    return before, _max_load(m, u), float(m.last_stats["balance_loss"])
+
+
+@pytest.mark.parametrize(
+    "k,task,start,end", [(1, False, 0.9, 0.4), (2, False, 0.95, 0.6), (1, True, 0.9, 0.4)]
+)
+def test_routing_balances_under_aux_loss(k, task, start, end):
+    before, after, balance = _train_skewed_router(k, aux_loss_coef=1.0, task=task)
+    assert before > start
     assert after < end, (before, after)
-    assert float(m.last_stats["balance_loss"]) < 1.1
+    assert balance < 1.1
+
+
+def test_routing_stays_skewed_without_balance_loss():
+    """Control: with aux_loss_coef = 0 (z-loss alone) the same run does not balance."""
+    before, after, _ = _train_skewed_router(1, aux_loss_coef=0.0, task=False)
+    assert before > 0.9 and after > 0.9
 
 
 def test_active_and_total_params_exact():
@@ -265,3 +281,35 @@ def test_single_expert_is_a_plain_mlp():
     with torch.no_grad():
         expected = F.gelu(u @ m.w_in[0] + m.b_in[0]) @ m.w_out[0] + m.b_out[0]
         torch.testing.assert_close(m(u), expected)
+
+
+def test_impl_choice_and_alignment_error():
+    m = make(d=8, d_out=12, h=16)
+    x = torch.randn(4, 8)
+    assert not m._use_grouped(x, torch.float32)  # auto on CPU: the loop (faster there)
+    assert not m._use_grouped(x, torch.bfloat16)
+    m.impl = "grouped"
+    assert m._use_grouped(x, torch.float32)  # 12 fp32 = 48 bytes: aligned
+    with pytest.raises(UserError, match="multiple of 16 bytes"):
+        m._use_grouped(x, torch.bfloat16)  # 12 bf16 = 24 bytes
+    with pytest.raises(UserError, match="choose 'auto', 'loop' or 'grouped'"):
+        MoEValues(8, 8, MoEValuesConfig(), bias=False, impl="dense")
+
+
+def test_grouped_path_compiles_as_one_graph_in_bf16():
+    """No host sync in the grouped path: fullgraph=True would fail on a graph break."""
+    torch._dynamo.reset()
+    m = make(d=16, d_out=16, h=16, E=4, k=2)
+    m.impl = "grouped"
+    m.train()
+    u = torch.randn(2, 8, 16)
+    compiled = torch.compile(m, fullgraph=True, backend="aot_eager")
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        v = compiled(u)
+        aux = m.last_aux_loss
+        ref = m(u)
+    assert v.dtype == torch.bfloat16
+    torch.testing.assert_close(v, ref)
+    torch.testing.assert_close(aux, m.last_aux_loss)
+    (v.float().sum() + aux).backward()
+    assert m.w_in.grad.abs().sum() > 0 and m.router.weight.grad.abs().sum() > 0
