@@ -15,7 +15,8 @@ Auxiliary losses (``last_aux_loss = aux_loss_coef * balance + z_loss_coef * z`` 
     balance = E * sum_e f_e P_e      (Switch Transformer / GShard form)
               f_e = #{(n, j): S_n[j] = e} / (N k)   fraction of token-slots sent to e (no gradient)
               P_e = (1/N) sum_n p_n,e               mean router probability of e (carries gradient)
-              = 1 when routing is uniform; its minimum under fixed P is reached by spreading f.
+              = 1 for uniform routing (indeed whenever P is uniform); the gradient lowers P_e in
+              proportion to f_e, so over-loaded experts lose tokens.
     z       = (1/N) sum_n logsumexp(z_n)^2           (ST-MoE router z-loss: keeps logits small)
 
 Cost per token (forward matmul FLOPs): router 2dE, experts k (2dh + 2h d_out).
@@ -27,7 +28,8 @@ one [N k, d] matrix whose row blocks belong to consecutive experts, each block m
 expert's weights, and the results un-permuted and gate-weighted. Two ways to run the blocks:
 
 - ``loop``: a Python loop over E with one matmul pair per expert (``split`` by the counts). Needs the
-  counts on the host (one device sync per call, a graph break under ``torch.compile``). Fastest on CPU.
+  counts on the host (one device sync per call, a graph break under ``torch.compile``); any width,
+  any dtype.
 - ``grouped``: ``torch.nn.functional.grouped_mm`` with int32 offsets: no host sync, traces with
   ``torch.compile(fullgraph=True)`` in bf16 (its compile path takes bf16 only; eager also takes
   fp32). Needs rows of a multiple of 16 bytes (d, h, d_out divisible by 8 in bf16, 4 in fp32).
