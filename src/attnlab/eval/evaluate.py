@@ -1,0 +1,69 @@
+"""``evaluate(target, tasks)``: the Python API behind ``attnlab eval`` (and compare/probe reports)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from attnlab.eval.lm import LanguageModel
+from attnlab.eval.registry import run_task, split_tasks, task_key
+from attnlab.eval.results import merge_results, results_path
+from attnlab.eval.targets import load_language_model
+
+
+def evaluate(
+    target: str | Path | LanguageModel,
+    tasks: str | Sequence[str],
+    limit: int | None = None,
+    *,
+    batch_size: int = 8,
+    stride: int | None = None,
+    device: str | torch.device | None = "auto",
+    dtype: str | None = None,
+    max_length: int | None = None,
+    save: bool = True,
+    out: str | Path | None = None,
+    progress: bool = False,
+) -> dict[str, dict[str, Any]]:
+    """Evaluate ``target`` (a run/checkpoint/probe dir, ``hf:ID``, a ``.gguf`` file, or a loaded
+    :class:`LanguageModel`) on ``tasks`` (names from :mod:`attnlab.eval.registry`).
+
+    Returns ``{task_key: {"metrics": {...}, "source", "limit", "model", "timestamp", ...}}``.
+    With ``save`` the entries are merged into ``<results_dir>/eval/results.json`` of the target
+    (a run or probe directory; a Hugging Face id has none), and into ``out`` when given.
+    """
+    specs = split_tasks(list(tasks) if not isinstance(tasks, str) else tasks)
+    keys = [task_key(s) for s in specs]  # validate every name before loading anything
+    lm = load_language_model(target, device=device, dtype=dtype, max_length=max_length)
+    settings = {
+        "lm": lm,
+        "limit": limit,
+        "batch_size": batch_size,
+        "stride": stride,
+        "progress": progress,
+    }
+    results: dict[str, dict[str, Any]] = {}
+    for spec, key in zip(specs, keys):
+        t0 = time.perf_counter()
+        outcome = run_task(spec, settings)
+        results[key] = {
+            "metrics": outcome.metrics,
+            "task": spec,
+            "source": outcome.source,
+            "limit": limit,
+            "model": lm.name,
+            "max_length": lm.max_length,
+            "timestamp": datetime.now(UTC).isoformat(timespec="seconds"),
+            "seconds": round(time.perf_counter() - t0, 3),
+            **outcome.extra,
+        }
+    if save and lm.results_dir is not None:
+        merge_results(results_path(lm.results_dir), results)
+    if out is not None:
+        merge_results(out, results)
+    return results

@@ -1,0 +1,178 @@
+"""Evaluation tasks by name: ``NAME`` or ``NAME:ARGUMENT``.
+
+=========================  ==============================================================
+``perplexity[:DATA_DIR]``  validation split of a prepared corpus (default: the run's own)
+``perplexity:FILE``        a ``.jsonl`` file (one document per ``text`` field) or a ``.txt``
+                           file (one document)
+``wikitext``               WikiText-2 raw test documents from the hub (online only)
+``cloze:FILE.jsonl``       LAMBADA-format cloze (``text`` per line)
+``lambada``                LAMBADA (OpenAI) test set from the hub (online only)
+``hellaswag[:FILE.jsonl]`` HellaSwag: a local file, else the hub validation split
+``arc:FILE.jsonl``         ARC format; ``arc_easy`` / ``arc_challenge`` read the hub
+=========================  ==============================================================
+
+``limit`` caps the number of items (documents for perplexity) of every task.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from attnlab.errors import UserError
+from attnlab.eval.cloze import evaluate_cloze, load_cloze_file, load_lambada
+from attnlab.eval.lm import LanguageModel
+from attnlab.eval.multiple_choice import evaluate_multiple_choice, load_mc_file, load_mc_hub
+from attnlab.eval.perplexity import Document, count_words, perplexity
+from attnlab.eval.sources import load_hub_rows, read_jsonl
+
+
+@dataclass(frozen=True)
+class TaskRun:
+    """How to run one task: model, its argument, and the shared settings."""
+
+    lm: LanguageModel
+    arg: str | None
+    limit: int | None = None
+    batch_size: int = 8
+    stride: int | None = None
+    progress: bool = False
+
+
+@dataclass
+class TaskOutcome:
+    metrics: dict[str, Any]
+    source: str
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _perplexity(run: TaskRun) -> TaskOutcome:
+    from attnlab.eval.corpus import corpus_documents
+
+    arg = run.arg
+    if arg is None:
+        if run.lm.data_dir is None:
+            raise UserError(
+                f"{run.lm.name} has no training corpus to take the validation split from; "
+                "give perplexity:DATA_DIR (a prepared corpus) or perplexity:FILE.jsonl"
+            )
+        arg = str(run.lm.data_dir)
+    path = Path(arg)
+    if path.is_file():
+        docs = _text_documents(run.lm, path, run.limit)
+    else:
+        docs = corpus_documents(run.lm, path, run.limit)
+    result = perplexity(run.lm, docs, run.stride, run.batch_size, run.progress)
+    stride = run.stride or max(1, run.lm.max_length // 2)
+    return TaskOutcome(result.metrics(), str(path), {"stride": stride})
+
+
+def _text_documents(lm: LanguageModel, path: Path, limit: int | None) -> list[Document]:
+    if path.suffix == ".jsonl":
+        texts = [str(r["text"]) for r in read_jsonl(path, required=("text",))]
+    elif path.suffix in (".txt", ".md", ".text"):
+        texts = [path.read_text(encoding="utf-8")]
+    else:
+        raise UserError(
+            f"perplexity:{path} must be a prepared corpus directory, a .jsonl file with a "
+            "'text' field per line, or a .txt file"
+        )
+    return [Document.from_text(lm, t) for t in texts[:limit] if t]
+
+
+def _wikitext(run: TaskRun) -> TaskOutcome:
+    from lm_eval.tasks.wikitext.preprocess_wikitext import wikitext_detokenizer
+
+    docs = []
+    for row in load_hub_rows(
+        "EleutherAI/wikitext_document_level",
+        "wikitext-2-raw-v1",
+        "test",
+        task="wikitext",
+        local_form="perplexity:FILE.jsonl or perplexity:DATA_DIR",
+    ):
+        page = row["page"]  # sizes of the raw page, tokens of the detokenized text (as lm-eval)
+        tokens = run.lm.encode(wikitext_detokenizer({"page": page}))
+        docs.append(Document(tokens, len(page.encode("utf-8")), count_words(page)))
+        if run.limit is not None and len(docs) >= run.limit:
+            break
+    result = perplexity(run.lm, docs, run.stride, run.batch_size, run.progress)
+    return TaskOutcome(result.metrics(), "EleutherAI/wikitext_document_level:wikitext-2-raw-v1")
+
+
+def _cloze(run: TaskRun) -> TaskOutcome:
+    if run.arg is None:
+        raise UserError("task 'cloze' needs a file: cloze:FILE.jsonl (LAMBADA format)")
+    items = load_cloze_file(run.arg, run.limit)
+    return TaskOutcome(
+        evaluate_cloze(run.lm, items, run.batch_size, run.progress).metrics(), run.arg
+    )
+
+
+def _lambada(run: TaskRun) -> TaskOutcome:
+    if run.arg is not None:
+        return _cloze(run)
+    items = load_lambada(run.limit)
+    res = evaluate_cloze(run.lm, items, run.batch_size, run.progress)
+    return TaskOutcome(res.metrics(), "EleutherAI/lambada_openai")
+
+
+def _mc(fmt: str, hub: str | None) -> Callable[[TaskRun], TaskOutcome]:
+    def run_mc(run: TaskRun) -> TaskOutcome:
+        if run.arg is not None:
+            items, source = load_mc_file(fmt, run.arg, run.limit), run.arg
+        elif hub is not None:
+            items, source = load_mc_hub(hub, run.limit), hub
+        else:
+            raise UserError(f"task '{fmt}' needs a file: {fmt}:FILE.jsonl")
+        res = evaluate_multiple_choice(run.lm, items, run.batch_size, run.progress)
+        return TaskOutcome(res.metrics(), source)
+
+    return run_mc
+
+
+TASKS: dict[str, Callable[[TaskRun], TaskOutcome]] = {
+    "perplexity": _perplexity,
+    "wikitext": _wikitext,
+    "cloze": _cloze,
+    "lambada": _lambada,
+    "hellaswag": _mc("hellaswag", "hellaswag"),
+    "arc": _mc("arc", None),
+    "arc_easy": _mc("arc", "arc_easy"),
+    "arc_challenge": _mc("arc", "arc_challenge"),
+}
+
+
+def parse_task(spec: str) -> tuple[str, str | None]:
+    """``"cloze:x.jsonl"`` -> ``("cloze", "x.jsonl")``; unknown names suggest the nearest."""
+    name, sep, arg = spec.strip().partition(":")
+    if name not in TASKS:
+        near = difflib.get_close_matches(name, TASKS, n=2, cutoff=0.5)
+        hint = f" Did you mean {' or '.join(near)}?" if near else ""
+        raise UserError(f"unknown task {name!r}.{hint} Tasks: {', '.join(TASKS)}")
+    if sep and not arg:
+        raise UserError(f"task {spec!r} has an empty argument after ':'")
+    return name, (arg or None)
+
+
+def task_key(spec: str) -> str:
+    """The name results are stored under: ``NAME`` or ``NAME:STEM`` of its file/dir argument."""
+    name, arg = parse_task(spec)
+    return name if arg is None else f"{name}:{Path(arg.rstrip('/')).stem}"
+
+
+def split_tasks(tasks: str | list[str]) -> list[str]:
+    """Accept ``"a,b"`` or ``["a", "b,c"]``."""
+    items = [tasks] if isinstance(tasks, str) else list(tasks)
+    out = [t.strip() for item in items for t in item.split(",") if t.strip()]
+    if not out:
+        raise UserError("no task given; e.g. --tasks perplexity,cloze:FILE.jsonl")
+    return out
+
+
+def run_task(spec: str, run_args: dict[str, Any]) -> TaskOutcome:
+    name, arg = parse_task(spec)
+    return TASKS[name](TaskRun(arg=arg, **run_args))

@@ -1,0 +1,104 @@
+"""Storing and showing evaluation results.
+
+``RUN_DIR/eval/results.json`` holds ``{"tasks": {KEY: ENTRY}}``; a new evaluation of a task
+replaces that task's entry and leaves the others, so results accumulate over calls. An entry is
+``{"metrics": {...}, "source": ..., "limit": ..., "model": ..., "timestamp": ISO-8601, ...}``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from attnlab.errors import UserError
+
+
+def results_path(run_dir: str | Path) -> Path:
+    return Path(run_dir) / "eval" / "results.json"
+
+
+def load_results(path: str | Path) -> dict[str, Any]:
+    """The stored results (``{"tasks": {}}`` when the file does not exist yet)."""
+    p = Path(path)
+    if not p.exists():
+        return {"tasks": {}}
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise UserError(f"{p} is not valid JSON ({e}); move it away to start afresh") from None
+    if not isinstance(data, dict) or not isinstance(data.get("tasks"), dict):
+        raise UserError(f"{p} is not an attnlab results file (no 'tasks' table)")
+    return data
+
+
+def merge_results(path: str | Path, entries: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Replace the entries of ``entries``' tasks in the file at ``path``; written atomically."""
+    p = Path(path)
+    data = load_results(p)
+    data["tasks"].update({k: dict(v) for k, v in entries.items()})
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=".results-", suffix=".json")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump(_jsonable(data), f, indent=2, sort_keys=True)
+        f.write("\n")
+    os.replace(tmp, p)
+    return data
+
+
+def _jsonable(x: Any) -> Any:
+    """NaN/inf are not JSON: store them as null."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, Mapping):
+        return {k: _jsonable(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_jsonable(v) for v in x]
+    return x
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            return ""
+        return f"{v:.4f}" if abs(v) < 1e4 else f"{v:.4g}"
+    return str(v)
+
+
+def render_table(results: Mapping[str, Mapping[str, Any]], title: str | None = None) -> Any:
+    """A ``rich`` table: one row per (task, metric), the metric's stderr beside it."""
+    from rich.table import Table
+
+    table = Table(title=title)
+    for col, just in (("task", "left"), ("metric", "left"), ("value", "right")):
+        table.add_column(col, justify=just)  # type: ignore[arg-type]
+    table.add_column("± stderr", justify="right")
+    table.add_column("n", justify="right")
+    for key, entry in results.items():
+        metrics = entry.get("metrics", {})
+        n = metrics.get("n", metrics.get("documents", ""))
+        first = True
+        for name, value in metrics.items():
+            if name.endswith("_stderr") or name in ("n", "documents"):
+                continue
+            table.add_row(
+                key if first else "",
+                name,
+                _fmt(value),
+                _fmt(metrics.get(f"{name}_stderr")),
+                _fmt(n) if first else "",
+            )
+            first = False
+    return table
+
+
+def print_table(results: Mapping[str, Mapping[str, Any]], title: str | None = None) -> None:
+    from rich.console import Console
+
+    Console().print(render_table(results, title))
