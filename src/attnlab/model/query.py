@@ -65,7 +65,8 @@ class Bottleneck(nn.Module):
         return self.w1.weight * self.rms.weight[None, :], None
 
     def hidden_from_fused(self, u: Tensor, part: Tensor) -> Tensor:
-        s = torch.rsqrt(u.float().pow(2).mean(-1, keepdim=True) + self.rms.eps).to(part.dtype)
+        uf = u if u.dtype in (torch.float32, torch.float64) else u.float()
+        s = torch.rsqrt(uf.pow(2).mean(-1, keepdim=True) + self.rms.eps).to(part.dtype)
         h = part * s
         return h + self.w1.bias if self.w1.bias is not None else h
 

@@ -33,6 +33,17 @@ from attnlab.model.positions import (
 )
 
 
+def _pop_aux_losses(module: nn.Module) -> list[Tensor]:
+    """Take the auxiliary losses the module's routed parts left from their last call."""
+    out = []
+    for m in module.modules():
+        loss = getattr(m, "last_aux_loss", None)
+        if isinstance(loss, Tensor):
+            out.append(loss)
+            m.last_aux_loss = None
+    return out
+
+
 class Stack(nn.Module):
     """Blocks of one attention direction (causal or bidirectional), with their position bias."""
 
@@ -99,7 +110,10 @@ class Stack(nn.Module):
         cache: KVCache | None = None,
         memory: Tensor | None = None,
     ) -> tuple[Tensor, list[Tensor]]:
+        """Run the blocks (``loops`` times when looped). Auxiliary losses of routed parts are
+        summed over every pass into ``self.aux_loss`` (each loop counts as its own layer)."""
         maps: list[Tensor] = []
+        aux: list[Tensor] = []
         slot = 0
         for step in range(self.loops):
             if self.step_embedding is not None:
@@ -109,6 +123,9 @@ class Stack(nn.Module):
                 slot += 1
                 if probs is not None:
                     maps.append(probs)
+                if self.training:
+                    aux.extend(_pop_aux_losses(block))
+        self.aux_loss = torch.stack(aux).sum() if aux else None
         if self.final_norm is not None:
             x = self.final_norm(x)
         return x, maps
@@ -183,14 +200,18 @@ class Transformer(nn.Module):
         for m in self.modules():
             if hasattr(m, "reset_head_weights"):
                 m.reset_head_weights()
+            elif m is not self and hasattr(m, "reset_parameters") and hasattr(m, "route"):
+                m.reset_parameters()  # routed experts own their init
 
     # ----------------------------------------------------------------------------------- helpers
     def param_groups(self, weight_decay: float) -> list[dict]:
-        """AdamW groups: decay on >= 2-D weights (matrices, embeddings), none on norms and biases."""
+        """AdamW groups: decay on >= 2-D weights (matrices, embeddings), none on norms, biases and
+        parameters a part marks ``no_weight_decay`` (e.g. stacked per-expert biases)."""
         decay, no_decay = [], []
         for p in self.parameters():
             if p.requires_grad:
-                (decay if p.dim() >= 2 else no_decay).append(p)
+                wd = p.dim() >= 2 and not getattr(p, "no_weight_decay", False)
+                (decay if wd else no_decay).append(p)
         return [
             {"params": decay, "weight_decay": weight_decay},
             {"params": no_decay, "weight_decay": 0.0},
@@ -223,8 +244,8 @@ class Transformer(nn.Module):
         return self.drop(x)
 
     def aux_losses(self) -> Iterator[Tensor]:
-        for m in self.modules():
-            loss = getattr(m, "last_aux_loss", None)
+        for stack in (self.encoder, self.decoder):
+            loss = getattr(stack, "aux_loss", None)
             if isinstance(loss, Tensor):
                 yield loss
 
@@ -303,9 +324,9 @@ class Transformer(nn.Module):
             if stack is None:
                 continue
             for block in stack.blocks:
-                routed = [m for m in block.modules() if hasattr(m, "active_params")]
+                routed = [m for m in block.modules() if hasattr(m, "flops_per_token")]
                 inside = {id(s) for m in routed for s in m.modules()}
-                per_block = sum(2 * m.active_params() for m in routed)
+                per_block = sum(m.flops_per_token() for m in routed)
                 for m in block.modules():
                     if isinstance(m, nn.Linear) and id(m) not in inside:
                         per_block += 2 * m.in_features * m.out_features
