@@ -1,0 +1,136 @@
+"""``attnlab data prepare|info|sources``: build and inspect token data directories."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+NAME = "data"
+HELP = "prepare token shards from a corpus, and inspect prepared data directories"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="data_command", metavar="SUBCOMMAND", required=True)
+
+    p = sub.add_parser(
+        "prepare",
+        help="tokenize a corpus into train.bin/val.bin + meta.json",
+        description="Tokenize a corpus into DIR/train.bin, DIR/val.bin (memmaps) and meta.json.",
+    )
+    p.add_argument(
+        "--corpus",
+        default="wiki-sample",
+        help="wiki-sample (default), dict-gcide, wordnet, bible-kjv, python-doc, hf:NAME[:CONFIG], "
+        "or a local .txt/.jsonl/.parquet file, directory or glob",
+    )
+    p.add_argument(
+        "--tokenizer",
+        default="bytes",
+        help="bytes (default), bpe-4096, bpe-8192, gpt2, pythia, a tokenizer.json path, "
+        "a local tokenizer directory, or hf:ORG/NAME",
+    )
+    p.add_argument(
+        "--out", default=None, help="output directory (default data/<corpus>-<tokenizer>)"
+    )
+    p.add_argument("--val-fraction", type=float, default=0.05, help="share of documents for val")
+    p.add_argument(
+        "--replace-invalid-utf8",
+        action="store_true",
+        help="replace invalid UTF-8 bytes with U+FFFD instead of stopping",
+    )
+    p.add_argument("--max-documents", type=int, default=None, help="read at most N documents")
+    p.add_argument("--text-field", default="text", help="JSONL field / Parquet column with text")
+    p.add_argument("--split-seed", type=int, default=0, help="seed of the document split hash")
+    p.add_argument("--force", action="store_true", help="replace an existing data directory")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    i = sub.add_parser("info", help="print the summary of a prepared data directory")
+    i.add_argument("dir", metavar="DIR")
+    i.add_argument("--json", action="store_true", help="print meta.json as is")
+    i.add_argument("--verify", action="store_true", help="re-hash the token files")
+
+    sub.add_parser("sources", help="list the named corpora and tokenizers")
+
+
+def _fmt(n: int) -> str:
+    return f"{n:,}"
+
+
+def _print_summary(meta: dict, directory: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    tok = meta["tokenizer"]
+    console.print(f"[bold]{directory}[/bold]")
+    console.print(
+        f"corpus {meta['corpus_spec']!r} ({meta['corpus']}), tokenizer {tok['name']!r} "
+        f"(vocab {_fmt(meta['vocab_size'])}, eos {meta['eos_id']}), dtype {meta['dtype']}"
+    )
+    table = Table("split", "documents", "tokens", "sha256")
+    for split, info in meta["splits"].items():
+        table.add_row(split, _fmt(info["documents"]), _fmt(info["tokens"]), info["sha256"][:16])
+    console.print(table)
+    console.print(
+        f"text {_fmt(meta['text_bytes'])} bytes, {meta['bytes_per_token']} bytes/token; "
+        f"content hash {meta['content_hash'][:16]}; prepared in {meta['prepare_seconds']} s"
+    )
+    attribution = meta.get("attribution") or {}
+    shown = {k: v for k, v in attribution.items() if not isinstance(v, list)}
+    if shown:
+        console.print("attribution: " + "; ".join(f"{k}: {v}" for k, v in shown.items()))
+
+
+def _prepare(args: argparse.Namespace) -> int:
+    from attnlab.data import default_data_dir, prepare
+
+    out = args.out or default_data_dir(args.corpus, args.tokenizer)
+    meta = prepare(
+        args.corpus,
+        args.tokenizer,
+        out,
+        val_fraction=args.val_fraction,
+        replace_invalid_utf8=args.replace_invalid_utf8,
+        max_documents=args.max_documents,
+        text_field=args.text_field,
+        split_seed=args.split_seed,
+        overwrite=args.force,
+        progress=None if not args.no_progress else False,
+    )
+    _print_summary(meta, str(out))
+    return 0
+
+
+def _info(args: argparse.Namespace) -> int:
+    from attnlab.data import TokenData
+
+    data = TokenData.open(args.dir, verify=args.verify)
+    if args.json:
+        print(json.dumps(data.meta, indent=2, ensure_ascii=False))
+    else:
+        _print_summary(data.meta, args.dir)
+        if args.verify:
+            print("token files match their sha256")
+    return 0
+
+
+def _sources(args: argparse.Namespace) -> int:
+    from attnlab.data.corpus import registered_corpora
+    from attnlab.data.tokenizer import BUILTIN_NAMES
+
+    print("corpora:")
+    for name, description in registered_corpora().items():
+        print(f"  {name:14s} {description}")
+    print(
+        "  hf:NAME[:CONFIG]  a Hugging Face dataset (online), e.g. hf:wikitext-103, hf:fineweb-edu"
+    )
+    print("  PATH / GLOB    local .txt, .jsonl, .parquet files (.txt.gz, .jsonl.gz too)")
+    print("tokenizers:")
+    print(
+        "  " + ", ".join(BUILTIN_NAMES) + ", bpe-N, a tokenizer.json, a tokenizer dir, hf:ORG/NAME"
+    )
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    return {"prepare": _prepare, "info": _info, "sources": _sources}[args.data_command](args)

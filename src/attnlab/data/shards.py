@@ -1,0 +1,93 @@
+"""Token shard files: flat little-endian arrays of token ids (the nanoGPT ``.bin`` format).
+
+``train.bin`` / ``val.bin`` hold every document's ids followed by end-of-text, back to back, as
+``uint16`` when the vocabulary fits (<= 65536 ids, 2 bytes/token) and ``uint32`` otherwise
+(<= 2**32 ids). They are read with ``np.memmap``, so opening costs nothing and a batch reads only
+the pages it touches.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from types import TracebackType
+from typing import BinaryIO
+
+import numpy as np
+
+from attnlab.errors import UserError
+
+SPLITS = ("train", "val")
+
+
+def token_dtype(vocab_size: int) -> np.dtype:
+    """The narrowest unsigned dtype that holds ids ``0 .. vocab_size - 1``."""
+    if vocab_size <= 0:
+        raise UserError(f"vocab_size={vocab_size} must be positive")
+    if vocab_size <= 2**16:
+        return np.dtype("<u2")
+    if vocab_size <= 2**32:
+        return np.dtype("<u4")
+    raise UserError(
+        f"vocab_size={vocab_size} exceeds 2**32 and cannot be stored in uint32 token files; "
+        "use a tokenizer with fewer ids"
+    )
+
+
+def shard_path(directory: Path, split: str) -> Path:
+    return directory / f"{split}.bin"
+
+
+class ShardWriter:
+    """Append token ids to one split's file, counting them and hashing the bytes written."""
+
+    def __init__(self, path: Path, dtype: np.dtype, vocab_size: int) -> None:
+        self.path = path
+        self.dtype = dtype
+        self.vocab_size = vocab_size
+        self.tokens = 0
+        self.documents = 0
+        self.sha256 = hashlib.sha256()
+        self._file: BinaryIO = open(path, "wb")  # noqa: SIM115 (closed in close/__exit__)
+
+    def write(self, ids: np.ndarray, documents: int) -> None:
+        if ids.size and (ids.min() < 0 or ids.max() >= self.vocab_size):
+            raise UserError(
+                f"tokenizer produced id {int(ids.max())} outside its vocab_size "
+                f"{self.vocab_size}; the tokenizer file is inconsistent"
+            )
+        data = ids.astype(self.dtype, copy=False).tobytes()
+        self._file.write(data)
+        self.sha256.update(data)
+        self.tokens += int(ids.size)
+        self.documents += documents
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> ShardWriter:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def open_shard(path: Path, dtype: np.dtype, tokens: int) -> np.ndarray:
+    """Read-only memmap of a split (a plain empty array when it holds no tokens)."""
+    if not path.exists():
+        raise UserError(f"{path} is missing; re-run attnlab data prepare for this directory")
+    expected = tokens * dtype.itemsize
+    actual = path.stat().st_size
+    if actual != expected:
+        raise UserError(
+            f"{path} has {actual} bytes but meta.json says {tokens} tokens ({expected} bytes); "
+            "the directory is corrupt or half-copied: re-run attnlab data prepare"
+        )
+    if tokens == 0:
+        return np.zeros(0, dtype=dtype)
+    return np.memmap(path, dtype=dtype, mode="r", shape=(tokens,))

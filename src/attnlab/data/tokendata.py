@@ -1,0 +1,103 @@
+"""``TokenData``: a prepared data directory opened for reading.
+
+Layout written by :func:`attnlab.data.prepare`::
+
+    DIR/meta.json        tokenizer, vocab_size, dtype, tokens/documents per split, hashes, source
+    DIR/train.bin        train split token ids (uint16 or uint32), documents joined by eos
+    DIR/val.bin          validation split, same format
+    DIR/tokenizer.json   (or gpt2/, tokenizer/) what the tokenizer needs to load offline
+    DIR/schedules/       fixed batch schedules (see attnlab.data.schedule)
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from attnlab.data.atomic import sha256_file
+from attnlab.data.shards import SPLITS, open_shard, shard_path
+from attnlab.data.tokenizer import Tokenizer, tokenizer_from_spec
+from attnlab.errors import UserError
+
+FORMAT = "attnlab-token-shards"
+FORMAT_VERSION = 1
+
+
+def read_meta(directory: str | Path) -> dict[str, Any]:
+    """``DIR/meta.json``, with a UserError when DIR is not a prepared data directory."""
+    directory = Path(directory)
+    path = directory / "meta.json"
+    if not directory.exists():
+        raise UserError(
+            f"data directory {directory} does not exist; create it with "
+            "attnlab data prepare --corpus wiki-sample --tokenizer bytes --out " + str(directory)
+        )
+    if not path.exists():
+        raise UserError(
+            f"{directory} has no meta.json, so it is not a prepared data directory; "
+            "create one with attnlab data prepare --out DIR"
+        )
+    try:
+        meta = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise UserError(f"{path} is not valid JSON ({e}); re-run attnlab data prepare") from None
+    if meta.get("format") != FORMAT or meta.get("version") != FORMAT_VERSION:
+        raise UserError(
+            f"{path} is not an attnlab v{FORMAT_VERSION} data directory "
+            f"(format={meta.get('format')!r}, version={meta.get('version')!r}); re-run prepare"
+        )
+    return meta
+
+
+@dataclass
+class TokenData:
+    """Memory-mapped splits plus their meta; ``tokenizer`` is loaded on first use."""
+
+    directory: Path
+    meta: dict[str, Any]
+    train: np.ndarray
+    val: np.ndarray
+
+    @classmethod
+    def open(cls, directory: str | Path, *, verify: bool = False) -> TokenData:
+        """Open ``directory``; ``verify`` also re-hashes the token files against meta.json."""
+        directory = Path(directory)
+        meta = read_meta(directory)
+        dtype = np.dtype(meta["dtype"])
+        arrays = {}
+        for split in SPLITS:
+            info = meta["splits"][split]
+            path = shard_path(directory, split)
+            arrays[split] = open_shard(path, dtype, int(info["tokens"]))
+            if verify and sha256_file(path) != info["sha256"]:
+                raise UserError(
+                    f"{path} does not match the sha256 in meta.json; the file changed after "
+                    "prepare: re-run attnlab data prepare"
+                )
+        return cls(directory, meta, arrays["train"], arrays["val"])
+
+    def split(self, name: str) -> np.ndarray:
+        if name not in SPLITS:
+            raise UserError(f"unknown split {name!r}; use one of {', '.join(SPLITS)}")
+        return self.train if name == "train" else self.val
+
+    @cached_property
+    def tokenizer(self) -> Tokenizer:
+        return tokenizer_from_spec(self.meta["tokenizer"], self.directory)
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.meta["vocab_size"])
+
+    @property
+    def eos_id(self) -> int:
+        return int(self.meta["eos_id"])
+
+    @property
+    def content_hash(self) -> str:
+        return str(self.meta["content_hash"])
