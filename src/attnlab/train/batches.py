@@ -8,7 +8,6 @@ world size ``W``) at ``schedule.offsets[s]``. Rank ``r`` at micro-step ``m`` rea
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import numpy as np
@@ -19,65 +18,32 @@ from attnlab.errors import UserError
 EVAL_SEED = 1_000_003  # validation sequences are the same for every run and seed
 
 
-def _slug(text: str) -> str:
-    base = Path(text.rstrip("/")).name if ("/" in text or "\\" in text) else text
-    base = base.removesuffix(".json").removesuffix(".txt")
-    return re.sub(r"[^A-Za-z0-9._-]+", "-", base).strip("-").lower() or "data"
-
-
-def default_data_dir(corpus: str, tokenizer: str) -> Path:
-    """``data/<corpus-slug>-<tokenizer-slug>`` under the current directory."""
-    from attnlab import data
-
-    own = getattr(data, "default_data_dir", None)
-    if callable(own):
-        return Path(own(corpus, tokenizer))
-    return Path("data") / f"{_slug(corpus)}-{_slug(tokenizer)}"
-
-
 def resolve_data_dir(cfg: Config) -> Path:
-    """The prepared data directory of ``cfg`` as an absolute path."""
+    """``data.dir``, or ``data/<corpus>-<tokenizer>`` under the current directory; absolute."""
+    from attnlab.data import default_data_dir
+
     d = cfg.data
     path = Path(d.dir) if d.dir else default_data_dir(d.corpus, d.tokenizer)
     return path.expanduser().resolve()
 
 
-def is_prepared(data_dir: Path) -> bool:
-    from attnlab.data import TokenData
-
-    try:
-        TokenData.open(data_dir)
-    except (UserError, OSError):
-        return False
-    return True
-
-
-def prepare_if_missing(cfg: Config, data_dir: Path) -> bool:
-    """Tokenise ``cfg.data`` into ``data_dir`` unless it is there already; True if it prepared.
+def prepare_if_missing(cfg: Config, data_dir: Path) -> None:
+    """Make sure ``data_dir`` holds ``cfg.data`` tokenised, preparing it if needed.
 
     Only the default directory is created automatically; an explicit ``data.dir`` must exist, so a
-    typo in it is reported instead of silently tokenising a corpus into a new place.
+    typo in it is reported instead of silently tokenising a corpus into a new place. An existing
+    directory prepared from another corpus or tokenizer is refused by the data layer.
     """
-    if is_prepared(data_dir):
-        return False
+    from attnlab.data import ensure_prepared
+
     d = cfg.data
-    if d.dir:
+    if d.dir and not (data_dir / "meta.json").is_file():
         raise UserError(
             f"data.dir={d.dir!r} is not a prepared data directory; run `attnlab data prepare "
             f"--corpus {d.corpus} --tokenizer {d.tokenizer} --out {d.dir}` or unset data.dir to "
             "use the default location"
         )
-    from attnlab.data import prepare
-
-    prepare(
-        d.corpus,
-        d.tokenizer,
-        data_dir,
-        val_fraction=d.val_fraction,
-        replace_invalid_utf8=d.replace_invalid_utf8,
-        max_documents=d.max_documents,
-    )
-    return True
+    ensure_prepared(d.model_copy(update={"dir": str(data_dir)}))
 
 
 def micro_offsets(offsets: np.ndarray, step: int, slice_index: int, batch_size: int) -> np.ndarray:

@@ -263,6 +263,7 @@ class _Trainer:
         self.progress = progress if dist.is_main else None
         self.precision = _precision(cfg.train.dtype, device)
         self.data_dir = batches.resolve_data_dir(cfg)
+        self.given_cfg = cfg
         self.cfg = cfg.model_copy(deep=True)
         self.cfg.data.dir = str(self.data_dir)
         self.fsdp = dist.enabled and cfg.train.parallel == "fsdp"
@@ -292,7 +293,7 @@ class _Trainer:
 
         cfg, dist = self.cfg, self.dist
         if dist.is_main:
-            batches.prepare_if_missing(cfg, self.data_dir)
+            batches.prepare_if_missing(self.given_cfg, self.data_dir)
         dist.barrier()
         self.data = TokenData.open(self.data_dir)
         self.tokenizer = self.data.tokenizer

@@ -1,0 +1,84 @@
+"""A real ``attnlab train`` process killed with SIGKILL mid-run, then rerun: identical losses."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from attnlab.config import load_config
+from attnlab.train import train
+from attnlab.train.rundir import read_metrics, read_status
+
+STEPS = 60
+
+
+def _losses(run: Path) -> list[tuple[int, float, float | None]]:
+    return [(r["step"], r["loss"], r.get("val_loss")) for r in read_metrics(run)]
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")
+def test_sigkill_then_rerun_equals_an_uninterrupted_run(tmp_path):
+    from attnlab.data import prepare
+
+    rng = random.Random(5)
+    words = ["red", "green", "blue", "light", "dark", "sky", "sea", "land", "tree", "stone"]
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text(
+        "".join(
+            json.dumps({"text": " ".join(rng.choice(words) for _ in range(60))}) + "\n"
+            for _ in range(60)
+        )
+    )
+    prepare(str(corpus), "bytes", tmp_path / "data", val_fraction=0.1, progress=False)
+    cfg = tmp_path / "cfg.toml"
+    cfg.write_text(
+        f"""extends = "tiny"
+[data]
+corpus = {json.dumps(str(corpus))}
+dir = {json.dumps(str(tmp_path / "data"))}
+seq_len = 32
+[train]
+max_steps = {STEPS}
+batch_size = 4
+warmup_steps = 4
+log_every = 1
+eval_every = 10
+checkpoint_every = 3
+eval_batches = 2
+threads = 1
+"""
+    )
+    run = tmp_path / "killed"
+    cmd = [sys.executable, "-m", "attnlab", "train", str(cfg), "--out", str(run), "--quiet"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    try:
+        while time.monotonic() < deadline:
+            rows = read_metrics(run)
+            if rows and rows[-1]["step"] >= 14:
+                break
+            assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait(timeout=30)
+    killed_at = read_metrics(run)[-1]["step"]
+    assert killed_at < STEPS and read_status(run)["status"] == "running"
+
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "resumed from step" in done.stdout
+    assert read_status(run)["status"] == "finished"
+
+    ref = tmp_path / "ref"
+    train(load_config(str(cfg)), ref)
+    assert _losses(run) == _losses(ref)
