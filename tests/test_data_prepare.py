@@ -239,3 +239,16 @@ def test_default_data_dir() -> None:
     assert default_data_dir("hf:HuggingFaceFW/fineweb-edu", "gpt2").name == (
         "hf-HuggingFaceFW-fineweb-edu-gpt2"
     )
+
+
+def test_ensure_prepared_prepares_once_and_refuses_other_settings(tmp_path: Path) -> None:
+    from attnlab.config import DataConfig
+    from attnlab.data import ensure_prepared
+
+    src = write_jsonl(tmp_path / "d.jsonl", DOCS[:12])
+    cfg = DataConfig(corpus=str(src), tokenizer="bytes", dir=str(tmp_path / "auto"))
+    first = ensure_prepared(cfg)
+    again = ensure_prepared(cfg)
+    assert first.content_hash == again.content_hash and first.meta["documents"] == 12
+    with pytest.raises(UserError, match=r"set data\.dir to another directory"):
+        ensure_prepared(cfg.model_copy(update={"tokenizer": "gpt2"}))

@@ -127,3 +127,23 @@ def test_encode_documents_default_matches_encode() -> None:
     docs = ["the cat", "a dog sat"]
     expected = [*tok.encode(docs[0]), 0, *tok.encode(docs[1]), 0]
     np.testing.assert_array_equal(tok.encode_documents(docs), expected)
+
+
+def test_local_transformers_tokenizer_dir(tmp_path: Path) -> None:
+    transformers = pytest.importorskip("transformers")
+    from attnlab.data import TokenData, prepare
+
+    trained = train_bpe(CORPUS, 280)
+    fast = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=trained.tok, eos_token="<|endoftext|>"
+    )
+    fast.save_pretrained(tmp_path / "tok")
+    tok = load_tokenizer(str(tmp_path / "tok"))
+    assert tok.eos_id == 0 and tok.vocab_size == 280
+    assert tok.encode(TEXT) == trained.encode(TEXT) and tok.decode(tok.encode(TEXT)) == TEXT
+    src = tmp_path / "d.jsonl"
+    src.write_text("".join(json.dumps({"text": t}) + "\n" for t in CORPUS[:6]))
+    meta = prepare(str(src), str(tmp_path / "tok"), tmp_path / "data", val_fraction=0.3)
+    assert meta["tokenizer"]["kind"] == "hf-auto"
+    reloaded = TokenData.open(tmp_path / "data").tokenizer
+    assert reloaded.encode(TEXT) == trained.encode(TEXT) and reloaded.eos_id == 0

@@ -76,9 +76,11 @@ def _print_summary(meta: dict, directory: str) -> None:
         f"content hash {meta['content_hash'][:16]}; prepared in {meta['prepare_seconds']} s"
     )
     attribution = meta.get("attribution") or {}
-    shown = {k: v for k, v in attribution.items() if not isinstance(v, list)}
-    if shown:
-        console.print("attribution: " + "; ".join(f"{k}: {v}" for k, v in shown.items()))
+    credit = [f"{k}: {attribution[k]}" for k in ("source", "license") if attribution.get(k)]
+    if "n_articles" in attribution:
+        credit.append(f"{attribution['n_articles']} articles")
+    if credit:
+        console.print("attribution: " + "; ".join(credit))
 
 
 def _prepare(args: argparse.Namespace) -> int:
