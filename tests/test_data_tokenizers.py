@@ -141,6 +141,8 @@ def test_local_transformers_tokenizer_dir(tmp_path: Path) -> None:
     tok = load_tokenizer(str(tmp_path / "tok"))
     assert tok.eos_id == 0 and tok.vocab_size == 280
     assert tok.encode(TEXT) == trained.encode(TEXT) and tok.decode(tok.encode(TEXT)) == TEXT
+    assert 0 not in tok.encode("a <|endoftext|> b")
+    assert tok.encode_batch(["a <|endoftext|> b"]) == [tok.encode("a <|endoftext|> b")]
     src = tmp_path / "d.jsonl"
     src.write_text("".join(json.dumps({"text": t}) + "\n" for t in CORPUS[:6]))
     meta = prepare(str(src), str(tmp_path / "tok"), tmp_path / "data", val_fraction=0.3)

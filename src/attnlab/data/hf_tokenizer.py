@@ -117,10 +117,11 @@ class AutoTokenizerAdapter(Tokenizer):
         self.vocab_size = len(tok)
 
     def encode(self, text: str) -> list[int]:
-        return list(self.tok.encode(text, add_special_tokens=False))
+        return list(self.tok.encode(text, add_special_tokens=False, split_special_tokens=True))
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
-        return [list(x) for x in self.tok(list(texts), add_special_tokens=False)["input_ids"]]
+        out = self.tok(list(texts), add_special_tokens=False, split_special_tokens=True)
+        return [list(x) for x in out["input_ids"]]
 
     def decode(self, ids: Sequence[int]) -> str:
         return self.tok.decode(

@@ -6,6 +6,9 @@
 4. Encode each split in batches; every document is followed by end-of-text.
 5. Save the tokenizer, hash the token files, write ``meta.json``.
 
+``meta["content_hash"] = sha256(sha256(train.bin) || sha256(val.bin))`` (raw digests): it names
+the exact token data, so schedules and results can refer to it.
+
 Everything is built in a temporary sibling directory that is renamed into place only when
 complete, so an interrupted run never leaves a half-written data directory behind.
 """
