@@ -1,0 +1,88 @@
+"""attnlab probe: train attnlab's parts (or LoRA) on a frozen pretrained Hugging Face causal LM."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+NAME = "probe"
+HELP = "frozen probe: inject pre-projection / content skip / anchored query (or LoRA) into a pretrained LM"
+
+EPILOG = """\
+methods: frozen, lora, preproj, skip, anchored-query and their '+' combinations
+  (preproj+skip, preproj+lora, preproj+skip+anchored-query, ...); 'lora@preproj+skip' solves
+  the LoRA rank so its actual trainable count matches preproj+skip.
+base.model: a hub id (online), a local Hugging Face directory, a .gguf file, or smollm2-135m.
+
+  attnlab probe configs/probe/smollm2.toml --out runs/probe --set method=preproj+skip
+  attnlab probe configs/probe/smollm2-table2.toml --out runs/table2     (an experiment file)
+  attnlab eval runs/probe --tasks perplexity                             (re-attach and evaluate)
+"""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.epilog = EPILOG
+    p.add_argument(
+        "config",
+        nargs="?",
+        metavar="CONFIG.toml",
+        help="a probe config, or an experiment file with a 'methods' list (omit for the defaults)",
+    )
+    p.add_argument("--out", required=True, metavar="DIR", help="run (or experiment) directory")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config value, e.g. --set train.steps=50 (repeatable)",
+    )
+    p.add_argument("--method", help="shortcut for --set method=METHOD (single-method configs)")
+    p.add_argument(
+        "--restart", action="store_true", help="delete the run's progress and start over"
+    )
+    p.add_argument(
+        "--data-root", default="data", metavar="DIR", help="where prepared corpora live (data/)"
+    )
+
+
+def _print_table(rows: list[dict], title: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from attnlab.probe.report import _fmt, columns
+
+    table = Table(title=title)
+    cols = columns(rows)
+    for c in cols:
+        table.add_column(c, justify="left" if c == "method" else "right")
+    for r in rows:
+        table.add_row(*[_fmt(c, r.get(c)) for c in cols])
+    Console().print(table)
+
+
+def run(args: argparse.Namespace) -> int:
+    from attnlab.errors import UserError
+    from attnlab.probe.config import is_experiment_file, load_probe_config
+
+    overrides = list(args.overrides) + ([f"method={args.method}"] if args.method else [])
+    out = Path(args.out)
+    if args.config and is_experiment_file(args.config):
+        if args.method:
+            raise UserError("--method picks one method; an experiment file lists its own methods")
+        from attnlab.probe.experiment import result_row, run_experiment
+
+        results = run_experiment(
+            args.config, out, overrides, restart=args.restart, data_root=args.data_root
+        )
+        _print_table([result_row(r) for r in results], f"frozen probe -> {out}/report.md")
+        return 0 if all(r.status != "failed" for r in results) else 1
+    from attnlab.probe.experiment import result_row, write_experiment_report
+    from attnlab.probe.trainer import train_probe
+
+    cfg = load_probe_config(args.config, overrides)
+    res = train_probe(cfg, out, restart=args.restart, data_root=args.data_root)
+    write_experiment_report(out, cfg.label, cfg, [res])
+    _print_table([result_row(res)], f"frozen probe -> {out}")
+    return 0 if res.status == "finished" else 1

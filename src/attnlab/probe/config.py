@@ -1,0 +1,354 @@
+"""The probe's typed config: base model, method, part options, recipe, data and evaluation.
+
+A probe config is a TOML file (or the defaults) plus ``--set dotted.key=value`` overrides, validated
+the way :mod:`attnlab.config` validates a training config: an unknown key names the nearest valid
+spelling and the valid keys, a wrong value names the allowed ones. An *experiment* file is a probe
+config with a ``methods`` list (strings, or ``[[methods]]`` tables with ``method``, an optional
+``name`` and any per-method config keys); every method then runs on the shared settings.
+
+Defaults follow seed 000's recipe: AdamW, cosine schedule, lr 1e-5, effective batch 16 sequences of
+512 tokens, 500 steps, bf16 autocast on a GPU. Unstated details follow the Hugging Face ``Trainer``
+defaults the paper's code is built on: no warmup, no weight decay, betas (0.9, 0.999), clip 1.0.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
+
+from attnlab.config import (
+    Activation,
+    ConfigError,
+    ContentSkipConfig,
+    PreProjectionConfig,
+    Section,
+    _read_toml,
+    apply_overrides,
+    deep_merge,
+)
+from attnlab.probe.methods import Method, MethodError, parse_method
+
+
+class BaseModelConfig(Section):
+    """Which pretrained causal LM to probe."""
+
+    model: str = Field(
+        "smollm2-135m",
+        description="a hub id (online), a local HF directory, a .gguf file, or 'smollm2-135m'",
+    )
+    gguf_file: str | None = Field(None, description="a GGUF file inside the directory `model`")
+    revision: str | None = Field(None, description="hub revision (branch, tag or commit)")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="weights dtype; auto = bfloat16 on CUDA, float32 elsewhere"
+    )
+    attn_implementation: Literal["auto", "eager", "sdpa"] = "auto"
+
+
+class PreProjectionOptions(Section):
+    """x~ = x^ + W_down act(W_up x^) (SPEC 1.2); the method decides whether it is used."""
+
+    expansion: float = Field(1.25, gt=0)
+    activation: Activation = "silu"
+    gated: bool = False
+    init_std: float = Field(0.01, ge=0)
+
+    def part_config(self) -> PreProjectionConfig:
+        return PreProjectionConfig(enabled=True, **self.model_dump())
+
+
+class ContentSkipOptions(Section):
+    """out = x + attn + W_skip x~ (SPEC 1.2)."""
+
+    init_std: float = Field(1e-4, ge=0)
+
+    def part_config(self) -> ContentSkipConfig:
+        return ContentSkipConfig(enabled=True, **self.model_dump())
+
+
+class AnchoredQueryOptions(Section):
+    """q = u W_Q + f(u) (SPEC 1.1, paper form (u W_Q + f(u)) / 2 with ``mean``)."""
+
+    ratio: float = Field(0.5, gt=0, description="r = ratio * d for the bottleneck f")
+    activation: Activation = "gelu"
+    mean: bool = Field(
+        False, description="(u W_Q + f)/2: halves q, so the base is NOT unchanged at step 0"
+    )
+    init_std: float = Field(0.02, ge=0, description="W1, W2 init std (f's LN gain starts at 0)")
+    eps: float = Field(1e-5, gt=0)
+
+
+class LoraOptions(Section):
+    """PEFT LoRA on the attention projections."""
+
+    rank: int = Field(64, ge=1, description="used unless the method says '@TARGET'")
+    alpha: float | None = Field(None, gt=0, description="None = rank (scaling alpha/r = 1)")
+    dropout: float = Field(0.0, ge=0, lt=1)
+    targets: list[str] = Field(
+        default_factory=list,
+        description="module names inside each attention block; [] = the architecture's q/k/v/o",
+    )
+
+
+class ProbeTrainConfig(Section):
+    """The recipe; every field is overridable."""
+
+    steps: int = Field(500, ge=0)
+    lr: float = Field(1e-5, gt=0)
+    min_lr: float = Field(0.0, ge=0)
+    warmup_steps: int = Field(0, ge=0)
+    weight_decay: float = Field(0.0, ge=0)
+    beta1: float = Field(0.9, ge=0, lt=1)
+    beta2: float = Field(0.999, ge=0, lt=1)
+    grad_clip: float = Field(1.0, ge=0, description="0 = no clipping")
+    batch_size: int = Field(16, ge=1, description="effective batch: sequences per optimizer step")
+    micro_batch_size: int | None = Field(None, ge=1, description="None = batch_size")
+    seq_len: int = Field(512, ge=2)
+    seed: int = 0
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="autocast dtype; auto = bfloat16 on CUDA, float32 elsewhere"
+    )
+    gradient_checkpointing: bool = False
+    device: str = "auto"
+    threads: int | None = Field(None, ge=1)
+    log_every: int = Field(10, ge=1)
+    checkpoint_every: int = Field(100, ge=1)
+    eval_every: int = Field(0, ge=0, description="validation loss every n steps; 0 = at the end")
+
+    @property
+    def micro(self) -> int:
+        return self.micro_batch_size or self.batch_size
+
+    @property
+    def accumulation(self) -> int:
+        return self.batch_size // self.micro
+
+    @model_validator(mode="after")
+    def _check(self) -> ProbeTrainConfig:
+        if self.batch_size % self.micro:
+            raise ValueError(
+                f"train.batch_size={self.batch_size} is not a multiple of "
+                f"train.micro_batch_size={self.micro}; the effective batch must be whole micro-batches"
+            )
+        if self.min_lr > self.lr:
+            raise ValueError(f"train.min_lr={self.min_lr} exceeds train.lr={self.lr}")
+        if self.steps and self.warmup_steps > self.steps:
+            raise ValueError(f"train.warmup_steps={self.warmup_steps} exceeds train.steps")
+        return self
+
+
+class ProbeDataConfig(Section):
+    """The training corpus, tokenized with the base model's own tokenizer."""
+
+    corpus: str = Field("wiki-sample", description="a source name, a local path or glob, hf:NAME")
+    dir: str | None = Field(None, description="prepared tokens; None = data/<corpus>-<base>")
+    val_fraction: float = Field(0.05, gt=0, lt=1)
+    max_documents: int | None = Field(None, ge=1)
+    replace_invalid_utf8: bool = False
+
+
+class ProbeEvalConfig(Section):
+    """Evaluation after training: validation perplexity, plus cloze / multiple-choice tasks."""
+
+    tasks: list[str] = Field(default_factory=lambda: ["perplexity"])
+    limit: int | None = Field(500, ge=1, description="examples per task (seed 000 used 500)")
+    batch_size: int = Field(8, ge=1)
+    max_length: int | None = Field(None, ge=2, description="context; None = train.seq_len")
+    stride: int | None = Field(None, ge=1, description="perplexity window stride")
+    val_sequences: int = Field(16, ge=1, description="windows of the in-training val loss")
+
+
+class ProbeConfig(Section):
+    """One probe run: a frozen base, a method, and how to train and evaluate it."""
+
+    name: str = ""
+    base: BaseModelConfig = BaseModelConfig()
+    method: str = "preproj+skip"
+    pre_projection: PreProjectionOptions = PreProjectionOptions()
+    content_skip: ContentSkipOptions = ContentSkipOptions()
+    anchored_query: AnchoredQueryOptions = AnchoredQueryOptions()
+    lora: LoraOptions = LoraOptions()
+    train: ProbeTrainConfig = ProbeTrainConfig()
+    data: ProbeDataConfig = ProbeDataConfig()
+    eval: ProbeEvalConfig = ProbeEvalConfig()
+
+    @field_validator("method")
+    @classmethod
+    def _parse(cls, v: str) -> str:
+        try:
+            return parse_method(v).name
+        except MethodError as e:
+            raise ValueError(str(e)) from None
+
+    @property
+    def parsed_method(self) -> Method:
+        return parse_method(self.method)
+
+    @property
+    def label(self) -> str:
+        return self.name or self.method
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+
+class MethodEntry(BaseModel):
+    """One row of an experiment: a method, a display name, and per-method config keys."""
+
+    method: str
+    name: str = ""
+    overrides: dict[str, Any] = Field(default_factory=dict)
+
+
+# ----------------------------------------------------------------------------------- errors
+
+
+def _fields_at(root: type[BaseModel], loc: tuple[str, ...]) -> list[str]:
+    cls = root
+    for part in loc:
+        field = cls.model_fields.get(part)
+        ann = getattr(field, "annotation", None) if field else None
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            cls = ann
+        else:
+            break
+    return list(cls.model_fields)
+
+
+def explain(err: ValidationError, root: type[BaseModel] = ProbeConfig) -> str:
+    """:func:`attnlab.config._explain`'s messages, with the valid keys looked up in ``root``."""
+    lines = []
+    for e in err.errors():
+        loc = tuple(str(p) for p in e["loc"])
+        dotted = ".".join(loc) or "(root)"
+        kind = e["type"]
+        if kind == "extra_forbidden":
+            valid = _fields_at(root, loc[:-1])
+            near = difflib.get_close_matches(loc[-1], valid, n=1, cutoff=0.4)
+            hint = f" did you mean '{'.'.join((*loc[:-1], near[0]))}'?" if near else ""
+            lines.append(f"unknown key '{dotted}'.{hint} Valid keys here: {', '.join(valid)}")
+        elif kind == "literal_error":
+            expected = e.get("ctx", {}).get("expected", "")
+            lines.append(f"'{dotted}' = {e['input']!r} is not allowed; choose one of {expected}")
+        elif kind == "value_error":
+            msg = str(e.get("ctx", {}).get("error", e["msg"]))
+            where = f"'{dotted}': " if loc else ""
+            lines.extend(f"{where}{part}" for part in msg.split("\n"))
+        else:
+            lines.append(f"'{dotted}' = {e['input']!r}: {e['msg']}")
+    return "invalid probe config:\n  - " + "\n  - ".join(lines)
+
+
+# ---------------------------------------------------------------------------------- loading
+
+
+def validate_probe(raw: Mapping[str, Any]) -> ProbeConfig:
+    """A raw dict as a :class:`ProbeConfig`, or :class:`ConfigError` naming every problem."""
+    try:
+        return ProbeConfig.model_validate(dict(raw))
+    except ValidationError as e:
+        raise ConfigError(explain(e)) from None
+
+
+def read_probe_file(path: str | Path | None) -> dict[str, Any]:
+    """The raw dict of a probe/experiment TOML file ({} for None)."""
+    if path is None:
+        return {}
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"probe config {str(path)!r} does not exist; give a .toml file")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"probe config {str(path)!r} is not UTF-8 text") from None
+    return _read_toml(text, str(path))
+
+
+def load_probe_config(path: str | Path | None = None, overrides: Iterable[str] = ()) -> ProbeConfig:
+    """One run's config from a TOML file (or the defaults) plus ``--set`` overrides."""
+    raw = read_probe_file(path)
+    if "methods" in raw:
+        raise ConfigError(
+            f"{path} is an experiment file (it has a 'methods' list); load it with "
+            "load_experiment, or run `attnlab probe` on it to train every method"
+        )
+    return validate_probe(apply_overrides(raw, overrides))
+
+
+def is_experiment_file(path: str | Path) -> bool:
+    return "methods" in read_probe_file(path)
+
+
+def _entries(raw_methods: Any, where: str) -> list[MethodEntry]:
+    if not isinstance(raw_methods, list) or not raw_methods:
+        raise ConfigError(f"{where}: 'methods' must be a non-empty list of method strings/tables")
+    out = []
+    for i, item in enumerate(raw_methods):
+        if isinstance(item, str):
+            out.append(MethodEntry(method=item))
+        elif isinstance(item, Mapping):
+            item = dict(item)
+            if "method" not in item:
+                raise ConfigError(f"{where}: methods[{i}] has no 'method' key")
+            method, name = item.pop("method"), item.pop("name", "")
+            out.append(MethodEntry(method=str(method), name=str(name), overrides=item))
+        else:
+            raise ConfigError(f"{where}: methods[{i}] = {item!r} is neither a string nor a table")
+    return out
+
+
+# Per-method keys that would change which tokens are read or how methods are scored.
+SHARED_SECTIONS = ("base", "data", "eval")
+SHARED_TRAIN_KEYS = ("steps", "batch_size", "seq_len", "seed")
+
+
+def _check_fair(entry: MethodEntry, where: str, i: int) -> None:
+    bad = [k for k in entry.overrides if k in SHARED_SECTIONS]
+    train = entry.overrides.get("train", {})
+    if isinstance(train, Mapping):
+        bad += [f"train.{k}" for k in train if k in SHARED_TRAIN_KEYS]
+    if bad:
+        raise ConfigError(
+            f"{where}: methods[{i}] ({entry.method!r}) sets {', '.join(bad)}; every method of an "
+            "experiment must read the same base, data, batches and evaluation. Set them at the "
+            "top of the file"
+        )
+
+
+def load_experiment(
+    path: str | Path, overrides: Iterable[str] = ()
+) -> tuple[str, list[ProbeConfig]]:
+    """(experiment name, one validated :class:`ProbeConfig` per method) from an experiment file.
+
+    ``--set`` overrides apply to the shared settings of every method; a method's own keys win.
+    """
+    raw = read_probe_file(path)
+    entries = _entries(raw.pop("methods", None), str(path))
+    name = str(raw.pop("name", "") or Path(path).stem)
+    shared = apply_overrides(raw, overrides)
+    configs, seen = [], set()
+    for i, entry in enumerate(entries):
+        _check_fair(entry, str(path), i)
+        one = deep_merge(shared, entry.overrides)
+        one["method"], one["name"] = entry.method, entry.name
+        try:
+            cfg = validate_probe(one)
+        except ConfigError as e:
+            raise ConfigError(f"{path}: methods[{i}] ({entry.method!r}): {e}") from None
+        if cfg.label in seen:
+            raise ConfigError(
+                f"{path}: method {cfg.label!r} appears twice; give one of them a distinct 'name'"
+            )
+        seen.add(cfg.label)
+        configs.append(cfg)
+    return name, configs
+
+
+def dump_probe_toml(cfg: ProbeConfig) -> str:
+    """The resolved config as TOML (None values left out: they are the defaults)."""
+    from attnlab.config import _to_toml
+
+    return _to_toml(cfg.to_dict())

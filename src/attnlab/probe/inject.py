@@ -1,0 +1,247 @@
+"""Inject pre-projection, content skip and the anchored query into a transformers causal LM.
+
+Per decoder layer, with x^ the attention module's input (the layer's Norm(x)):
+
+- pre-projection: a forward pre-hook on the attention module replaces x^ by
+  x~ = x^ + W_down act(W_up x^), so Q, K and V (however the module computes them) read x~;
+- content skip: a forward hook on the attention module adds W_skip x~ to its output. In a
+  sequential block that is x + attn + W_skip x~ before the MLP's norm, as in the seed; in GPT-NeoX's
+  parallel block it is x + attn + mlp + W_skip x~;
+- anchored query: a forward hook on the q projection adds f(u) to the query columns only,
+  q = u W_Q + f(u), f(u) = LN(act(RMSNorm(u) W1) W2) with LN's affine at 0 (``mean``: (u W_Q + f)/2).
+
+Only hooks are used (no forward method is replaced), so the base's own code, caches, attention
+kernels and gradient checkpointing (hooks re-run in the recompute) work unchanged. The parts live in
+one ``ModuleList`` attached to the model as ``attnlab_probe`` (so ``.to()`` and ``.parameters()``
+see them); :meth:`Injection.remove` takes hooks and parts away and leaves the base as it was.
+Cost per layer: pre-projection 2 e d^2 params, 4 e d^2 FLOPs/token; skip d^2, 2 d^2; anchored query
+2 d r + O(d), 4 d r. No K/V-cache cost: cached keys and values keep the base's shapes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch.utils.hooks import RemovableHandle
+
+from attnlab.errors import UserError
+from attnlab.model.content_skip import ContentSkip
+from attnlab.model.norms import LayerNorm, RMSNorm
+from attnlab.model.pre_projection import PreProjection
+from attnlab.model.query import Bottleneck
+from attnlab.probe.arch import ArchSpec, Dims, QLayout, add_to_q, arch_of, dims_of
+from attnlab.probe.config import ProbeConfig
+from attnlab.probe.methods import Method, parse_method
+
+ATTR = "attnlab_probe"
+
+
+def _run(part: nn.Module, x: Tensor) -> Tensor:
+    """``part(x)`` in the part's own dtype (float32 master weights), returned in ``x``'s dtype."""
+    dtype = next(part.parameters()).dtype
+    return part(x.to(dtype)).to(x.dtype)
+
+
+class ProbeLayer(nn.Module):
+    """The parts injected into one attention block (any of them may be absent)."""
+
+    def __init__(self, dims: Dims, components: frozenset[str], cfg: ProbeConfig) -> None:
+        super().__init__()
+        d = dims.d_model
+        self.pre_projection = (
+            PreProjection(d, cfg.pre_projection.part_config()) if "preproj" in components else None
+        )
+        self.content_skip = (
+            ContentSkip(d, cfg.content_skip.part_config()) if "skip" in components else None
+        )
+        self.anchored: Bottleneck | None = None
+        self.anchored_mean = cfg.anchored_query.mean
+        if "anchored-query" in components:
+            aq = cfg.anchored_query
+            r = max(1, round(aq.ratio * d))
+            self.anchored = Bottleneck(d, dims.d_q, r, aq.activation, False, True, aq.eps)
+            self.anchored.ln.zero_init = True
+            for lin in (self.anchored.w1, self.anchored.w2):
+                lin.init_std = aq.init_std
+        self.reset_parameters()
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """Linear N(0, its ``init_std``); norm gains 1 (0 where ``zero_init``), biases 0."""
+        for m in self.modules():
+            if isinstance(m, nn.Linear):
+                nn.init.normal_(m.weight, 0.0, getattr(m, "init_std", 0.02))
+                if m.bias is not None:
+                    nn.init.zeros_(m.bias)
+            elif isinstance(m, LayerNorm | RMSNorm):
+                m.weight.fill_(0.0 if getattr(m, "zero_init", False) else 1.0)
+                if getattr(m, "bias", None) is not None:
+                    m.bias.zero_()
+
+    def x_tilde(self, x_hat: Tensor) -> Tensor:
+        return x_hat if self.pre_projection is None else _run(self.pre_projection, x_hat)
+
+    def skip_norm(self) -> float | None:
+        """||W_skip||_F (the seed's Figure 2), or None without a content skip."""
+        return None if self.content_skip is None else self.content_skip.norm()
+
+
+def _hidden(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Tensor:
+    return args[0] if args else kwargs["hidden_states"]
+
+
+def _pre_projection_hook(layer: ProbeLayer) -> Callable:
+    def hook(module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        if args:
+            return (layer.x_tilde(args[0]), *args[1:]), kwargs
+        return args, {**kwargs, "hidden_states": layer.x_tilde(kwargs["hidden_states"])}
+
+    return hook
+
+
+def _content_skip_hook(layer: ProbeLayer) -> Callable:
+    assert layer.content_skip is not None
+    skip = layer.content_skip
+
+    def hook(module: nn.Module, args: tuple, kwargs: dict, output: Any) -> Any:
+        # the forward's arguments after the pre-hook: x~ with a pre-projection, else x^
+        extra = _run(skip, _hidden(args, kwargs))
+        if isinstance(output, tuple):
+            return (output[0] + extra, *output[1:])
+        return output + extra
+
+    return hook
+
+
+def _q_slice(out: Tensor, layout: QLayout, d_q: int, n_heads: int) -> Tensor:
+    if layout == "whole":
+        return out
+    if layout == "first":
+        return out[..., :d_q]
+    per_head = out.view(*out.shape[:-1], n_heads, -1)
+    return per_head[..., : d_q // n_heads].reshape(*out.shape[:-1], d_q)
+
+
+def _anchored_hook(layer: ProbeLayer, layout: QLayout, dims: Dims) -> Callable:
+    assert layer.anchored is not None
+    f_part = layer.anchored
+
+    def hook(module: nn.Module, args: tuple, output: Tensor) -> Tensor:
+        f = _run(f_part, args[0]).to(output.dtype)
+        if layer.anchored_mean:  # (u W_Q + f) / 2 = u W_Q + (f - u W_Q) / 2
+            f = 0.5 * (f - _q_slice(output, layout, dims.d_q, dims.n_heads))
+        return add_to_q(output, f, layout, dims.n_heads)
+
+    return hook
+
+
+class Injection:
+    """Handle on the injected parts: their parameters, adapter state, skip norms, and removal."""
+
+    def __init__(
+        self,
+        host: nn.Module,
+        spec: ArchSpec,
+        dims: Dims,
+        method: Method,
+        layers: nn.ModuleList,
+        handles: list[RemovableHandle],
+    ) -> None:
+        self.host, self.spec, self.dims, self.method = host, spec, dims, method
+        self.layers = layers
+        self._handles = handles
+
+    @property
+    def active(self) -> bool:
+        return getattr(self.host, ATTR, None) is self.layers
+
+    def parameters(self) -> Iterator[nn.Parameter]:
+        return self.layers.parameters()
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.layers.parameters())
+
+    def state_dict(self) -> dict[str, Tensor]:
+        """The adapter: only the injected tensors, keyed ``<layer>.<part>.<tensor>``."""
+        return {k: v.detach() for k, v in self.layers.state_dict().items()}
+
+    def load_state_dict(self, state: dict[str, Tensor]) -> None:
+        try:
+            self.layers.load_state_dict(state, strict=True)
+        except RuntimeError as e:
+            raise UserError(
+                f"the adapter weights do not fit this base/method ({str(e)[:400]}); load them onto "
+                "the base and method they were trained with"
+            ) from None
+
+    def skip_norms(self) -> list[float | None]:
+        return [layer.skip_norm() for layer in self.layers]
+
+    def remove(self) -> None:
+        """Detach every hook and part; the base computes exactly what it did before."""
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
+        if self.active:
+            delattr(self.host, ATTR)
+
+    def __enter__(self) -> Injection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.remove()
+
+
+def unwrap(model: nn.Module) -> nn.Module:
+    """The transformers model inside a PEFT wrapper (or the model itself)."""
+    get = getattr(model, "get_base_model", None)
+    return get() if callable(get) else model
+
+
+def inject(model: nn.Module, method: Method | str, cfg: ProbeConfig | None = None) -> Injection:
+    """Attach ``method``'s attnlab parts (pre-projection, content skip, anchored query) to every
+    attention block of ``model`` (a transformers causal LM, possibly wrapped by PEFT).
+
+    The parts are created in float32 on the device of each layer's weights. LoRA is not handled
+    here (see :mod:`attnlab.probe.lora`); a method with only LoRA injects nothing.
+    """
+    method = parse_method(method) if isinstance(method, str) else method
+    cfg = cfg or ProbeConfig()
+    host = unwrap(model)
+    if getattr(host, ATTR, None) is not None:
+        raise UserError("this model already carries an attnlab probe injection; remove it first")
+    spec, dims = arch_of(host), dims_of(host)
+    blocks = spec.layer_list(host)
+    layers = nn.ModuleList()
+    handles: list[RemovableHandle] = []
+    for block in blocks:
+        device = next(block.parameters()).device
+        layer = ProbeLayer(dims, method.injects, cfg).to(device)
+        layers.append(layer)
+        attn = spec.attention_of(block)
+        if layer.pre_projection is not None:
+            handles.append(
+                attn.register_forward_pre_hook(_pre_projection_hook(layer), with_kwargs=True)
+            )
+        if layer.content_skip is not None:
+            handles.append(attn.register_forward_hook(_content_skip_hook(layer), with_kwargs=True))
+        if layer.anchored is not None:
+            q_module = getattr(attn, spec.q_module)
+            handles.append(
+                q_module.register_forward_hook(_anchored_hook(layer, spec.q_layout, dims))
+            )
+    setattr(host, ATTR, layers)
+    return Injection(host, spec, dims, method, layers, handles)
+
+
+def injected_count(dims: Dims, method: Method, cfg: ProbeConfig | None = None) -> int:
+    """Parameters ``method``'s attnlab parts add to a base of shape ``dims`` (LoRA excluded),
+    counted on one layer built on the meta device: exact for any options, no memory used."""
+    if not method.injects:
+        return 0
+    with torch.device("meta"):
+        layer = ProbeLayer(dims, method.injects, cfg or ProbeConfig())
+    return dims.n_layers * sum(p.numel() for p in layer.parameters())
