@@ -43,11 +43,13 @@ def tiny(*overrides: str):
 
 @pytest.fixture(autouse=True)
 def _float64():
-    old = torch.get_default_dtype()
+    old, threads = torch.get_default_dtype(), torch.get_num_threads()
     torch.set_default_dtype(torch.float64)
+    torch.set_num_threads(1)
     torch.manual_seed(0)
     yield
     torch.set_default_dtype(old)
+    torch.set_num_threads(threads)
 
 
 def perturb(module: torch.nn.Module, std: float = 0.1) -> None:

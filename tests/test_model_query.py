@@ -41,8 +41,11 @@ def default_dtype(dtype: torch.dtype):
 @pytest.fixture(autouse=True)
 def _float64():
     torch.manual_seed(0)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
     with default_dtype(torch.float64):
         yield
+    torch.set_num_threads(threads)
 
 
 def perturb(module: torch.nn.Module, std: float = 0.1) -> None:
@@ -96,10 +99,9 @@ def test_nonlinear_query_matches_hand_computation(act: str, bias: bool) -> None:
     u = torch.randn(2, 5, 32)
     want = (u + f_by_hand(q.f, u, act)) / 2
     torch.testing.assert_close(q(u), want, atol=1e-12, rtol=0)
-    # the attention layer's fused K, V, W1 projection yields the same q (float32-accurate until
-    # BUG B6 is fixed; the float64 fused test below pins it to 1e-12)
+    # the attention layer's fused K, V, W1 projection yields the same q
     attn.fused = True
-    torch.testing.assert_close(attn.project_qkv(u)[0], want, atol=1e-6, rtol=0)
+    torch.testing.assert_close(attn.project_qkv(u)[0], want, atol=1e-12, rtol=0)
 
 
 def test_nonlinear_query_bottleneck_shapes_and_params() -> None:
@@ -260,22 +262,7 @@ def test_fused_equals_unfused_float32(kind: str, bias: bool, n_kv: int) -> None:
         torch.testing.assert_close(fused(x).logits, plain(x).logits, atol=2e-6, rtol=1e-6)
 
 
-_B6 = pytest.mark.xfail(
-    strict=True,
-    reason="BUG B6: query.Bottleneck.hidden_from_fused computes the RMS scale via u.float(), "
-    "so the fused path is float32-accurate even in float64",
-)
-
-
-@pytest.mark.parametrize(
-    "kind",
-    [
-        "linear",
-        "identity",
-        pytest.param("nonlinear", marks=_B6),
-        pytest.param("anchored", marks=_B6),
-    ],
-)
+@pytest.mark.parametrize("kind", FUSABLE)
 @pytest.mark.parametrize("bias", [False, True])
 @pytest.mark.parametrize("n_kv", [4, 1])
 def test_fused_equals_unfused_float64(kind: str, bias: bool, n_kv: int) -> None:
