@@ -221,19 +221,21 @@ class Transformer(nn.Module):
         self,
         batch: int,
         max_len: int,
-        device: torch.device | str = "cpu",
-        dtype: torch.dtype = torch.float32,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
     ) -> KVCache:
+        """An empty K/V cache on the model's device and in its dtype unless told otherwise."""
         if self.decoder is None:
             raise ValueError("an encoder-only model has no KV cache; it does not decode")
+        p = next(self.parameters())
         return KVCache(
             self.decoder.n_slots,
             batch,
             self.cfg.n_kv_heads,
             max_len,
             self.cfg.head_dim,
-            device,
-            dtype,
+            device or p.device,
+            dtype or p.dtype,
         )
 
     def _embed(self, ids: Tensor, start: int) -> Tensor:
