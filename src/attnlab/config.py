@@ -338,6 +338,8 @@ class DataConfig(Section):
     val_fraction: float = Field(0.05, gt=0, lt=1)
     replace_invalid_utf8: bool = False
     max_documents: int | None = Field(None, ge=1)
+    text_field: str = Field("text", description=".jsonl/.parquet field holding the text")
+    split_seed: int = Field(0, description="seed of the train/validation split by document")
 
 
 # --------------------------------------------------------------------------------------------- train

@@ -9,7 +9,6 @@ from rich.console import Console
 from rich.table import Table
 
 from attnlab.commands._common import add_config_arguments, config_from_args
-from attnlab.model.params import count
 
 NAME = "params"
 HELP = "Count parameters (total, non-embedding, per part) and K/V-cache bytes per token."
@@ -25,6 +24,8 @@ def _m(n: int) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from attnlab.model.params import count
+
     cfg = config_from_args(args)
     rep = count(cfg.model)
     if args.json:

@@ -308,5 +308,7 @@ def ensure_prepared(data_cfg: Any, root: str | Path = "data") -> TokenData:
         val_fraction=data_cfg.val_fraction,
         replace_invalid_utf8=data_cfg.replace_invalid_utf8,
         max_documents=data_cfg.max_documents,
+        text_field=data_cfg.text_field,
+        split_seed=data_cfg.split_seed,
     )
     return TokenData.open(directory)
