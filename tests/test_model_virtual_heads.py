@@ -1,0 +1,114 @@
+"""Virtual heads (SPEC 1.5): the convolution over the T x T x H attention image by hand, the causal
+1-D form reading only earlier keys, and the identity-kernel init reproducing ordinary attention."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from attnlab.config import VirtualHeadsConfig, load_config
+from attnlab.model import build_model
+from attnlab.model.virtual_heads import VirtualHeads
+
+TINY = [
+    "model.d_model=32",
+    "model.n_layers=2",
+    "model.attention.n_heads=4",
+    "model.vocab_size=64",
+    "model.max_seq_len=32",
+    "data.seq_len=16",
+]
+
+
+def tiny(*overrides: str):
+    return load_config(None, [*TINY, *overrides]).model
+
+
+@pytest.fixture(autouse=True)
+def _float64():
+    old, threads = torch.get_default_dtype(), torch.get_num_threads()
+    torch.set_default_dtype(torch.float64)
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    yield
+    torch.set_default_dtype(old)
+    torch.set_num_threads(threads)
+
+
+def test_causal_1d_conv_by_hand() -> None:
+    """s'[h', i, j] = sum_h sum_(t<K) w[h', h, t] s[h, i, j - t] (zero for j - t < 0)."""
+    vh = VirtualHeads(3, VirtualHeadsConfig(enabled=True, kernel_size=3, n_virtual=5))
+    with torch.no_grad():
+        vh.weight.copy_(torch.randn_like(vh.weight))
+    s = torch.randn(2, 3, 4, 6)
+    out = vh(s, torch.ones(4, 6, dtype=torch.bool))
+    assert out.shape == (2, 5, 4, 6)
+    want = torch.zeros(2, 5, 4, 6)
+    for o in range(5):
+        for h in range(3):
+            for t in range(3):
+                want[:, o, :, t:] += vh.weight[o, h, t] * s[:, h, :, : 6 - t]
+    torch.testing.assert_close(out, want, atol=1e-12, rtol=0)
+
+
+def test_2d_conv_by_hand() -> None:
+    vh = VirtualHeads(2, VirtualHeadsConfig(enabled=True, kernel_size=3, conv="2d"))
+    with torch.no_grad():
+        vh.weight.copy_(torch.randn_like(vh.weight))
+    s = torch.randn(1, 2, 5, 5)
+    want = F.conv2d(F.pad(s, (1, 1, 1, 1)), vh.weight)
+    torch.testing.assert_close(vh(s, torch.ones(5, 5, dtype=torch.bool)), want)
+
+
+@pytest.mark.parametrize("conv", ["1d", "2d"])
+def test_identity_kernel_at_init(conv: str) -> None:
+    vh = VirtualHeads(4, VirtualHeadsConfig(enabled=True, kernel_size=3, conv=conv))
+    s = torch.randn(2, 4, 5, 5)
+    torch.testing.assert_close(vh(s, torch.ones(5, 5, dtype=torch.bool)), s, atol=0, rtol=0)
+    assert vh.weight.numel() == 4 * 4 * (3 if conv == "1d" else 9)
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["model.virtual_heads.on=logits"],
+        ["model.virtual_heads.on=probs"],
+        ["model.virtual_heads.on=probs", "model.position.kind=alibi"],
+        [
+            "model.family=encoder",
+            "model.attention.mask=bidirectional",
+            "model.virtual_heads.conv=2d",
+        ],
+    ],
+    ids=["logits", "probs", "probs_alibi", "encoder_2d"],
+)
+def test_virtual_heads_model_starts_as_ordinary_attention(flags: list[str]) -> None:
+    base_flags = [f for f in flags if not f.startswith("model.virtual_heads")]
+    base = build_model(tiny(*base_flags)).eval()
+    with torch.no_grad():
+        for p in base.parameters():
+            p.add_(torch.randn_like(p) * 0.1)
+    vh = build_model(tiny(*flags, "model.virtual_heads.enabled=true")).eval()
+    missing, unexpected = vh.load_state_dict(base.state_dict(), strict=False)
+    # the kernel is the only new weight (registered under the layer and under its core)
+    assert not unexpected and missing
+    assert all(".attention.virtual." in k or ".core.score_transform." in k for k in missing)
+    ids = torch.randint(0, 64, (2, 8))
+    torch.testing.assert_close(vh(ids).logits, base(ids).logits, atol=1e-12, rtol=0)
+    # and the convolution does act once the kernel moves
+    stack = vh.decoder if vh.decoder is not None else vh.encoder
+    with torch.no_grad():
+        stack.blocks[0].attention.virtual.weight.add_(0.3)
+    assert not torch.allclose(vh(ids).logits, base(ids).logits, atol=1e-6)
+
+
+def test_more_virtual_heads_than_heads_read_values_per_kv_group() -> None:
+    model = build_model(
+        tiny("model.virtual_heads.enabled=true", "model.virtual_heads.n_virtual=8")
+    ).eval()
+    attn = model.decoder.blocks[0].attention
+    assert attn.virtual.weight.shape == (8, 4, 3)
+    assert attn.mixer.in_features == 8 * 8  # W_O reads all virtual heads
+    out = model(torch.randint(0, 64, (1, 6)), return_attn=True)
+    assert out.attn[0].shape == (1, 8, 6, 6)
