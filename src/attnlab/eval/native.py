@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -53,6 +52,8 @@ class AttnlabLM(LanguageModel):
         self.name = name
         self.results_dir = results_dir
         self.data_dir = data_dir
+        self.config: Any = None  # the run's Config when loaded from a run
+        self.step: int | None = None  # the checkpoint's step when one was chosen
 
     @classmethod
     def from_run(
@@ -62,43 +63,43 @@ class AttnlabLM(LanguageModel):
         checkpoint: str | None = None,
     ) -> AttnlabLM:
         """Load a run directory (``config.toml`` + ``checkpoints/``) through
-        ``attnlab.train.checkpoint.load_run_model``; ``checkpoint`` picks one checkpoint dir
-        name instead of the latest."""
+        ``attnlab.train.checkpoint.load_run_model`` (its newest loadable checkpoint);
+        ``checkpoint`` names one directory under ``checkpoints/`` to load instead."""
         run_dir = Path(path)
         try:
-            from attnlab.train.checkpoint import load_run_model
+            from attnlab.train.checkpoint import CheckpointError, load_run_model, read_checkpoint
         except ImportError as e:
             raise UserError(
-                f"cannot load the attnlab run {run_dir}: attnlab.train.checkpoint.load_run_model "
-                f"is not available ({e}); update attnlab"
+                f"cannot load the attnlab run {run_dir}: attnlab.train.checkpoint is not "
+                f"available ({e}); update attnlab"
             ) from None
         dev = pick_device(device)
-        kwargs: dict[str, Any] = {"device": str(dev)}
+        model, cfg, tokenizer = load_run_model(run_dir, device="cpu")
+        step = None
         if checkpoint is not None:
-            params = inspect.signature(load_run_model).parameters
-            if "checkpoint" not in params:
-                raise UserError(
-                    f"this attnlab version loads only the latest checkpoint of a run; evaluate "
-                    f"the run directory {run_dir} instead of {checkpoint}"
-                )
-            kwargs["checkpoint"] = checkpoint
-        model, cfg, tokenizer = load_run_model(run_dir, **kwargs)
+            try:
+                ckpt = read_checkpoint(run_dir / "checkpoints" / checkpoint, with_optim=False)
+            except CheckpointError as e:
+                raise UserError(f"cannot read checkpoint {checkpoint} of {run_dir}: {e}") from None
+            model.load_state_dict(ckpt.model, strict=True)
+            step = ckpt.step
         if cfg.model.family != "decoder":
             raise UserError(
                 f"{run_dir} is a model.family='{cfg.model.family}' model; perplexity, cloze and "
                 "multiple choice score a causal LM, so only model.family='decoder' runs can be "
                 "evaluated"
             )
-        name = str(run_dir) if checkpoint is None else f"{run_dir}@{checkpoint}"
-        return cls(
+        lm = cls(
             model,
             tokenizer,
             cfg.model.max_seq_len,
-            name=name,
+            name=str(run_dir) if checkpoint is None else f"{run_dir}@{checkpoint}",
             device=dev,
             results_dir=run_dir,
-            data_dir=_data_dir_of(cfg, run_dir),
+            data_dir=_data_dir_of(cfg),
         )
+        lm.config, lm.step = cfg, step
+        return lm
 
     @property
     def device(self) -> torch.device:
@@ -134,13 +135,12 @@ def _module_device(model: nn.Module) -> torch.device:
     return p.device if p is not None else torch.device("cpu")
 
 
-def _data_dir_of(cfg: Any, run_dir: Path) -> Path | None:
-    """The prepared corpus of a run's config: ``data.dir`` or the data layer's default."""
-    try:
-        from attnlab.data import resolve_data_dir  # type: ignore[attr-defined]
-
-        return Path(resolve_data_dir(cfg.data))
-    except ImportError:
-        pass
+def _data_dir_of(cfg: Any) -> Path:
+    """The prepared corpus of a run's config: ``data.dir`` or the data layer's default
+    ``data/<corpus>-<tokenizer>`` (relative to the working directory, as for training)."""
     d = cfg.data
-    return Path(d.dir) if d.dir else Path("data") / f"{d.corpus}-{d.tokenizer}"
+    if d.dir:
+        return Path(d.dir)
+    from attnlab.data import default_data_dir
+
+    return Path(default_data_dir(d.corpus, d.tokenizer))

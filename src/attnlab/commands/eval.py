@@ -1,0 +1,166 @@
+"""``attnlab eval``: evaluate a model on perplexity, cloze and multiple-choice tasks, or build a
+cloze set from held-out text."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from attnlab.errors import UserError
+
+NAME = "eval"
+HELP = "evaluate a run, checkpoint, probe or Hugging Face/GGUF model (perplexity, cloze, choice)"
+
+EPILOG = """\
+targets:
+  RUN_DIR                         an attnlab run (its latest checkpoint)
+  RUN_DIR/checkpoints/step_N      one checkpoint of a run
+  PROBE_DIR                       a frozen Hugging Face base + its trained adapter
+  hf:MODEL_ID_OR_DIR              a transformers causal LM (a hub id needs the internet)
+  FILE.gguf                       a GGUF checkpoint (de-quantized by transformers)
+
+tasks (comma-separated; --limit caps the items, or documents, of each):
+  perplexity[:DATA_DIR]           validation split of a prepared corpus (default: the run's);
+                                  other tokenizers re-tokenize the text, compare bits_per_byte
+  perplexity:FILE.jsonl|FILE.txt  documents of a local file ("text" per line / whole file)
+  wikitext                        WikiText-2 test documents (hub, online only)
+  cloze:FILE.jsonl                LAMBADA-format cloze: greedy exact match of the last word
+  lambada                         LAMBADA OpenAI test set (hub, online only)
+  hellaswag[:FILE.jsonl]          HellaSwag format, acc and acc_norm (no file: hub)
+  arc:FILE.jsonl                  ARC format; arc_easy / arc_challenge read the hub
+
+results are merged per task into RUN_DIR/eval/results.json (runs and probes) and --out FILE.
+
+build a cloze set from held-out text (the validation split of a prepared corpus):
+  attnlab eval --build-cloze DATA_DIR --out cloze.jsonl [--n 500] [--min-context-words 50]
+
+lm-evaluation-harness with attnlab models (local task YAMLs in attnlab/eval/tasks):
+  python -m attnlab.eval.lm_eval_cli --model attnlab --model_args path=RUN_DIR \\
+      --tasks attnlab_cloze_local --include_path src/attnlab/eval/tasks --device cpu
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = EPILOG
+    parser.add_argument(
+        "target", nargs="?", metavar="TARGET", help="what to evaluate (see targets below)"
+    )
+    parser.add_argument(
+        "--tasks",
+        action="append",
+        default=None,
+        metavar="LIST",
+        help="comma-separated tasks (repeatable); default: the run config's eval.tasks",
+    )
+    parser.add_argument("--limit", type=int, default=None, metavar="N", help="items per task")
+    parser.add_argument("--batch-size", type=int, default=None, metavar="B")
+    parser.add_argument(
+        "--stride",
+        type=int,
+        default=None,
+        metavar="S",
+        help="perplexity window stride in tokens (default max_length/2)",
+    )
+    parser.add_argument(
+        "--max-length",
+        type=int,
+        default=None,
+        metavar="L",
+        help="feed at most L tokens (default: the model's context)",
+    )
+    parser.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:1, mps")
+    parser.add_argument(
+        "--dtype",
+        default=None,
+        choices=["float32", "bfloat16", "float16"],
+        help="weights dtype for Hugging Face / GGUF models (default float32)",
+    )
+    parser.add_argument("--out", default=None, metavar="FILE", help="also merge results here")
+    parser.add_argument(
+        "--no-save", action="store_true", help="do not write RUN_DIR/eval/results.json"
+    )
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    cloze = parser.add_argument_group("cloze-set builder (instead of evaluating)")
+    cloze.add_argument(
+        "--build-cloze",
+        metavar="DATA_DIR",
+        default=None,
+        help="write a LAMBADA-format cloze set from the validation split of DATA_DIR to --out",
+    )
+    cloze.add_argument("--n", type=int, default=500, help="items to draw (default 500)")
+    cloze.add_argument("--min-context-words", type=int, default=50, help="default 50")
+    cloze.add_argument("--seed", type=int, default=0, help="seed of the draw (default 0)")
+
+
+def _run_defaults(target: str) -> dict:
+    """``eval`` settings of a run's own config.toml (empty for other targets)."""
+    path = Path(target.removeprefix("run:"))
+    if path.parent.name == "checkpoints":
+        path = path.parent.parent
+    cfg_path = path / "config.toml"
+    if not cfg_path.is_file():
+        return {}
+    from attnlab.config import load_config
+
+    ev = load_config(cfg_path).eval
+    return {"tasks": ev.tasks, "limit": ev.limit, "stride": ev.stride, "batch_size": ev.batch_size}
+
+
+def _build_cloze(args: argparse.Namespace) -> int:
+    from attnlab.eval.cloze_build import build_cloze_set
+
+    if args.target:
+        raise UserError("--build-cloze takes no TARGET; run the evaluation as a second command")
+    if not args.out:
+        raise UserError("--build-cloze needs --out FILE.jsonl")
+    rows = build_cloze_set(args.build_cloze, args.n, args.min_context_words, args.seed, args.out)
+    short = f" (only {len(rows)} passages passed the filters)" if len(rows) < args.n else ""
+    print(f"wrote {len(rows)} cloze items to {args.out}{short}")
+    print(f"evaluate with: attnlab eval TARGET --tasks cloze:{args.out}")
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.build_cloze:
+        return _build_cloze(args)
+    if not args.target:
+        raise UserError("give a TARGET to evaluate (or --build-cloze DATA_DIR); see --help")
+    defaults = _run_defaults(args.target)
+    tasks = args.tasks or defaults.get("tasks")
+    if not tasks:
+        raise UserError("give --tasks, e.g. --tasks perplexity:DATA_DIR,cloze:FILE.jsonl")
+    from attnlab.eval.evaluate import evaluate
+    from attnlab.eval.registry import split_tasks, task_key
+    from attnlab.eval.results import print_table, results_path
+    from attnlab.eval.targets import load_language_model
+
+    tasks = split_tasks(tasks)
+    for spec in tasks:  # fail on a misspelt task before loading a model
+        task_key(spec)
+    lm = load_language_model(
+        args.target, device=args.device, dtype=args.dtype, max_length=args.max_length
+    )
+    limit = args.limit if args.limit is not None else defaults.get("limit")
+    results = evaluate(
+        lm,
+        tasks,
+        limit,
+        batch_size=args.batch_size or defaults.get("batch_size") or 8,
+        stride=args.stride if args.stride is not None else defaults.get("stride"),
+        save=not args.no_save,
+        out=args.out,
+        progress=not args.no_progress,
+    )
+    if args.json:
+        print(json.dumps(results, indent=2))
+        return 0
+    print_table(results, title=f"attnlab eval: {lm.name}")
+    saved = [str(args.out)] if args.out else []
+    if not args.no_save and lm.results_dir is not None:
+        saved.insert(0, str(results_path(lm.results_dir)))
+    if saved:
+        print(f"results merged into {', '.join(saved)}")
+    return 0
