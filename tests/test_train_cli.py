@@ -146,3 +146,18 @@ def test_generate_errors_are_user_errors(trained, tmp_path, capsys):
     assert "not a run directory" in capsys.readouterr().err
     assert main(["generate", run, "--prompt", "x", "--max-new-tokens", "500"]) == 2
     assert "learned positions" in capsys.readouterr().err
+
+
+def test_generate_works_after_the_data_dir_is_gone(trained, tmp_path, capsys):
+    import shutil
+
+    run = tmp_path / "moved"
+    shutil.copytree(trained / "runs" / "t", run)
+    text = (
+        (run / "config.toml")
+        .read_text()
+        .replace(str((trained / "data" / "story-bytes").resolve()), str(tmp_path / "gone"))
+    )
+    (run / "config.toml").write_text(text)
+    assert main(["generate", str(run), "--prompt", "the", "--max-new-tokens", "4"]) == 0
+    assert capsys.readouterr().out.startswith("the")

@@ -349,5 +349,9 @@ def load_run_model(run_dir: str | Path, device: str | torch.device = "cpu"):
             f"checkpoint {ckpt.path} does not fit the model described by {cfg_path} ({e}); was "
             "the model code or config.toml changed since training?"
         ) from None
-    tokenizer = load_tokenizer(cfg.data.tokenizer, data_dir=cfg.data.dir)
+    data_dir = Path(cfg.data.dir) if cfg.data.dir else None
+    if data_dir is not None and (data_dir / "meta.json").is_file():
+        tokenizer = load_tokenizer(cfg.data.tokenizer, data_dir=data_dir)
+    else:  # the data directory moved: fixed tokenizers (bytes, gpt2, ...) load by name
+        tokenizer = load_tokenizer(cfg.data.tokenizer)
     return model.to(device).eval(), cfg, tokenizer

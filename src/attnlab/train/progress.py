@@ -95,8 +95,8 @@ class LinePrinter:
         if ev.kind == "start":
             print(f"train: step {ev.step}/{ev.max_steps} {ev.message}".rstrip(), file=out)
             return
-        if ev.kind == "step" and ev.step % self.every:
-            return
+        if ev.kind == "end" or (ev.kind == "step" and ev.step % self.every):
+            return  # the caller prints its own summary at the end
         line = f"step {ev.step:>7d}/{ev.max_steps}"
         if ev.loss is not None:
             line += f"  loss {ev.loss:.4f}"

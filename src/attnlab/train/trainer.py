@@ -660,5 +660,5 @@ class _Trainer:
             self._emit("end", st, message=f"diverged: {reason}")
         else:
             final = self._status(st, "finished")
-            self._emit("end", st, val_loss=st.last_val_loss, message="finished")
+            self._emit("end", st, val_loss=st.last_val_loss, eta_s=0.0, message="finished")
         return _run_result(self.run_dir, final, False)
