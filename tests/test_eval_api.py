@@ -198,3 +198,53 @@ def test_cli_build_cloze_from_a_prepared_corpus(run_dir, tmp_path, capsys):
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert 1 <= len(rows) <= 5 and all(r["text"].rsplit(" ", 1)[1].isalpha() for r in rows)
     assert main(["eval", "--build-cloze", str(data_dir)]) == 2  # needs --out
+
+
+def test_corpus_perplexity_retokenizes_only_when_tokenizers_differ(run_dir):
+    from attnlab.eval.corpus import corpus_documents
+
+    data_dir = run_dir.parent / "data"
+    native = AttnlabLM(CausalBytesModel(), ByteTokenizer(), max_length=64, device="cpu")
+    docs, retok = corpus_documents(native, data_dir, limit=3)
+    assert not retok and len(docs) == 3
+
+    class ShiftedBytes(ByteTokenizer):  # same name, another vocabulary
+        def encode(self, text):
+            return [(b + 1) % 256 for b in text.encode("utf-8")]
+
+    shifted = AttnlabLM(CausalBytesModel(), ShiftedBytes(), max_length=64, device="cpu")
+    docs2, retok2 = corpus_documents(shifted, data_dir, limit=3)
+    assert retok2 and [d.n_bytes for d in docs2] == [d.n_bytes for d in docs]
+    assert list(docs2[0].tokens) == [(t + 1) % 256 for t in docs[0].tokens]
+    hf = HFCausalLM(tiny_hf_model("gpt2"), byte_hf_tokenizer(), device="cpu")
+    res = evaluate(hf, [f"perplexity:{data_dir}"], limit=2, save=False)
+    entry = res["perplexity:data"]
+    assert entry["retokenized"] and entry["metrics"]["tokens"] == entry["metrics"]["bytes"]
+
+
+def test_lm_eval_adapter_loads_an_attnlab_run(run_dir, tmp_path):
+    from lm_eval import simple_evaluate
+    from lm_eval.tasks import TaskManager
+
+    import attnlab.eval.harness  # noqa: F401  (registers "attnlab")
+    from attnlab.eval.lm_eval_tasks import write_task_yamls
+    from attnlab.eval.multiple_choice import evaluate_multiple_choice, load_mc_file
+
+    arc = FIXTURES / "arc.jsonl"
+    out = simple_evaluate(
+        model="attnlab",
+        model_args={"path": str(run_dir), "device": "cpu"},
+        tasks=["attnlab_arc_local"],
+        task_manager=TaskManager(
+            include_path=str(write_task_yamls(tmp_path, arc=arc)), include_defaults=False
+        ),
+        log_samples=True,
+        bootstrap_iters=0,
+        verbosity="ERROR",
+    )
+    ours = evaluate_multiple_choice(
+        load_language_model(run_dir, device="cpu"), load_mc_file("arc", arc)
+    )
+    samples = sorted(out["samples"]["attnlab_arc_local"], key=lambda s: s["doc_id"])
+    for s, lls in zip(samples, ours.logprobs, strict=True):
+        assert [r[0][0] for r in s["resps"]] == pytest.approx(lls, abs=1e-4)

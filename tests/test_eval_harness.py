@@ -165,3 +165,7 @@ def test_lm_eval_cli_finds_the_attnlab_model(model_and_tokenizer, tmp_path):
     assert len(results) == 1
     data = json.loads(results[0].read_text())
     assert data["results"]["attnlab_arc_local"]["sample_len"] == 3
+
+
+def test_registering_attnlab_keeps_lm_eval_models():
+    assert get_model("hf").__name__ == "HFLM"

@@ -54,21 +54,30 @@ def corpus_texts(data_dir: str | Path, split: str = "val") -> Iterator[str]:
 
 def corpus_documents(
     lm: LanguageModel, data_dir: str | Path, limit: int | None = None, split: str = "val"
-) -> list[Document]:
-    """Up to ``limit`` documents of ``split`` in ``lm``'s tokens, with byte and word counts."""
+) -> tuple[list[Document], bool]:
+    """Up to ``limit`` documents of ``split`` in ``lm``'s tokens, with byte and word counts, and
+    whether they were re-tokenized.
+
+    The stored ids are used as they are only when the corpus's tokenizer has the model's name
+    *and* re-encoding the first document's text gives back its ids (two ``bpe-4096`` tokenizers
+    trained on different text share a name, not a vocabulary).
+    """
     data = open_corpus(data_dir)
     tok = data.tokenizer
-    same = lm.tokenizer_name == str(getattr(tok, "name", ""))
+    docs = split_documents(np.asarray(getattr(data, split)), int(tok.eos_id))
     out: list[Document] = []
-    for doc in split_documents(np.asarray(getattr(data, split)), int(tok.eos_id)):
+    same: bool | None = None
+    for doc in docs:
         if limit is not None and len(out) >= limit:
             break
         ids = doc.astype(np.int64).tolist()
         text = tok.decode(ids)
+        if same is None:
+            same = lm.tokenizer_name == str(getattr(tok, "name", "")) and lm.encode(text) == ids
         if same:
             out.append(Document(ids, len(text.encode("utf-8")), count_words(text)))
         else:
             out.append(Document.from_text(lm, text))
     if not out:
         raise UserError(f"the {split} split of {data_dir} has no documents")
-    return out
+    return out, not same

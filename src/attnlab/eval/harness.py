@@ -23,6 +23,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+# lm-eval's own models must be registered first: get_model imports them only while the
+# registry is empty, so registering "attnlab" alone would hide "hf" and the others.
+import lm_eval.models  # noqa: F401
 import torch
 from lm_eval.api.model import TemplateLM
 from lm_eval.api.registry import register_model

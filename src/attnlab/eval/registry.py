@@ -26,7 +26,7 @@ from attnlab.errors import UserError
 from attnlab.eval.cloze import evaluate_cloze, load_cloze_file, load_lambada
 from attnlab.eval.lm import LanguageModel
 from attnlab.eval.multiple_choice import evaluate_multiple_choice, load_mc_file, load_mc_hub
-from attnlab.eval.perplexity import Document, count_words, perplexity
+from attnlab.eval.perplexity import Document, count_words, default_stride, perplexity
 from attnlab.eval.sources import load_hub_rows, read_jsonl
 
 
@@ -62,12 +62,12 @@ def _perplexity(run: TaskRun) -> TaskOutcome:
         arg = str(run.lm.data_dir)
     path = Path(arg)
     if path.is_file():
-        docs = _text_documents(run.lm, path, run.limit)
+        docs, retokenized = _text_documents(run.lm, path, run.limit), True
     else:
-        docs = corpus_documents(run.lm, path, run.limit)
+        docs, retokenized = corpus_documents(run.lm, path, run.limit)
     result = perplexity(run.lm, docs, run.stride, run.batch_size, run.progress)
-    stride = run.stride or max(1, run.lm.max_length // 2)
-    return TaskOutcome(result.metrics(), str(path), {"stride": stride})
+    extra = {"stride": run.stride or default_stride(run.lm.max_length), "retokenized": retokenized}
+    return TaskOutcome(result.metrics(), str(path), extra)
 
 
 def _text_documents(lm: LanguageModel, path: Path, limit: int | None) -> list[Document]:
