@@ -275,14 +275,8 @@ def test_encoder_decoder_cached_decoding_and_generation(flags: list[str]) -> Non
     assert torch.equal(a, b)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=RuntimeError,
-    reason="BUG B7: Transformer.new_cache defaults to float32 whatever the model's dtype, so a "
-    "float64 model decoding with model.new_cache(B, T) fails in SDPA (dtype mismatch)",
-)
 def test_new_cache_follows_the_model_dtype() -> None:
     model = build([])
-    cache = model.new_cache(1, 4)
+    cache = model.new_cache(1, 4)  # no dtype given: the model's (float64 here)
     model(torch.randint(0, 64, (1, 3)), cache=cache)
     assert cache.k[0].dtype == torch.float64
