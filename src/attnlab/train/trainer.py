@@ -273,6 +273,8 @@ class _Trainer:
     def _check_existing(self, resume: bool) -> RunResult | None:
         """Refuse a mismatched config; return the stored result of a run that is over."""
         cfg_path = self.run_dir / rundir.CONFIG_FILE
+        if self.run_dir.exists() and not self.run_dir.is_dir():
+            raise UserError(f"--out {self.run_dir} is a file; give a directory for the run")
         if not resume:
             self.dist.barrier()
             if self.dist.is_main and self.run_dir.exists():
@@ -339,6 +341,7 @@ class _Trainer:
         cfg = self.cfg
         torch.manual_seed(cfg.train.seed)
         self.raw = build_model(cfg.model).to(self.device)
+        torch.manual_seed(cfg.train.seed + self.dist.rank)  # dropout masks differ across ranks
         self.n_params = _n_params(self.raw)
         fpt = getattr(self.raw, "flops_per_token", None)
         self.flops_per_token = (
