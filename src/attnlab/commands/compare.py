@@ -1,0 +1,104 @@
+"""``attnlab compare EXPERIMENT --out DIR``: train every (variant, seed) of an experiment file on
+identical batches, then write results.csv/json, report.md and plots. Rerunning resumes."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import warnings
+
+NAME = "compare"
+HELP = "run a multi-variant, multi-seed experiment file and write a report with statistics"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("experiment", metavar="EXPERIMENT", help="an experiment TOML file")
+    p.add_argument("--out", required=True, metavar="DIR", help="the experiment directory")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a base config value (model.*, train.*, ...) or an experiment key "
+        "(budget.steps, seeds, baseline), e.g. --set budget.steps=100 (repeatable)",
+    )
+    p.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="VARIANT",
+        help="run only this variant (repeatable, or comma-separated); the report covers all",
+    )
+    p.add_argument(
+        "--plan", action="store_true", help="print the variants and parameter counts and stop"
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress display")
+
+
+def print_plan(exp, say) -> None:
+    """One line per variant: non-embedding parameters, change vs the baseline, overrides, match."""
+    base_n = exp.variants[exp.baseline].params.non_embedding
+    say(
+        f"experiment {exp.name}: {len(exp.variants)} variants x {len(exp.seeds)} "
+        f"seed{'s' if len(exp.seeds) > 1 else ''} "
+        f"({', '.join(map(str, exp.seeds))}); {exp.steps:,} steps x {exp.tokens_per_step:,} "
+        "tokens/step per run"
+    )
+    width = max(len(n) for n in exp.variants) + 2
+    for v in exp.variants.values():
+        n = v.params.non_embedding
+        delta = "baseline" if v.name == exp.baseline else f"{100 * (n - base_n) / base_n:+.2f}%"
+        line = (
+            f"  {v.name:<{width}}{n:>14,} non-emb. ({delta})  {' '.join(v.overrides) or '(base)'}"
+        )
+        if v.match:
+            m = v.match
+            line += (
+                f"  [matched to {m.target_variant}: {m.achieved:,} vs {m.target:,}, "
+                f"{100 * m.rel_gap:+.3f}%]"
+            )
+        say(line)
+    for n in exp.notes:
+        say(f"  note: {n}")
+
+
+def _warn(message, category, filename, lineno, file=None, line=None) -> None:
+    print(f"attnlab compare: warning: {message}", file=sys.stderr, flush=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    from attnlab.experiments import build_report, load_experiment, run_all
+    from attnlab.experiments.progress import ExperimentProgress, fmt_duration
+
+    exp = load_experiment(args.experiment, args.overrides)
+    only = [n.strip() for item in args.only for n in item.split(",") if n.strip()]
+    print_plan(exp, lambda line: print(line, file=sys.stderr, flush=True))
+    if args.plan:
+        return 0
+    runs = exp.runs(args.out, only or None)
+    progress = None
+    if not args.quiet:
+        flops = {v.name: float(v.params.flops_per_token) for v in exp.variants.values()}
+        progress = ExperimentProgress(len(runs), flops, log_every=max(1, exp.steps // 10))
+    t0 = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.showwarning = _warn
+        outcomes = run_all(exp, args.out, only=only or None, progress=progress)
+    trained = sum(o.trained for o in outcomes)
+    wall = time.perf_counter() - t0
+    report = build_report(args.out)
+    by = {}
+    for o in outcomes:
+        by[o.status] = by.get(o.status, 0) + 1
+    summary = ", ".join(f"{n} {k}" for k, n in sorted(by.items()))
+    print(
+        f"{len(outcomes)} runs ({summary}); trained {trained}, skipped {len(outcomes) - trained} "
+        f"already done; {fmt_duration(wall)} wall. Report: {report}",
+        flush=True,
+    )
+    failed = [o for o in outcomes if o.status == "failed"]
+    for o in failed:
+        print(f"failed: {o.variant} seed{o.seed}: {o.reason}", file=sys.stderr)
+    return 1 if failed else 0

@@ -1,0 +1,21 @@
+"""``attnlab report DIR``: rebuild report.md, plots and results.csv/json of an experiment directory
+from its finished runs (no training)."""
+
+from __future__ import annotations
+
+import argparse
+
+NAME = "report"
+HELP = "rebuild the report, plots and results tables of an `attnlab compare` directory"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("out", metavar="DIR", help="the --out directory of `attnlab compare`")
+
+
+def run(args: argparse.Namespace) -> int:
+    from attnlab.experiments import build_report
+
+    path = build_report(args.out)
+    print(f"wrote {path}")
+    return 0

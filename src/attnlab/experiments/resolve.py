@@ -1,0 +1,365 @@
+"""From an experiment file to one validated :class:`~attnlab.config.Config` per (variant, seed).
+
+    base    = preset/file (``extends``) + [base.*] tables + CLI ``--set`` overrides
+    budget  -> train.max_steps = steps, or ceil(tokens / tokens_per_step)
+    variant = base + the overrides of its ``extends`` chain + its own tables + its ``set`` list
+    matched = the variant with ``match_by`` (default model.ffn.hidden) chosen by
+              :func:`~attnlab.experiments.matching.closest_integer`
+    run     = variant with train.seed = k and experiment.{name, variant, seed_index = k, tags}
+
+Fairness is enforced here: a variant may change the model, the optimizer recipe and evaluation,
+but nothing that decides which tokens are read (``data.*``, ``train.seed``, ``max_steps``,
+``batch_size``, ``tokens_per_step``, ``eval_every``, ``eval_batches``), so every variant of a seed
+reads the same batch schedule and is scored on the same validation sequences at the same steps.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from attnlab.config import (
+    Config,
+    ConfigError,
+    apply_overrides,
+    deep_merge,
+    parse_override,
+    source_dict,
+    validate,
+)
+from attnlab.experiments.matching import MatchResult, closest_integer, default_knob, knob_value
+from attnlab.experiments.spec import ExperimentSpec, VariantSpec, parse_experiment, read_experiment
+from attnlab.model.params import ParamReport, count
+
+#: train.* keys that decide the batch schedule or the validation points; only the base sets them
+SCHEDULE_KEYS = (
+    "seed",
+    "max_steps",
+    "batch_size",
+    "tokens_per_step",
+    "eval_every",
+    "eval_batches",
+)
+#: top-level keys of the experiment file that ``--set`` may change (the rest go to the base)
+EXPERIMENT_KEYS = ("budget", "seeds", "baseline", "name", "description")
+
+
+@dataclass
+class Variant:
+    """One resolved arm: its config (seed left at the base's), parameters and matching."""
+
+    name: str
+    description: str
+    overrides: list[str]
+    config: Config
+    params: ParamReport
+    match: MatchResult | None = None
+
+    def for_seed(self, experiment: str, seed: int) -> Config:
+        cfg = self.config.model_copy(deep=True)
+        cfg.train.seed = seed
+        cfg.experiment.name = experiment
+        cfg.experiment.variant = self.name
+        cfg.experiment.seed_index = seed
+        return cfg
+
+
+@dataclass
+class RunPlan:
+    """One training run of the experiment."""
+
+    variant: str
+    seed: int
+    config: Config
+    run_dir: Path
+
+
+@dataclass
+class Experiment:
+    """A resolved experiment: validated variant configs, in file order."""
+
+    name: str
+    description: str
+    source: str
+    base: Config
+    variants: dict[str, Variant]
+    baseline: str
+    seeds: list[int]
+    steps: int
+    tokens_per_step: int
+    notes: list[str] = field(default_factory=list)
+
+    def runs(self, out_dir: str | Path, only: list[str] | None = None) -> list[RunPlan]:
+        """Every (variant, seed), seed-major: each seed's full comparison completes in turn."""
+        names = list(self.variants)
+        if only:
+            for n in only:
+                if n not in self.variants:
+                    from attnlab.experiments.spec import _unknown
+
+                    raise ConfigError(f"--only {n!r}: {_unknown(n, names)}")
+            names = [n for n in names if n in only]
+        out = Path(out_dir)
+        return [
+            RunPlan(v, s, self.variants[v].for_seed(self.name, s), run_dir(out, v, s))
+            for s in self.seeds
+            for v in names
+        ]
+
+    def to_record(self) -> dict[str, Any]:
+        """What ``experiment.json`` stores, so ``attnlab report`` needs no experiment file."""
+        return {
+            "name": self.name,
+            "description": self.description,
+            "source": self.source,
+            "baseline": self.baseline,
+            "seeds": self.seeds,
+            "steps": self.steps,
+            "tokens_per_step": self.tokens_per_step,
+            "notes": self.notes,
+            "variants": [
+                {
+                    "name": v.name,
+                    "description": v.description,
+                    "overrides": v.overrides,
+                    "params_total": v.params.total,
+                    "params_non_embedding": v.params.non_embedding,
+                    "params_active_non_embedding": v.params.active_non_embedding,
+                    "flops_per_token": v.params.flops_per_token,
+                    "match": v.match.to_dict() if v.match else None,
+                    "config": v.config.to_dict(),
+                }
+                for v in self.variants.values()
+            ],
+        }
+
+
+def run_dir(out_dir: Path, variant: str, seed: int) -> Path:
+    return Path(out_dir) / "runs" / variant / f"seed{seed}"
+
+
+# ---------------------------------------------------------------------------------- resolving
+
+
+def _split_overrides(overrides: list[str]) -> tuple[list[str], list[str]]:
+    """CLI ``--set`` items: experiment keys (budget.steps, seeds, ...) vs base config keys."""
+    exp, base = [], []
+    for item in overrides:
+        path, _ = parse_override(item)
+        (exp if path[0] in EXPERIMENT_KEYS else base).append(item)
+    return exp, base
+
+
+def _base_dict(spec: ExperimentSpec, folder: Path) -> dict[str, Any]:
+    base = spec.base
+    if isinstance(base, str):
+        base = {"extends": base}
+    base = dict(base)
+    parent = base.pop("extends", None)
+    if parent is None:
+        return base
+    if not isinstance(parent, str):
+        raise ConfigError(f"base.extends must be a preset name or a file path, got {parent!r}")
+    local = folder / parent
+    src = local if parent.endswith(".toml") and local.is_file() else parent
+    return deep_merge(source_dict(src), base)
+
+
+def _validate(raw: dict[str, Any], what: str) -> Config:
+    try:
+        return validate(raw)
+    except ConfigError as e:
+        raise ConfigError(f"{what}: {e}") from None
+
+
+def _variant_overrides(v: VariantSpec, by_name: dict[str, VariantSpec]) -> list[VariantSpec]:
+    chain = [v]
+    while chain[-1].extends is not None:
+        chain.append(by_name[chain[-1].extends])
+    return chain[::-1]
+
+
+def _overridden(raw: dict[str, Any], items: list[str]) -> dict[str, Any]:
+    """``apply_overrides`` on a deep copy (it writes into nested tables it shares with its input)."""
+    return apply_overrides(copy.deepcopy(raw), items)
+
+
+def _variant_dict(base: dict[str, Any], chain: list[VariantSpec]) -> dict[str, Any]:
+    raw = copy.deepcopy(base)
+    for link in chain:
+        raw = deep_merge(raw, copy.deepcopy(link.tables()))
+        raw = _overridden(raw, link.set)
+    return raw
+
+
+def _describe(chain: list[VariantSpec]) -> list[str]:
+    """The variant's effective ``key=value`` overrides (a later one of a key replaces it)."""
+    out: dict[str, str] = {}
+    for link in chain:
+        for item in [*_flatten_tables(link.tables()), *link.set]:
+            key = item.partition("=")[0].strip()
+            out.pop(key, None)
+            out[key] = item
+    return list(out.values())
+
+
+def _flatten_tables(d: dict[str, Any], prefix: str = "") -> list[str]:
+    out = []
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.extend(_flatten_tables(v, f"{prefix}{k}."))
+        else:
+            out.append(f"{prefix}{k}={v!r}" if isinstance(v, str) else f"{prefix}{k}={v}")
+    return out
+
+
+def _check_fair(name: str, cfg: Config, base: Config) -> None:
+    bad = []
+    if cfg.data != base.data:
+        diff = [
+            f"data.{k}"
+            for k in type(cfg.data).model_fields
+            if getattr(cfg.data, k) != getattr(base.data, k)
+        ]
+        bad.extend(diff)
+    bad.extend(
+        f"train.{k}" for k in SCHEDULE_KEYS if getattr(cfg.train, k) != getattr(base.train, k)
+    )
+    if bad:
+        raise ConfigError(
+            f"variant {name!r} changes {', '.join(bad)}; these decide which batches are read and "
+            "when validation runs, so they must be equal across variants. Set them in [base] (or "
+            "[budget]) instead"
+        )
+
+
+def _match(
+    name: str,
+    raw: dict[str, Any],
+    cfg: Config,
+    knob: str | None,
+    target_name: str,
+    target: ParamReport,
+) -> tuple[Config, MatchResult]:
+    knob = knob or default_knob(cfg.model)
+    if not knob.startswith("model."):
+        raise ConfigError(f"variant {name!r}: match_by = {knob!r} must be a model.* width key")
+
+    def build(value: int) -> Config:
+        return _validate(_overridden(raw, [f"{knob}={value}"]), f"variant {name!r}")
+
+    probe = build(1)
+    if not isinstance(knob_value(probe.to_dict(), knob), int):
+        raise ConfigError(
+            f"variant {name!r}: match_by = {knob!r} is not an integer config key; use e.g. "
+            "model.ffn.hidden, model.mixer.hidden or model.moe_values.expert_hidden"
+        )
+    cache: dict[int, int] = {}
+
+    def n_params(value: int) -> int:
+        if value not in cache:
+            cache[value] = count(build(value).model).non_embedding
+        return cache[value]
+
+    if n_params(2) <= n_params(1):
+        raise ConfigError(
+            f"variant {name!r}: match_by = {knob!r} does not change the parameter count of this "
+            "model (is that part enabled?); pick the width of a part the variant has"
+        )
+    slope = n_params(2) - n_params(1)  # N(h) is affine in a width: its root is the likely answer
+    hint = 1 + round((target.non_embedding - n_params(1)) / slope)
+    value, achieved = closest_integer(n_params, target.non_embedding, hint=hint)
+    result = MatchResult(target_name, knob, value, achieved, target.non_embedding)
+    return build(value), result
+
+
+def resolve(
+    spec: ExperimentSpec,
+    *,
+    folder: str | Path = ".",
+    base_overrides: list[str] = (),  # type: ignore[assignment]
+    source: str = "",
+) -> Experiment:
+    """Validate every variant's config (and size the matched ones); nothing is trained."""
+    folder = Path(folder)
+    base_raw = _overridden(_base_dict(spec, folder), list(base_overrides))
+    base0 = _validate(base_raw, "base config")
+    t = base0.train
+    tokens_per_step = t.tokens_per_step or t.batch_size * base0.data.seq_len
+    if spec.budget.steps is not None:
+        steps = spec.budget.steps
+    else:
+        steps = math.ceil(spec.budget.tokens / tokens_per_step)
+    notes = []
+    if spec.budget.tokens is not None and steps * tokens_per_step != spec.budget.tokens:
+        notes.append(
+            f"budget.tokens={spec.budget.tokens:,} rounded up to {steps} steps x "
+            f"{tokens_per_step:,} tokens = {steps * tokens_per_step:,} tokens"
+        )
+    if base0.train.warmup_steps > steps:
+        raise ConfigError(
+            f"the budget of {steps} steps is shorter than train.warmup_steps="
+            f"{base0.train.warmup_steps}; raise the budget or set train.warmup_steps in [base.train]"
+        )
+    base_raw = _overridden(base_raw, [f"train.max_steps={steps}"])
+    base = _validate(base_raw, f"base config with the budget of {steps} steps")
+    if base.train.eval_every > steps:
+        notes.append(
+            f"train.eval_every={base.train.eval_every} > {steps} steps: validation runs only at "
+            "the end, so the curves have one point; lower train.eval_every in [base.train]"
+        )
+    by_name = {v.name: v for v in spec.variants}
+    raws: dict[str, dict[str, Any]] = {}
+    variants: dict[str, Variant] = {}
+    for v in spec.variants:
+        chain = _variant_overrides(v, by_name)
+        raw = _variant_dict(base_raw, chain)
+        cfg = _validate(raw, f"variant {v.name!r}")
+        _check_fair(v.name, cfg, base)
+        raws[v.name] = raw
+        variants[v.name] = Variant(v.name, v.description, _describe(chain), cfg, count(cfg.model))
+        variants[v.name].config.experiment.tags = [*cfg.experiment.tags, *v.tags]
+    for v in spec.variants:
+        if v.match_params is None:
+            continue
+        target = variants[v.match_params]
+        cfg, result = _match(
+            v.name, raws[v.name], variants[v.name].config, v.match_by, target.name, target.params
+        )
+        _check_fair(v.name, cfg, base)
+        cfg.experiment.tags = variants[v.name].config.experiment.tags
+        variants[v.name] = Variant(
+            v.name,
+            v.description,
+            [*variants[v.name].overrides, f"{result.knob}={result.value}"],
+            cfg,
+            count(cfg.model),
+            result,
+        )
+    return Experiment(
+        name=spec.name or "experiment",
+        description=spec.description,
+        source=source,
+        base=base,
+        variants=variants,
+        baseline=spec.baseline_name,
+        seeds=list(spec.seeds),
+        steps=steps,
+        tokens_per_step=tokens_per_step,
+        notes=notes,
+    )
+
+
+def load_experiment(path: str | Path, overrides: list[str] = ()) -> Experiment:  # type: ignore[assignment]
+    """Read, validate and resolve an experiment file; ``overrides`` are ``--set`` items."""
+    exp_over, base_over = _split_overrides(list(overrides))
+    spec, raw = read_experiment(path)
+    if exp_over:
+        raw = _overridden(raw, exp_over)
+        name = spec.name
+        spec = parse_experiment(raw, str(path))
+        spec.name = spec.name or name
+    return resolve(spec, folder=Path(path).parent, base_overrides=base_over, source=str(path))

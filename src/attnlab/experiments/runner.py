@@ -1,0 +1,178 @@
+"""Run every (variant, seed) of an experiment into ``OUT/runs/<variant>/seed<k>/``.
+
+Each run is one call of :func:`attnlab.train.train`, so a rerun resumes an interrupted run from
+its last checkpoint and returns a finished (or diverged) one without training. A diverged run is a
+result; an exception in one run is recorded in its ``status.json`` (``failed``, the error, and
+the traceback in ``error.txt``) and the experiment goes on with the next run.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from attnlab.config import load_config
+from attnlab.errors import UserError
+from attnlab.experiments.progress import ExperimentProgress
+from attnlab.experiments.resolve import Experiment, RunPlan
+from attnlab.train import rundir
+from attnlab.train.batches import prepare_if_missing, resolve_data_dir
+
+EXPERIMENT_FILE = "experiment.json"
+
+
+@dataclass
+class RunOutcome:
+    """What happened to one run in this invocation."""
+
+    variant: str
+    seed: int
+    status: str  # finished | diverged | failed | running (stopped early)
+    trained: bool  # False when the run was already over and was skipped
+    reason: str | None = None
+    wall_time: float = 0.0
+
+
+def write_record(exp: Experiment, out_dir: Path) -> None:
+    """Store the resolved experiment in ``OUT/experiment.json`` (atomically)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rundir.write_json_atomic(out_dir / EXPERIMENT_FILE, exp.to_record())
+
+
+def read_record(out_dir: str | Path) -> dict[str, Any]:
+    path = Path(out_dir) / EXPERIMENT_FILE
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserError(
+            f"{out_dir} has no {EXPERIMENT_FILE}; give the --out directory of `attnlab compare`"
+        ) from None
+    except ValueError as e:
+        raise UserError(f"{path} is not valid JSON ({e}); rerun `attnlab compare`") from None
+
+
+def check_resumable(runs: list[RunPlan]) -> None:
+    """Refuse, before anything trains, to resume run directories made with other configs."""
+    problems = []
+    for r in runs:
+        saved_path = r.run_dir / rundir.CONFIG_FILE
+        if not saved_path.is_file():
+            continue
+        given = r.config.model_copy(deep=True)
+        given.data.dir = str(resolve_data_dir(given))
+        try:
+            saved = load_config(str(saved_path))
+        except UserError as e:
+            problems.append(f"{r.run_dir}: unreadable config.toml ({e})")
+            continue
+        diff = rundir.config_diff(saved, given)
+        if diff:
+            problems.append(
+                f"{r.run_dir}: " + "; ".join(diff[:4]) + (" ..." if len(diff) > 4 else "")
+            )
+    if problems:
+        raise UserError(
+            "these runs were started with a different config, so resuming would mix two "
+            "experiments (saved -> now):\n  "
+            + "\n  ".join(problems)
+            + "\nUse another --out, or delete those run directories to train them again"
+        )
+
+
+def prepare_data(runs: list[RunPlan], say=print) -> None:
+    """Tokenise each distinct data config once, before the first run (not inside its timing)."""
+    seen: set[Path] = set()
+    for r in runs:
+        path = resolve_data_dir(r.config)
+        if path in seen:
+            continue
+        seen.add(path)
+        t0 = time.perf_counter()
+        existed = (path / "meta.json").is_file()
+        prepare_if_missing(r.config, path)
+        if not existed:
+            say(
+                f"prepared {r.config.data.corpus} / {r.config.data.tokenizer} into {path} "
+                f"in {time.perf_counter() - t0:.1f} s"
+            )
+
+
+def _record_failure(run_dir: Path, error: BaseException, tb: str) -> str:
+    reason = f"{type(error).__name__}: {error}"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "error.txt").write_text(tb, encoding="utf-8")
+    status = rundir.read_status(run_dir) or {}
+    status.update({"status": "failed", "reason": reason, "updated": time.time()})
+    rundir.write_status(run_dir, status)
+    return reason
+
+
+def run_all(
+    exp: Experiment,
+    out_dir: str | Path,
+    *,
+    only: list[str] | None = None,
+    progress: ExperimentProgress | None = None,
+) -> list[RunOutcome]:
+    """Train every run that is not over yet; returns one outcome per run, in order."""
+    out = Path(out_dir)
+    runs = exp.runs(out, only)
+    check_resumable(runs)
+    write_record(exp, out)
+    say = progress.note if progress is not None else (lambda m: None)
+    prepare_data(runs, say)
+    if progress is not None:
+        plan = []
+        for r in runs:
+            st = rundir.read_status(r.run_dir) or {}
+            if st.get("status") in ("finished", "diverged"):
+                continue
+            plan.append((r.variant, r.seed, exp.steps - int(st.get("step", 0))))
+        progress.total = len(runs)
+        progress.begin(plan)
+    outcomes = []
+    try:
+        for r in runs:
+            outcomes.append(_run_one(r, progress))
+    finally:
+        if progress is not None:
+            progress.finish()
+    return outcomes
+
+
+def _run_one(r: RunPlan, progress: ExperimentProgress | None) -> RunOutcome:
+    from attnlab.train import train
+
+    st = rundir.read_status(r.run_dir) or {}
+    if st.get("status") in ("finished", "diverged") and (r.run_dir / rundir.CONFIG_FILE).is_file():
+        if progress is not None:
+            progress.current = None
+            progress.end_run(st["status"], "already done")
+        return RunOutcome(r.variant, r.seed, st["status"], False, st.get("reason"))
+    if progress is not None:
+        progress.start_run(r.variant, r.seed, r.config.train.max_steps)
+    t0 = time.perf_counter()
+    try:
+        result = train(r.config, r.run_dir, progress=progress, resume=True)
+    except KeyboardInterrupt:
+        raise
+    except Exception as e:
+        reason = _record_failure(r.run_dir, e, traceback.format_exc())
+        wall = time.perf_counter() - t0
+        if progress is not None:
+            progress.end_run("failed", reason)
+        return RunOutcome(r.variant, r.seed, "failed", True, reason, wall)
+    wall = time.perf_counter() - t0
+    if progress is not None:
+        detail = result.reason or (
+            f"val {result.final_val_loss:.4f}" if result.final_val_loss is not None else ""
+        )
+        overhead = None if result.resumed_from else wall - float(result.wall_time)
+        progress.end_run(result.status, detail, overhead=overhead)
+    return RunOutcome(
+        r.variant, r.seed, result.status, not result.already_done, result.reason, wall
+    )

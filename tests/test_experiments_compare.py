@@ -1,0 +1,237 @@
+"""``attnlab compare`` end to end on a small local corpus: results, report and plots; one schedule
+per seed; resume trains nothing; a diverged or failing variant does not stop the rest;
+``attnlab report`` rebuilds everything from the run directories."""
+
+from __future__ import annotations
+
+import csv
+import json
+import random
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from attnlab.cli import main
+from attnlab.experiments import build_report, load_experiment, run_all
+from attnlab.train.rundir import read_status
+
+WORDS = [
+    *("the", "a", "model", "attention", "head", "query", "key", "value", "layer", "token"),
+    *("sequence", "learns", "predicts", "of", "to", "and", "in", "is", "was", "by", "with"),
+    *("from", "small", "large", "fast", "slow", "train", "data", "loss", "step"),
+]
+
+PLOTS = (
+    "val_loss.png",
+    "relative_improvement.png",
+    "params_vs_loss.png",
+    "content_skip_norms.png",
+    "attention_skip-id.png",
+    "attention_baseline.png",
+    "head_weights_skip-id.png",
+)
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory) -> Path:
+    from attnlab.data import prepare
+
+    root = tmp_path_factory.mktemp("data")
+    rng = random.Random(0)
+    corpus = root / "corpus.jsonl"
+    with open(corpus, "w", encoding="utf-8") as f:
+        for _ in range(120):
+            words = [rng.choice(WORDS) for _ in range(rng.randint(40, 90))]
+            f.write(json.dumps({"text": " ".join(words).capitalize() + "."}) + "\n")
+    out = root / "prepared"
+    prepare(str(corpus), "bytes", out, val_fraction=0.1, progress=False)
+    return out
+
+
+def experiment_file(folder: Path, data_dir: Path, variants: str, seeds: str = "[0, 1]") -> Path:
+    text = f"""
+    name = "e2e"
+    description = "A tiny comparison for the test suite."
+    seeds = {seeds}
+    [base]
+    extends = "tiny"
+    [base.data]
+    dir = {json.dumps(str(data_dir))}
+    corpus = {json.dumps(str(data_dir.parent / "corpus.jsonl"))}
+    seq_len = 32
+    [base.train]
+    batch_size = 4
+    warmup_steps = 2
+    eval_every = 5
+    eval_batches = 2
+    checkpoint_every = 10
+    log_every = 5
+    threads = 1
+    [budget]
+    steps = 10
+    """
+    path = folder / "exp.toml"
+    path.write_text(textwrap.dedent(text) + textwrap.dedent(variants), encoding="utf-8")
+    return path
+
+
+TWO_VARIANTS = """
+[[variants]]
+name = "baseline"
+[[variants]]
+name = "skip-id"
+set = ["model.content_skip.enabled=true", "model.identity_head.enabled=true"]
+"""
+
+
+@pytest.fixture(scope="module")
+def done(data_dir, tmp_path_factory) -> Path:
+    """One full compare: 2 variants x 2 seeds, 10 steps each."""
+    root = tmp_path_factory.mktemp("compare")
+    path = experiment_file(root, data_dir, TWO_VARIANTS)
+    out = root / "out"
+    assert main(["compare", str(path), "--out", str(out), "--quiet"]) == 0
+    return out
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    with open(path, encoding="utf-8") as f:
+        return list(csv.DictReader(f))
+
+
+def test_results_tables_have_one_row_per_run(done):
+    rows = read_csv(done / "results.csv")
+    assert [(r["variant"], r["seed"]) for r in rows] == [
+        ("baseline", "0"),
+        ("baseline", "1"),
+        ("skip-id", "0"),
+        ("skip-id", "1"),
+    ]
+    for r in rows:
+        assert r["status"] == "finished" and r["steps"] == "10"
+        assert float(r["perplexity"]) == pytest.approx(2.718281828 ** float(r["final_val_loss"]))
+        assert int(r["tokens"]) == 10 * 4 * 32
+        assert float(r["wall_time_s"]) > 0 and float(r["tokens_per_s"]) > 0
+        status = read_status(Path(r["run_dir"]))
+        assert float(r["final_val_loss"]) == pytest.approx(status["final_val_loss"])
+    assert int(rows[2]["params_non_embedding"]) > int(rows[0]["params_non_embedding"])
+    data = json.loads((done / "results.json").read_text())
+    assert data["baseline"] == "baseline" and len(data["runs"]) == 4
+    assert {r["schedule_hash"] for r in data["runs"]} == {r["schedule_hash"] for r in rows}
+
+
+def test_every_variant_of_a_seed_reads_the_same_schedule(done):
+    rows = read_csv(done / "results.csv")
+    by_seed = {s: {r["schedule_hash"] for r in rows if r["seed"] == s} for s in ("0", "1")}
+    assert all(len(h) == 1 and "" not in h for h in by_seed.values())
+    assert by_seed["0"] != by_seed["1"]  # another seed, another batch order
+    assert "All runs of each seed share one schedule hash" in (done / "report.md").read_text()
+
+
+def test_report_and_every_plot_exist(done):
+    report = (done / "report.md").read_text()
+    for name in PLOTS:
+        p = done / "plots" / name
+        assert p.is_file() and p.stat().st_size > 1000, name
+        assert f"plots/{name}" in report
+    assert "## Summary" in report and "p (paired t)" in report
+    assert "## Content-skip norms" in report and "identity" in report
+    skip_id_line = next(line for line in report.splitlines() if line.startswith("| skip-id |"))
+    assert "2/2" in skip_id_line and "%" in skip_id_line
+
+
+def test_rerun_resumes_and_trains_nothing(done):
+    exp = load_experiment(done.parent / "exp.toml")
+    before = {p: p.stat().st_mtime_ns for p in done.glob("runs/*/seed*/status.json")} | {
+        p: p.stat().st_mtime_ns for p in done.glob("runs/*/seed*/metrics.jsonl")
+    }
+    outcomes = run_all(exp, done)
+    assert [o.trained for o in outcomes] == [False] * 4
+    assert all(o.status == "finished" for o in outcomes)
+    after = {p: p.stat().st_mtime_ns for p in before}
+    assert after == before
+
+
+def test_report_command_rebuilds_from_the_runs(done, capsys):
+    old = read_csv(done / "results.csv")
+    for p in (done / "plots").glob("*.png"):
+        p.unlink()
+    (done / "report.md").unlink()
+    (done / "results.csv").unlink()
+    assert main(["report", str(done)]) == 0
+    assert "report.md" in capsys.readouterr().out
+    assert read_csv(done / "results.csv") == old
+    for name in PLOTS:
+        assert (done / "plots" / name).stat().st_size > 1000
+
+
+def test_a_diverged_variant_is_marked_and_the_rest_completes(data_dir, tmp_path):
+    variants = """
+    [[variants]]
+    name = "baseline"
+    [[variants]]
+    name = "hot"
+    train = { lr = 1e3, min_lr = 1e2, warmup_steps = 0 }
+    """
+    path = experiment_file(tmp_path, data_dir, textwrap.dedent(variants), seeds="[0]")
+    out = tmp_path / "out"
+    assert main(["compare", str(path), "--out", str(out), "--quiet"]) == 0
+    rows = {r["variant"]: r for r in read_csv(out / "results.csv")}
+    assert rows["hot"]["status"] == "diverged" and rows["hot"]["reason"]
+    assert rows["baseline"]["status"] == "finished"
+    report = (out / "report.md").read_text()
+    assert "**diverged**" in report
+    hot_line = next(line for line in report.splitlines() if line.startswith("| hot |"))
+    assert "0/1" in hot_line
+
+
+def test_a_failing_run_is_recorded_and_the_experiment_continues(
+    data_dir, tmp_path, monkeypatch, capsys
+):
+    import attnlab.train
+
+    real = attnlab.train.train
+
+    def flaky(cfg, run_dir, **kw):
+        if cfg.experiment.variant == "broken":
+            raise RuntimeError("simulated crash")
+        return real(cfg, run_dir, **kw)
+
+    monkeypatch.setattr(attnlab.train, "train", flaky)
+    variants = '[[variants]]\nname = "broken"\n[[variants]]\nname = "fine"\n'
+    path = experiment_file(tmp_path, data_dir, variants, seeds="[0]")
+    out = tmp_path / "out"
+    assert main(["compare", str(path), "--out", str(out), "--quiet", "--set", "baseline=fine"]) == 1
+    assert "simulated crash" in capsys.readouterr().err
+    rows = {r["variant"]: r for r in read_csv(out / "results.csv")}
+    assert rows["broken"]["status"] == "failed" and "simulated crash" in rows["broken"]["reason"]
+    assert rows["fine"]["status"] == "finished"
+    assert "RuntimeError" in (out / "runs" / "broken" / "seed0" / "error.txt").read_text()
+    assert "**failed**" in (out / "report.md").read_text()
+
+
+def test_only_runs_one_variant_and_the_report_marks_the_rest_missing(data_dir, tmp_path):
+    path = experiment_file(tmp_path, data_dir, TWO_VARIANTS, seeds="[0]")
+    out = tmp_path / "out"
+    assert main(["compare", str(path), "--out", str(out), "--quiet", "--only", "baseline"]) == 0
+    rows = {r["variant"]: r for r in read_csv(out / "results.csv")}
+    assert rows["baseline"]["status"] == "finished" and rows["skip-id"]["status"] == "missing"
+    build_report(out)  # a report with missing runs still renders
+
+
+def test_a_changed_experiment_is_refused_before_training(data_dir, tmp_path, capsys):
+    path = experiment_file(tmp_path, data_dir, '[[variants]]\nname = "baseline"\n', seeds="[0]")
+    out = tmp_path / "out"
+    assert main(["compare", str(path), "--out", str(out), "--quiet"]) == 0
+    code = main(["compare", str(path), "--out", str(out), "--quiet", "--set", "model.d_model=32"])
+    assert code == 2
+    assert "different config" in capsys.readouterr().err
+
+
+def test_plan_prints_counts_and_trains_nothing(data_dir, tmp_path, capsys):
+    path = experiment_file(tmp_path, data_dir, TWO_VARIANTS)
+    assert main(["compare", str(path), "--out", str(tmp_path / "out"), "--plan"]) == 0
+    err = capsys.readouterr().err
+    assert "skip-id" in err and "non-emb." in err
+    assert not (tmp_path / "out").exists()
