@@ -283,6 +283,13 @@ def test_t5_buckets_match_transformers(bidirectional: bool, buckets: int, max_di
     assert torch.equal(ours, ref)
 
 
+def test_t5_bias_table_is_shared_by_the_layers_of_a_stack() -> None:
+    model = build_model(tiny("model.position.kind=t5", "model.n_layers=3"))
+    tables = [n for n, _ in model.named_parameters() if "t5_bias" in n]
+    assert tables == ["decoder.t5_bias.table.weight"]
+    assert model.decoder.t5_bias.table.weight.shape == (32, 4)  # buckets x heads
+
+
 def test_t5_bias_looks_up_the_bucket_of_key_minus_query() -> None:
     t5 = T5RelativeBias(3, 16, 40, bidirectional=True)
     q_pos, k_pos = torch.arange(2, 7), torch.arange(0, 9)

@@ -89,6 +89,11 @@ VARIANTS: dict[str, list[str]] = {
     ],
     "virtual_heads_alibi_identity_head": [*VIRTUAL, *IDENTITY_HEAD, "model.position.kind=alibi"],
     "gqa": ["model.attention.n_kv_heads=2"],
+    "explicit_head_dim_gqa_rope": [
+        "model.attention.head_dim=12",
+        "model.attention.n_kv_heads=2",
+        "model.position.kind=rope",
+    ],
     "mqa": ["model.attention.n_kv_heads=1"],
     "gqa_nonlinear_rope": [*NONLINEAR, "model.attention.n_kv_heads=2", "model.position.kind=rope"],
     "parallel_residual": PYTHIA,
