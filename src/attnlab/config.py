@@ -9,6 +9,7 @@ an impossible combination is refused with its reason, never deep inside a forwar
 from __future__ import annotations
 
 import difflib
+import json
 import tomllib
 from collections.abc import Iterable, Mapping
 from importlib import resources
@@ -271,11 +272,7 @@ class ModelConfig(Section):
                 )
             if self.family != "decoder":
                 problems.append("model.moe_values is implemented for model.family='decoder' only")
-        if (
-            self.virtual_heads.enabled
-            and self.virtual_heads.conv == "2d"
-            and a.mask != "bidirectional"
-        ):
+        if vh_2d_unsafe(self):
             problems.append(
                 "model.virtual_heads.conv='2d' looks at later queries and keys; it is only "
                 "allowed in model.family='encoder'. Use conv='1d' in causal stacks"
@@ -595,7 +592,7 @@ def _toml_value(v: Any) -> str:
     if isinstance(v, int | float):
         return repr(v)
     if isinstance(v, str):
-        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        return json.dumps(v, ensure_ascii=False)  # JSON's escapes are valid TOML basic strings
     if isinstance(v, list):
         return "[" + ", ".join(_toml_value(x) for x in v) + "]"
     raise TypeError(f"cannot write {type(v).__name__} to TOML")

@@ -45,6 +45,12 @@ def generate(
     cfg = model.cfg
     ids = input_ids
     memory = model.encode(encoder_input_ids) if encoder_input_ids is not None else None
+    a = cfg.attention
+    if a.mask == "prefix" and ids.shape[1] < a.prefix_len:
+        raise ValueError(
+            f"prefix-LM: the prompt ({ids.shape[1]} tokens) must cover "
+            f"model.attention.prefix_len={a.prefix_len}; generated tokens are never in the prefix"
+        )
     limit = cfg.max_seq_len if cfg.position.kind == "learned" else None
     if limit is not None and ids.shape[1] + max_new_tokens > limit:
         raise ValueError(

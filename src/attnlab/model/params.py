@@ -17,7 +17,6 @@ _PARTS = {
     "abs_pos": "position",
     "t5_bias": "position",
     "lm_head": "lm_head",
-    "step_embedding": "step_embedding",
     "query": "query",
     "key": "key",
     "value": "value",

@@ -1,6 +1,6 @@
 """The three families assembled from blocks: decoder-only (causal LM), encoder-only (masked LM) and
 encoder-decoder (seq2seq). With ``moe_values`` the stack is a universal transformer: its blocks are
-looped ``loops`` times with shared weights and a learned per-loop step embedding.
+looped ``loops`` times with shared weights and a fixed sinusoidal per-loop step signal.
 
 Init (nanoGPT / seed 001): every Linear and Embedding N(0, init_std), output projections
 N(0, init_std / sqrt(2 * depth)), norm weights 1 and biases 0; parts that declare their own init
@@ -66,7 +66,9 @@ class Stack(nn.Module):
         self.blocks = nn.ModuleList(
             Block(cfg, rotary=self.rotary, cross=cross, drop_path=r) for r in rates
         )
-        self.step_embedding = nn.Embedding(self.loops, cfg.d_model) if self.loops > 1 else None
+        # a fixed sinusoidal timestep signal per loop (Universal Transformers): no parameters, so
+        # the parameter count does not depend on the number of loops
+        self.step_signal = SinusoidalPositions(cfg.d_model) if self.loops > 1 else None
         self.final_norm = make_norm(cfg.norm, cfg.d_model) if cfg.norm_position == "pre" else None
 
     @property
@@ -116,8 +118,9 @@ class Stack(nn.Module):
         aux: list[Tensor] = []
         slot = 0
         for step in range(self.loops):
-            if self.step_embedding is not None:
-                x = x + self.step_embedding.weight[step]
+            if self.step_signal is not None:
+                step_t = torch.tensor([step], device=x.device)
+                x = x + self.step_signal(step_t).to(x.dtype)[0]
             for block in self.blocks:
                 x, probs = block(x, ctx, cache=cache, slot=slot, memory=memory)
                 slot += 1
