@@ -206,21 +206,16 @@ def test_generate_refuses_to_run_past_learned_positions() -> None:
         generate(model, torch.randint(0, 64, (1, 4)), 29, temperature=0.0)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG B11: generate() on a prefix-LM with a prompt shorter than prefix_len puts "
-    "generated tokens inside the bidirectional prefix; cached and uncached tokens then differ",
-)
-def test_generate_on_a_prefix_lm_covers_the_prefix_with_the_prompt() -> None:
+def test_generate_on_a_prefix_lm_needs_the_prompt_to_cover_the_prefix() -> None:
+    """Generated tokens inside the bidirectional prefix would make the cached and uncached paths
+    disagree, so a prompt shorter than prefix_len is refused; a covering one decodes identically."""
     model = build_model(tiny("model.attention.mask=prefix", "model.attention.prefix_len=6"))
     with torch.no_grad():
         for p in model.parameters():
             p.add_(torch.randn_like(p) * 0.3)
     model.eval()
-    prompts = torch.randint(0, 64, (10, 2))
-    try:
-        cached = generate(model, prompts, 8, temperature=0.0)
-    except ValueError as e:  # refusing such a prompt is a fix too
-        assert "prefix" in str(e)
-        return
+    with pytest.raises(ValueError, match="prefix"):
+        generate(model, torch.randint(0, 64, (2, 2)), 8, temperature=0.0)
+    prompts = torch.randint(0, 64, (10, 6))
+    cached = generate(model, prompts, 8, temperature=0.0)
     assert torch.equal(cached, generate(model, prompts, 8, temperature=0.0, use_cache=False))
