@@ -1,0 +1,142 @@
+"""Inference speed: prefill throughput and greedy decoding with and without the KV cache.
+
+- prefill: one no-grad forward over [B, T] (every position's logits), tokens/s = B T / time;
+- decode: ``generate`` greedy (temperature 0) for ``new_tokens`` after a ``prompt_len`` prompt,
+  with the cache (one position per step, O(T) attention against cached K/V) and without it (the
+  whole prefix recomputed every step, O(T^2)); tokens/s = B new_tokens / time;
+- the two decodes must produce identical tokens, or the benchmark stops with the first position
+  where they differ (a wrong cache is not a fast cache);
+- cache bytes/token = ``model.new_cache(...).nbytes()`` / positions, in the weights' dtype.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import asdict, dataclass
+
+import torch
+from torch import Tensor
+
+from attnlab.bench.subjects import Subject
+from attnlab.bench.timing import interleaved, paired_ratio, synchronize
+from attnlab.model import generate
+
+
+class GreedyMismatchError(AssertionError):
+    """Cached and uncached greedy decoding disagree: the KV cache path is wrong."""
+
+
+@dataclass
+class InferenceRow:
+    name: str
+    prefill_tokens_per_s: float
+    prefill_ratio: float
+    decode_cached_tokens_per_s: float
+    decode_uncached_tokens_per_s: float
+    cache_speedup: float
+    cache_bytes_per_token: int
+    cache_dtype: str
+    greedy_identical: bool
+    prompt_len: int
+    new_tokens: int
+    decode_batch: int
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def check_greedy(model: torch.nn.Module, prompt: Tensor, new_tokens: int) -> tuple[Tensor, Tensor]:
+    """Greedy tokens with and without the cache; raises GreedyMismatchError if they differ."""
+    cached = generate(model, prompt, new_tokens, temperature=0.0, use_cache=True)
+    plain = generate(model, prompt, new_tokens, temperature=0.0, use_cache=False)
+    if not torch.equal(cached, plain):
+        diff = (cached != plain).any(0).nonzero()
+        pos = int(diff[0]) - prompt.shape[1] if len(diff) else -1
+        raise GreedyMismatchError(
+            f"greedy decoding with the KV cache differs from recomputation at new token {pos}"
+        )
+    return cached, plain
+
+
+def cache_bytes_per_token(model: torch.nn.Module, positions: int) -> tuple[int, str]:
+    p = next(model.parameters())
+    cache = model.new_cache(1, positions, p.device, p.dtype)
+    return cache.nbytes() // positions, str(p.dtype).removeprefix("torch.")
+
+
+def measure_inference(
+    subjects: list[Subject],
+    *,
+    batch: int,
+    seq_len: int,
+    prompt_len: int,
+    new_tokens: int,
+    decode_batch: int,
+    vocab: int,
+    device: torch.device | str,
+    dtype: torch.dtype,
+    rounds: int,
+    warmup: int,
+    reference: str = "baseline",
+) -> list[InferenceRow]:
+    """Prefill and decode speed of every decoding subject (interleaved rounds, medians)."""
+    device = torch.device(device)
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randint(0, vocab, (batch, seq_len), generator=gen).to(device)
+    prompt = torch.randint(0, vocab, (decode_batch, prompt_len), generator=gen).to(device)
+    models, identical, cache_info = {}, {}, {}
+    for s in subjects:
+        m = s.model if dtype == torch.float32 else copy.deepcopy(s.model).to(dtype)
+        m.eval()
+        models[s.name] = m
+        check_greedy(m, prompt, new_tokens)  # also the decode warmup
+        with torch.no_grad():
+            m(x)  # prefill warmup
+        identical[s.name] = True
+        cache_info[s.name] = cache_bytes_per_token(m, prompt_len + new_tokens)
+
+    def timer(fn):
+        def run() -> float:
+            synchronize(device)
+            t0 = time.perf_counter()
+            with torch.no_grad():
+                fn()
+            synchronize(device)
+            return time.perf_counter() - t0
+
+        return run
+
+    fns = {}
+    for name, m in models.items():
+        fns[f"{name}/prefill"] = timer(lambda m=m: m(x))
+        fns[f"{name}/cached"] = timer(
+            lambda m=m: generate(m, prompt, new_tokens, temperature=0.0, use_cache=True)
+        )
+        fns[f"{name}/uncached"] = timer(
+            lambda m=m: generate(m, prompt, new_tokens, temperature=0.0, use_cache=False)
+        )
+    samples = interleaved(fns, rounds=rounds, warmup=warmup)
+    ref = reference if reference in models else next(iter(models))
+    rows = []
+    for s in subjects:
+        pre = samples[f"{s.name}/prefill"]
+        cached, plain = samples[f"{s.name}/cached"], samples[f"{s.name}/uncached"]
+        rows.append(
+            InferenceRow(
+                name=s.name,
+                prefill_tokens_per_s=batch * seq_len / pre.median,
+                prefill_ratio=1.0 / paired_ratio(pre, samples[f"{ref}/prefill"]),
+                decode_cached_tokens_per_s=decode_batch * new_tokens / cached.median,
+                decode_uncached_tokens_per_s=decode_batch * new_tokens / plain.median,
+                cache_speedup=paired_ratio(plain, cached),
+                cache_bytes_per_token=cache_info[s.name][0],
+                cache_dtype=cache_info[s.name][1],
+                greedy_identical=identical[s.name],
+                prompt_len=prompt_len,
+                new_tokens=new_tokens,
+                decode_batch=decode_batch,
+            )
+        )
+        s.model.train()
+    return rows

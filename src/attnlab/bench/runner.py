@@ -1,0 +1,238 @@
+"""``run_bench``: build the subjects, time training and inference interleaved, measure memory.
+
+Order matters on a shared machine: the matmul peak is measured first, every subject is built and
+warmed before any timing, training and inference rounds interleave all subjects, and the memory
+probes (fresh processes) run last so they never overlap a timing.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from attnlab.bench.inference import InferenceRow, measure_inference
+from attnlab.bench.machine import MachineInfo, load_average, machine_info
+from attnlab.bench.memory import MemoryRow, measure_memory
+from attnlab.bench.peers import PEERS, PeerUnavailableError
+from attnlab.bench.subjects import Subject, build_subject
+from attnlab.bench.training import TrainingRow, measure_training
+from attnlab.bench.variants import DEFAULT_VARIANTS, VARIANTS
+from attnlab.config import Config, ConfigError, apply_overrides, validate
+from attnlab.errors import UserError
+
+SECTIONS: tuple[str, ...] = ("training", "inference", "memory")
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass
+class BenchSpec:
+    """What to measure. ``steps`` timed optimizer steps per subject per round, ``repeats`` rounds
+    (after ``warmup`` untimed ones); decoding uses ``decode_repeats`` rounds."""
+
+    config: Config
+    config_name: str = "config"
+    variants: list[str] = field(default_factory=lambda: list(DEFAULT_VARIANTS))
+    peers: list[str] = field(default_factory=lambda: list(PEERS))
+    batch_size: int | None = None
+    seq_len: int | None = None
+    steps: int = 3
+    warmup: int = 1
+    repeats: int = 5
+    threads: int | None = None
+    device: str = "cpu"
+    dtype: str | None = None
+    compile: bool = False
+    sections: tuple[str, ...] = SECTIONS
+    prompt_len: int = 16
+    new_tokens: int | None = None
+    decode_batch: int = 1
+    decode_repeats: int = 3
+    decode_variants: list[str] | None = None
+    memory_steps: int = 2
+
+    def resolved(self) -> BenchSpec:
+        """Fill defaults from the config and check everything a user could get wrong."""
+        cfg = self.config
+        dev = torch.device(self.device)
+        if dev.type == "cuda" and not torch.cuda.is_available():
+            raise UserError(f"--device {self.device}: no CUDA device is visible; use --device cpu")
+        if dev.type not in ("cpu", "cuda"):
+            raise UserError(f"--device {self.device}: choose cpu or cuda[:N]")
+        dtype = self.dtype or ("bfloat16" if dev.type == "cuda" else "float32")
+        if dtype not in DTYPES:
+            raise UserError(f"--dtype {dtype}: choose one of {', '.join(DTYPES)}")
+        if cfg.model.family != "decoder":
+            raise UserError(
+                f"attnlab bench times causal LMs; model.family={cfg.model.family!r}. "
+                "Use a decoder config (e.g. --preset tiny)"
+            )
+        seq_len = self.seq_len or cfg.data.seq_len
+        batch = self.batch_size or cfg.train.batch_size
+        for what, n in (("--steps", self.steps), ("--repeats", self.repeats), ("batch", batch)):
+            if n < 1:
+                raise UserError(f"{what} must be at least 1 (got {n})")
+        bad = [s for s in self.sections if s not in SECTIONS]
+        if bad:
+            raise UserError(f"unknown section(s) {bad}; choose from {', '.join(SECTIONS)}")
+        if not self.variants and not self.peers:
+            raise UserError("nothing to measure: give at least one variant or peer")
+        try:
+            cfg = validate(apply_overrides(cfg.to_dict(), [f"data.seq_len={seq_len}"]))
+        except ConfigError as e:
+            raise UserError(f"--seq-len {seq_len} does not fit this config: {e}") from None
+        limit = cfg.model.max_seq_len if cfg.model.position.kind == "learned" else None
+        new = self.new_tokens
+        if new is None:
+            new = 64 if limit is None else max(1, min(64, limit - self.prompt_len))
+        if new < 1 or self.prompt_len < 1:
+            raise UserError("--new-tokens and --prompt-len must be at least 1")
+        if limit is not None and self.prompt_len + new > limit:
+            raise UserError(
+                f"--prompt-len {self.prompt_len} + --new-tokens {new} exceeds the model's {limit} "
+                f"learned positions; lower --new-tokens or --set model.max_seq_len="
+                f"{self.prompt_len + new}"
+            )
+        out = BenchSpec(**{**self.__dict__})
+        out.config, out.seq_len, out.batch_size, out.dtype, out.new_tokens = (
+            cfg,
+            seq_len,
+            batch,
+            dtype,
+            new,
+        )
+        return out
+
+    def summary(self) -> dict:
+        d = {k: v for k, v in self.__dict__.items() if k != "config"}
+        d["model"] = self.config.model.model_dump(mode="json", exclude_defaults=True)
+        return d
+
+
+@dataclass
+class BenchResult:
+    machine: MachineInfo
+    spec: dict
+    training: list[TrainingRow] = field(default_factory=list)
+    inference: list[InferenceRow] = field(default_factory=list)
+    memory: list[MemoryRow] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    targets: list[dict] = field(default_factory=list)
+    load_average_end: tuple[float, float, float] | None = None
+    elapsed_s: float = 0.0
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["machine"] = self.machine.to_dict()
+        return d
+
+    def row(self, section: str, name: str):
+        return next((r for r in getattr(self, section) if r.name == name), None)
+
+
+def build_subjects(
+    spec: BenchSpec, log: Callable[[str], None]
+) -> tuple[list[Subject], dict[str, str], list[str]]:
+    subjects, skipped, notes = [], {}, []
+    for name in [*spec.variants, *spec.peers]:
+        try:
+            s = build_subject(name, spec.config, spec.seq_len, spec.device, spec.compile)
+        except (ConfigError, PeerUnavailableError) as e:
+            skipped[name] = str(e).replace("\n", " ")
+            log(f"  skip {name}: {skipped[name]}")
+            continue
+        subjects.append(s)
+        notes.extend(s.notes)
+    return subjects, skipped, notes
+
+
+def run_bench(spec: BenchSpec, log: Callable[[str], None] = print) -> BenchResult:
+    """Measure everything ``spec`` asks for and return the numbers (no printing of tables)."""
+    t_start = time.perf_counter()
+    spec = spec.resolved()
+    if spec.threads:
+        torch.set_num_threads(spec.threads)
+    dtype = DTYPES[spec.dtype]
+    log(f"measuring the {spec.dtype} matmul peak on {spec.device} ...")
+    machine = machine_info(spec.device, dtype, spec.compile)
+    result = BenchResult(machine=machine, spec=spec.summary())
+    log(f"building {len(spec.variants)} variants and {len(spec.peers)} peers ...")
+    subjects, result.skipped, result.notes = build_subjects(spec, log)
+    if not subjects:
+        raise UserError("no subject could be built: " + "; ".join(result.skipped.values()))
+    reference = "baseline" if any(s.name == "baseline" for s in subjects) else subjects[0].name
+    if reference != "baseline":
+        result.notes.append(f"ratios are relative to {reference!r} (baseline not measured)")
+    vocab = spec.config.model.vocab_size
+    if "training" in spec.sections:
+        log(
+            f"training: {len(subjects)} subjects x {spec.repeats} interleaved rounds of "
+            f"{spec.steps} steps (B={spec.batch_size}, T={spec.seq_len}) ..."
+        )
+        result.training = measure_training(
+            subjects,
+            batch=spec.batch_size,
+            seq_len=spec.seq_len,
+            vocab=vocab,
+            device=spec.device,
+            dtype=dtype,
+            steps=spec.steps,
+            rounds=spec.repeats,
+            warmup=spec.warmup,
+            peak_measured=machine.peak_flops_measured,
+            peak_datasheet=machine.peak_flops_datasheet,
+            reference=reference,
+        )
+    decoders = [
+        s
+        for s in subjects
+        if s.decodes and (spec.decode_variants is None or s.name in spec.decode_variants)
+    ]
+    if "inference" in spec.sections and decoders:
+        log(
+            f"inference: prefill and greedy decode of {spec.new_tokens} tokens, with and without "
+            f"the KV cache, {len(decoders)} variants x {spec.decode_repeats} rounds ..."
+        )
+        result.inference = measure_inference(
+            decoders,
+            batch=spec.batch_size,
+            seq_len=spec.seq_len,
+            prompt_len=spec.prompt_len,
+            new_tokens=spec.new_tokens,
+            decode_batch=spec.decode_batch,
+            vocab=vocab,
+            device=spec.device,
+            dtype=dtype,
+            rounds=spec.decode_repeats,
+            warmup=0,  # the greedy-equality check has just run every decode once
+            reference=reference,
+        )
+    names = [s.name for s in subjects]
+    del subjects, decoders
+    gc.collect()
+    if "memory" in spec.sections:
+        log(f"memory: {len(names)} fresh processes, {spec.memory_steps} training steps each ...")
+        for name in names:
+            result.memory.append(
+                measure_memory(
+                    name,
+                    spec.config.to_dict(),
+                    seq_len=spec.seq_len,
+                    batch_size=spec.batch_size,
+                    device=spec.device,
+                    dtype=spec.dtype,
+                    threads=torch.get_num_threads(),
+                    steps=spec.memory_steps,
+                    compile=spec.compile,
+                )
+            )
+    result.load_average_end = load_average()
+    result.elapsed_s = time.perf_counter() - t_start
+    return result
+
+
+__all__ = ["SECTIONS", "VARIANTS", "BenchResult", "BenchSpec", "run_bench"]

@@ -1,0 +1,75 @@
+"""Wall-clock timing that survives a noisy machine: warmup excluded, subjects interleaved, medians.
+
+Every round runs each subject once, in the same order (A B C D, A B C D, ...), so a slow spell on a
+shared machine hits all subjects alike instead of one. A subject's figure is the median over rounds;
+a ratio to the reference is the median of the per-round ratios (paired), which cancels load that
+drifts between rounds better than a ratio of medians.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+
+def synchronize(device: torch.device | str) -> None:
+    """Wait for queued device work (CUDA kernels run asynchronously); no-op on CPU."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_call(fn: Callable[[], object], device: torch.device | str, n: int = 1) -> float:
+    """Seconds per call of ``fn`` over ``n`` back-to-back calls (device-synchronised)."""
+    synchronize(device)
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    synchronize(device)
+    return (time.perf_counter() - t0) / n
+
+
+@dataclass
+class Samples:
+    """Per-round seconds of one subject."""
+
+    seconds: list[float] = field(default_factory=list)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.seconds) if self.seconds else float("nan")
+
+    @property
+    def low(self) -> float:
+        return min(self.seconds) if self.seconds else float("nan")
+
+    @property
+    def high(self) -> float:
+        return max(self.seconds) if self.seconds else float("nan")
+
+
+def interleaved(
+    fns: dict[str, Callable[[], float]], rounds: int, warmup: int = 1
+) -> dict[str, Samples]:
+    """Run ``warmup`` untimed rounds, then ``rounds`` timed rounds of every ``fns[name]()`` in turn.
+
+    Each function does its own timing and returns seconds (so it can exclude setup it must redo).
+    """
+    for _ in range(warmup):
+        for fn in fns.values():
+            fn()
+    out = {name: Samples() for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            out[name].seconds.append(fn())
+    return out
+
+
+def paired_ratio(a: Samples, ref: Samples) -> float:
+    """Median over rounds of a[i] / ref[i] (time ratio; > 1 means slower than the reference)."""
+    pairs: Sequence[float] = [x / y for x, y in zip(a.seconds, ref.seconds) if y > 0]
+    return statistics.median(pairs) if pairs else float("nan")

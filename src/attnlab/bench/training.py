@@ -1,0 +1,159 @@
+"""Training throughput: one step = forward + backward + AdamW step on a fixed batch.
+
+Tokens per step = B * T. ``ms/step`` is the median over interleaved rounds of the mean of ``steps``
+consecutive steps; ``x baseline`` is the paired median of per-round time ratios. MFU = 3 x forward
+FLOPs/token x tokens/s / peak, against the peak measured on this machine (and, on a known GPU, the
+datasheet peak).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import torch
+from torch import Tensor
+
+from attnlab.bench.subjects import Subject, decay_groups
+from attnlab.bench.timing import Samples, interleaved, paired_ratio, synchronize
+
+
+def autocast(device: torch.device | str, dtype: torch.dtype) -> contextlib.AbstractContextManager:
+    """Mixed precision as the trainer does it: fp32 weights, matmuls in ``dtype``."""
+    device = torch.device(device)
+    if dtype == torch.float32:
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=dtype)
+
+
+def random_batch(
+    vocab: int, batch: int, seq_len: int, device: torch.device | str, seed: int = 0
+) -> tuple[Tensor, Tensor]:
+    """A fixed batch of uniform random tokens (speed does not depend on the token values)."""
+    gen = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, vocab, (batch, seq_len + 1), generator=gen)
+    return ids[:, :-1].contiguous().to(device), ids[:, 1:].contiguous().to(device)
+
+
+def make_train_step(
+    subject: Subject,
+    x: Tensor,
+    y: Tensor,
+    dtype: torch.dtype = torch.float32,
+    lr: float = 1e-4,
+) -> Callable[[], Tensor]:
+    """A closure running one optimizer step and returning its loss tensor (no host sync)."""
+    device = x.device
+    fused = {"fused": True} if device.type == "cuda" else {}
+    opt = torch.optim.AdamW(decay_groups(subject.model), lr=lr, betas=(0.9, 0.95), **fused)
+    subject.model.train()
+
+    def step() -> Tensor:
+        opt.zero_grad(set_to_none=True)
+        with autocast(device, dtype):
+            loss = subject.loss(x, y)
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    return step
+
+
+@dataclass
+class TrainingRow:
+    name: str
+    kind: str
+    params: int
+    flops_per_token: int
+    flop_ratio: float
+    ms_per_step: float
+    ms_low: float
+    ms_high: float
+    tokens_per_s: float
+    time_ratio: float
+    mfu_measured: float
+    mfu_datasheet: float | None
+    attention: str
+    summary: str
+    first_loss: float
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def attention_note(subject: Subject, batch: int, seq_len: int) -> str:
+    """Memory of the attention core: O(T) (fused SDPA) or the materialised [B, H, T, T] cost."""
+    if not subject.materialises_attention:
+        return "SDPA, O(T)"
+    heads = subject.config.model.attention.n_heads if subject.config else 0
+    vh = subject.config.model.virtual_heads if subject.config else None
+    if vh is not None and vh.enabled and vh.n_virtual:
+        heads = max(heads, vh.n_virtual)
+    layers = subject.config.model.n_layers if subject.config else 0
+    mib = batch * heads * seq_len * seq_len * 4 / 2**20
+    return f"O(T^2 H): {mib:,.1f} MiB/layer x {layers}"
+
+
+def measure_training(
+    subjects: list[Subject],
+    *,
+    batch: int,
+    seq_len: int,
+    vocab: int,
+    device: torch.device | str,
+    dtype: torch.dtype,
+    steps: int,
+    rounds: int,
+    warmup: int,
+    peak_measured: float,
+    peak_datasheet: float | None,
+    reference: str = "baseline",
+) -> list[TrainingRow]:
+    """Time every subject's training step, interleaved, and derive throughput, ratios and MFU."""
+    x, y = random_batch(vocab, batch, seq_len, device)
+    first: dict[str, float] = {}
+    fns = {}
+    for s in subjects:
+        step = make_train_step(s, x, y, dtype)
+        first[s.name] = float(step())  # also builds the optimizer state before any timing
+
+        def timed(step: Callable[[], Tensor] = step) -> float:
+            synchronize(device)
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                step()
+            synchronize(device)
+            return (time.perf_counter() - t0) / steps
+
+        fns[s.name] = timed
+    samples = interleaved(fns, rounds=rounds, warmup=warmup)
+    ref_name = reference if reference in samples else next(iter(samples))
+    ref = samples[ref_name]
+    ref_flops = next(s.flops_per_token for s in subjects if s.name == ref_name)
+    rows = []
+    for s in subjects:
+        smp: Samples = samples[s.name]
+        tps = batch * seq_len / smp.median
+        train_flops = 3.0 * s.flops_per_token * tps
+        rows.append(
+            TrainingRow(
+                name=s.name,
+                kind=s.kind,
+                params=s.params,
+                flops_per_token=s.flops_per_token,
+                flop_ratio=s.flops_per_token / ref_flops,
+                ms_per_step=1e3 * smp.median,
+                ms_low=1e3 * smp.low,
+                ms_high=1e3 * smp.high,
+                tokens_per_s=tps,
+                time_ratio=paired_ratio(smp, ref),
+                mfu_measured=train_flops / peak_measured,
+                mfu_datasheet=train_flops / peak_datasheet if peak_datasheet else None,
+                attention=attention_note(s, batch, seq_len),
+                summary=s.summary,
+                first_loss=first[s.name],
+            )
+        )
+    return rows

@@ -1,0 +1,121 @@
+"""The block variants a benchmark compares, as named ``--set`` override sets: the one list.
+
+Each variant is the base config plus a few ``model.*`` overrides, so the comparison is at equal
+width, depth, heads, context and vocabulary. ``{n_layers}`` in an override is the base depth (the
+MoE-values universal transformer loops one layer that many times, so its depth of computation
+matches). A variant that cannot apply to a base config (say ``identity_head`` on a parallel-residual
+Pythia block) is reported as skipped with the validator's reason, never silently changed.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+
+from attnlab.config import Config, ConfigError, apply_overrides, validate
+from attnlab.errors import UserError
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A named override set. ``attention`` says how its attention core runs (and its memory)."""
+
+    name: str
+    summary: str
+    overrides: tuple[str, ...] = ()
+    materialises_attention: bool = False
+
+    def resolved_overrides(self, base: Config) -> list[str]:
+        return [o.format(n_layers=base.model.n_layers) for o in self.overrides]
+
+
+VARIANTS: dict[str, Variant] = {
+    v.name: v
+    for v in (
+        Variant("baseline", "linear W_Q; Q, K, V from one fused matmul (torch.cat per forward)"),
+        Variant(
+            "baseline_unfused",
+            "linear W_Q; Q, K, V as three matmuls (no weight concatenation)",
+            ("query.fused=false",),
+        ),
+        Variant(
+            "nonlinear_query",
+            "q = (u + f(u))/2, W1 fused with W_K, W_V (SPEC 1.1)",
+            ("query.kind=nonlinear", "query.fused=true"),
+        ),
+        Variant(
+            "nonlinear_query_unfused",
+            "q = (u + f(u))/2, W1, W_K, W_V as separate matmuls",
+            ("query.kind=nonlinear", "query.fused=false"),
+        ),
+        Variant("identity_query", "q = Norm(x), no W_Q", ("query.kind=identity",)),
+        Variant(
+            "preproj_skip",
+            "x~ = x^ + W_down silu(W_up x^); out = x + attn + W_skip x~ (SPEC 1.2)",
+            ("pre_projection.enabled=true", "content_skip.enabled=true"),
+        ),
+        Variant(
+            "identity_head",
+            "identity head + head weights, no residual, no MLP, nonlinear mixer (SPEC 1.3)",
+            ("identity_head.enabled=true", "residual=false", "mlp=false", "mixer.nonlinear=true"),
+        ),
+        Variant(
+            "moe_values",
+            "one layer looped n_layers times, MoE values top-2 of 8, no MLP (SPEC 1.4)",
+            (
+                "n_layers=1",
+                "mlp=false",
+                "moe_values.enabled=true",
+                "moe_values.loops={n_layers}",
+            ),
+        ),
+        Variant(
+            "virtual_heads",
+            "causal 1-D conv (K=3) over the attention logits (SPEC 1.5)",
+            ("virtual_heads.enabled=true",),
+            materialises_attention=True,
+        ),
+        Variant(
+            "explicit_attention",
+            "baseline through the explicit (math) attention path",
+            ("attention.backend=math",),
+            materialises_attention=True,
+        ),
+    )
+}
+
+DEFAULT_VARIANTS: tuple[str, ...] = tuple(VARIANTS)
+
+
+def parse_names(text: str, known: dict[str, object] | tuple[str, ...], what: str) -> list[str]:
+    """Split a comma list, expand ``all``/``none``, and refuse unknown names with the nearest."""
+    names = list(known)
+    out: list[str] = []
+    for raw in text.split(","):
+        name = raw.strip()
+        if not name:
+            continue
+        if name == "all":
+            out.extend(n for n in names if n not in out)
+            continue
+        if name == "none":
+            continue
+        if name not in names:
+            near = difflib.get_close_matches(name, names, n=1, cutoff=0.5)
+            hint = f" Did you mean {near[0]!r}?" if near else ""
+            raise UserError(f"unknown {what} {name!r}.{hint} Choose from: {', '.join(names)}")
+        if name not in out:
+            out.append(name)
+    return out
+
+
+def variant_config(base: Config, name: str) -> Config:
+    """The base config with the variant's overrides applied and validated.
+
+    Raises ConfigError (a UserError) with the validator's message when the variant cannot apply.
+    """
+    items = [f"model.{o}" for o in VARIANTS[name].resolved_overrides(base)]
+    try:
+        return validate(apply_overrides(base.to_dict(), items))
+    except ConfigError as e:
+        raise ConfigError(f"variant {name!r} does not apply to this config: {e}") from None

@@ -1,0 +1,164 @@
+"""``attnlab bench``: training throughput, MFU, inference speed and memory of every block variant,
+against nanoGPT, Hugging Face GPT-2 and x-transformers at the same config."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from attnlab.errors import UserError
+
+NAME = "bench"
+HELP = (
+    "time training (tokens/s, MFU vs a measured peak), decoding (with/without KV cache) and memory "
+    "of the block variants and of peers at equal config"
+)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from attnlab.bench.peers import PEERS
+    from attnlab.bench.runner import SECTIONS
+    from attnlab.bench.variants import VARIANTS
+
+    p.add_argument(
+        "config", nargs="?", metavar="NAME_OR_FILE", help="a preset or TOML file (default tiny)"
+    )
+    p.add_argument("--preset", metavar="NAME", help="a preset name (same as the positional)")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override the base config, e.g. --set model.d_model=256 (repeatable)",
+    )
+    p.add_argument(
+        "--variants",
+        default="all",
+        metavar="LIST",
+        help=f"comma list or all/none (default all): {', '.join(VARIANTS)}",
+    )
+    p.add_argument(
+        "--peers",
+        default="all",
+        metavar="LIST",
+        help=f"comma list or all/none (default all): {', '.join(PEERS)}",
+    )
+    p.add_argument("--batch-size", type=int, metavar="B", help="default: train.batch_size")
+    p.add_argument("--seq-len", type=int, metavar="T", help="default: data.seq_len")
+    p.add_argument("--steps", type=int, default=3, metavar="N", help="timed steps per round")
+    p.add_argument("--repeats", type=int, default=5, metavar="R", help="interleaved timed rounds")
+    p.add_argument("--warmup", type=int, default=1, metavar="W", help="untimed rounds first")
+    p.add_argument("--threads", type=int, metavar="T", help="torch CPU threads (default: torch's)")
+    p.add_argument("--device", default="cpu", help="cpu or cuda[:N] (default cpu)")
+    p.add_argument(
+        "--dtype",
+        choices=["float32", "bfloat16", "float16"],
+        help="compute dtype (autocast; default float32 on CPU, bfloat16 on CUDA)",
+    )
+    p.add_argument("--compile", action="store_true", help="torch.compile every model")
+    p.add_argument(
+        "--sections",
+        default=",".join(SECTIONS),
+        metavar="LIST",
+        help=f"what to measure (default all): {', '.join(SECTIONS)}",
+    )
+    p.add_argument("--prompt-len", type=int, default=16, metavar="N")
+    p.add_argument("--new-tokens", type=int, metavar="N", help="decoded tokens (default <= 64)")
+    p.add_argument("--decode-batch", type=int, default=1, metavar="B")
+    p.add_argument("--decode-repeats", type=int, default=3, metavar="R")
+    p.add_argument("--out", metavar="FILE", help="write FILE.md and FILE.json")
+    p.add_argument(
+        "--save", action="store_true", help="write the result into benchmarks/results/ by machine"
+    )
+    p.add_argument(
+        "--targets",
+        action="store_true",
+        help="run the CPU target checks (fixed config d=256, 6 layers, T=256, 2 threads) and "
+        "write benchmarks/results/cpu-<cpu>-<date>.md/.json",
+    )
+    p.add_argument("--json", action="store_true", help="print the result as JSON, no tables")
+    p.add_argument("--list", action="store_true", help="list the variants and peers and exit")
+
+
+def _list() -> int:
+    from attnlab.bench.peers import PEERS, SUMMARIES
+    from attnlab.bench.variants import VARIANTS
+
+    for v in VARIANTS.values():
+        sets = " ".join(f"--set model.{o}" for o in v.overrides) or "(the base config)"
+        print(f"{v.name:<24} {v.summary}\n{'':<24} {sets}")
+    for name in PEERS:
+        print(f"{name:<24} peer: {SUMMARIES[name]}")
+    return 0
+
+
+def _spec(args: argparse.Namespace):
+    from attnlab.bench.peers import PEERS
+    from attnlab.bench.runner import SECTIONS, BenchSpec
+    from attnlab.bench.variants import VARIANTS, parse_names
+    from attnlab.config import load_config
+
+    if args.config and args.preset:
+        raise UserError("give a config either as NAME_OR_FILE or with --preset, not both")
+    name = args.config or args.preset or "tiny"
+    return BenchSpec(
+        config=load_config(name, args.overrides),
+        config_name=name + "".join(f" --set {o}" for o in args.overrides),
+        variants=parse_names(args.variants, tuple(VARIANTS), "variant"),
+        peers=parse_names(args.peers, PEERS, "peer"),
+        batch_size=args.batch_size,
+        seq_len=args.seq_len,
+        steps=args.steps,
+        warmup=args.warmup,
+        repeats=args.repeats,
+        threads=args.threads,
+        device=args.device,
+        dtype=args.dtype,
+        compile=args.compile,
+        sections=tuple(parse_names(args.sections, SECTIONS, "section")),
+        prompt_len=args.prompt_len,
+        new_tokens=args.new_tokens,
+        decode_batch=args.decode_batch,
+        decode_repeats=args.decode_repeats,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    import sys
+
+    from attnlab.bench.report import print_report, results_dir, write_results
+
+    if args.list:
+        return _list()
+    log = (lambda m: print(m, file=sys.stderr)) if args.json else print
+    if args.threads is not None and args.threads < 1:
+        raise UserError("--threads must be at least 1")
+    if args.targets:
+        if args.config or args.preset or args.overrides:
+            raise UserError("--targets measures its own fixed config; drop the config and --set")
+        from attnlab.bench.targets import run_targets
+
+        result = run_targets(log=log, threads=args.threads or 2)
+        stem = args.out or results_dir() / result.machine.slug()
+        title = "attnlab bench --targets (CPU)"
+    else:
+        from attnlab.bench.runner import run_bench
+
+        spec = _spec(args)
+        result = run_bench(spec, log=log)
+        stem = args.out
+        if stem is None and args.save:
+            cfg = "".join(c if c.isalnum() or c in "-_." else "-" for c in spec.config_name)
+            stem = results_dir() / f"{result.machine.slug()}-{cfg[:60].strip('-')}"
+        title = f"attnlab bench {spec.config_name}"
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2, default=str))
+    else:
+        print_report(result)
+    if stem is not None:
+        for path in write_results(result, stem, title):
+            log(f"wrote {path}")
+    if result.targets and not all(t["met"] for t in result.targets):
+        return 1
+    return 0
