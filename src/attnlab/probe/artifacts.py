@@ -77,7 +77,7 @@ def save_probe(run_dir: Path, probed: ProbedModel, cfg: Any, trained_steps: int)
         tmp.replace(run_dir / ADAPTER)
     if probed.lora is not None:
         with atomic_directory(run_dir / LORA_DIR, replace=True) as tmp_dir:
-            probed.model.save_pretrained(str(tmp_dir), safe_serialization=True)
+            probed.model.save_pretrained(str(tmp_dir), save_embedding_layers=False)
     atomic_write_json(run_dir / PROBE_JSON, probe_record(probed, cfg, trained_steps))
 
 

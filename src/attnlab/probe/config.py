@@ -159,6 +159,12 @@ class ProbeEvalConfig(Section):
     max_length: int | None = Field(None, ge=2, description="context; None = train.seq_len")
     stride: int | None = Field(None, ge=1, description="perplexity window stride")
     val_sequences: int = Field(16, ge=1, description="windows of the in-training val loss")
+    val_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="perplexity on the first n validation tokens (documents in order, the last "
+        "one cut); None = eval.limit whole documents",
+    )
 
 
 class ProbeConfig(Section):

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import math
+import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +67,44 @@ def resolve_tasks(tasks: list[str], data: TokenData, limit: int | None) -> list[
     return out
 
 
+def heldout_documents(data: TokenData, max_tokens: int) -> list[Any]:
+    """The validation split's documents in order, cut after ``max_tokens`` tokens in all, as
+    :class:`attnlab.eval.Document` (ids are the base's: :func:`probe_data` checked that)."""
+    from attnlab.eval import Document
+    from attnlab.eval.corpus import split_documents
+    from attnlab.eval.perplexity import count_words
+
+    out, left, tok = [], max_tokens, data.tokenizer
+    for doc in split_documents(np.asarray(data.val), data.eos_id):
+        if left <= 0:
+            break
+        ids = doc[:left].astype(np.int64).tolist()
+        text = tok.decode(ids)
+        out.append(Document(ids, len(text.encode("utf-8")), count_words(text)))
+        left -= len(ids)
+    return out
+
+
+def _heldout_perplexity(lm: Any, data: TokenData, cfg: ProbeConfig) -> dict[str, Any]:
+    from attnlab.eval import perplexity
+
+    assert cfg.eval.val_tokens is not None
+    t0 = time.perf_counter()
+    docs = heldout_documents(data, cfg.eval.val_tokens)
+    res = perplexity(lm, docs, cfg.eval.stride, cfg.eval.batch_size)
+    return {
+        "metrics": res.metrics(),
+        "task": "perplexity",
+        "source": f"{data.directory} (val, first {cfg.eval.val_tokens} tokens)",
+        "limit": None,
+        "model": lm.name,
+        "max_length": lm.max_length,
+        "stride": cfg.eval.stride or max(1, lm.max_length // 2),
+        "timestamp": datetime.now(UTC).isoformat(timespec="seconds"),
+        "seconds": round(time.perf_counter() - t0, 3),
+    }
+
+
 def evaluate_probe(
     model: nn.Module,
     tokenizer: Any,
@@ -73,12 +113,15 @@ def evaluate_probe(
     run_dir: Path,
     tasks: list[str] | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """Run ``tasks`` (default ``cfg.eval.tasks``) and merge them into ``run_dir/eval/results.json``."""
-    from attnlab.eval import HFCausalLM, evaluate
+    """Run ``tasks`` (default ``cfg.eval.tasks``) and merge them into ``run_dir/eval/results.json``.
 
-    specs = resolve_tasks(list(cfg.eval.tasks if tasks is None else tasks), data, cfg.eval.limit)
-    if not specs:
-        return {}
+    With ``eval.val_tokens``, ``perplexity`` scores that many validation tokens (a fixed budget
+    whatever the document lengths) through :func:`attnlab.eval.perplexity`.
+    """
+    from attnlab.eval import HFCausalLM, evaluate
+    from attnlab.eval.results import merge_results, results_path
+
+    wanted = list(cfg.eval.tasks if tasks is None else tasks)
     device = next(model.parameters()).device
     lm = HFCausalLM(
         model,
@@ -89,9 +132,17 @@ def evaluate_probe(
         results_dir=Path(run_dir),
     )
     lm.data_dir = Path(data.directory)
-    return evaluate(
-        lm, specs, cfg.eval.limit, batch_size=cfg.eval.batch_size, stride=cfg.eval.stride
-    )
+    out: dict[str, dict[str, Any]] = {}
+    if cfg.eval.val_tokens is not None and "perplexity" in [t.strip() for t in wanted]:
+        wanted = [t for t in wanted if t.strip() != "perplexity"]
+        out["perplexity"] = _heldout_perplexity(lm, data, cfg)
+        merge_results(results_path(run_dir), out)
+    specs = resolve_tasks(wanted, data, cfg.eval.limit)
+    if specs:
+        out |= evaluate(
+            lm, specs, cfg.eval.limit, batch_size=cfg.eval.batch_size, stride=cfg.eval.stride
+        )
+    return out
 
 
 @torch.no_grad()

@@ -110,3 +110,27 @@ def save_tiny_model(kind: str, directory: str | Path, seed: int = 0, **kw: Any) 
     model.save_pretrained(directory)
     tok.save_pretrained(directory)
     return directory
+
+
+_NOUNS = ("river", "garden", "engine", "castle", "market", "violin", "harbor", "lantern", "forest")
+_ADJS = ("old", "quiet", "bright", "narrow", "heavy", "green")
+_VERBS = ("faces", "follows", "guards", "reaches", "crosses", "mirrors")
+
+
+def write_corpus(path: str | Path, n_docs: int = 40, sentences: int = 24, seed: int = 0) -> Path:
+    """A JSONL corpus of simple English sentences over a small vocabulary (nouns recur, so
+    LAMBADA-style cloze passages can be built from it). Deterministic."""
+    import json
+    import random
+
+    rng = random.Random(seed)
+    lines = []
+    for _ in range(n_docs):
+        words = []
+        for _ in range(sentences):
+            a, n, v, m = (rng.choice(x) for x in (_ADJS, _NOUNS, _VERBS, _NOUNS))
+            words.append(f"The {a} {n} {v} the {m}.")
+        lines.append(json.dumps({"text": " ".join(words)}))
+    path = Path(path)
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path

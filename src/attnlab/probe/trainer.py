@@ -347,7 +347,7 @@ def _rerun_finished(
 
     record = artifacts.read_probe_json(run_dir)
     path = results_path(run_dir)
-    have = load_results(path) if path.is_file() else {}
+    have = load_results(path)["tasks"] if path.is_file() else {}
     keys = {t: result_key(t, cfg.eval.limit) for t in cfg.eval.tasks}
     todo = [t for t, k in keys.items() if k not in have] if status["status"] == "finished" else []
     if todo:

