@@ -496,7 +496,9 @@ def source_dict(name_or_path: str | Path) -> dict[str, Any]:
 
 
 def parse_override(item: str) -> tuple[list[str], Any]:
-    """``a.b.c=value`` -> (["a","b","c"], value); the value is read as TOML, else as a string."""
+    """``a.b.c=value`` -> (["a","b","c"], value); the value is read as TOML, else as a string;
+    ``null`` resets an optional field to None (``none`` stays a string: it is a valid choice of
+    some keys, e.g. model.position.kind)."""
     if "=" not in item:
         raise ConfigError(f"override {item!r} must look like dotted.key=value")
     key, _, text = item.partition("=")
@@ -504,6 +506,8 @@ def parse_override(item: str) -> tuple[list[str], Any]:
     if not key or any(not part for part in key.split(".")):
         raise ConfigError(f"override {item!r} has an empty key part")
     text = text.strip()
+    if text == "null":
+        return key.split("."), None
     try:
         value = tomllib.loads(f"v = {text}")["v"]
     except tomllib.TOMLDecodeError:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from attnlab.errors import InvalidRequestError
+
 
 def _pick(
     logits: Tensor, temperature: float, top_k: int | None, gen: torch.Generator | None
@@ -47,13 +49,13 @@ def generate(
     memory = model.encode(encoder_input_ids) if encoder_input_ids is not None else None
     a = cfg.attention
     if a.mask == "prefix" and ids.shape[1] < a.prefix_len:
-        raise ValueError(
+        raise InvalidRequestError(
             f"prefix-LM: the prompt ({ids.shape[1]} tokens) must cover "
             f"model.attention.prefix_len={a.prefix_len}; generated tokens are never in the prefix"
         )
     limit = cfg.max_seq_len if cfg.position.kind == "learned" else None
     if limit is not None and ids.shape[1] + max_new_tokens > limit:
-        raise ValueError(
+        raise InvalidRequestError(
             f"prompt ({ids.shape[1]}) + max_new_tokens ({max_new_tokens}) exceeds "
             f"model.max_seq_len={limit} of learned positions"
         )

@@ -305,7 +305,11 @@ class Transformer(nn.Module):
         loss = None
         if targets is not None:
             loss = F.cross_entropy(
-                logits.float().view(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-100
+                logits.view(-1, logits.shape[-1]).to(
+                    torch.promote_types(logits.dtype, torch.float32)
+                ),
+                targets.reshape(-1),
+                ignore_index=-100,
             )
         aux = list(self.aux_losses()) if self.training else []
         return ModelOutput(
