@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnlab.config import ModelConfig
+from attnlab.errors import InvalidRequestError
 from attnlab.model.block import Block
 from attnlab.model.context import AttnContext
 from attnlab.model.kv_cache import KVCache
@@ -243,6 +244,12 @@ class Transformer(nn.Module):
 
     def _embed(self, ids: Tensor, start: int) -> Tensor:
         x = self.embed(ids)
+        end = start + ids.shape[1]
+        if isinstance(self.abs_pos, LearnedPositions) and end > self.abs_pos.max_len:
+            raise InvalidRequestError(
+                f"positions up to {end - 1} exceed model.max_seq_len={self.abs_pos.max_len} of "
+                "the learned position table; shorten the input or raise model.max_seq_len"
+            )
         if self.abs_pos is not None:
             pos = torch.arange(start, start + ids.shape[1], device=ids.device)
             x = x + self.abs_pos(pos).to(x.dtype)
