@@ -155,7 +155,8 @@ def test_experiment_writes_one_table(env, tmp_path):
     results = run_experiment(exp, out, data_root=env["data"], log=_quiet)
     assert [r.status for r in results] == ["finished"] * 3
     table = json.loads((out / "results.json").read_text())
-    rows = {r["method"]: r for r in table["rows"]}
+    rows = {r["method"].split(" (r=")[0]: r for r in table["rows"]}
+    assert table["rows"][1]["method"].startswith("lora@preproj+skip (r=")
     assert rows["frozen"]["params"] == 0
     target = rows["preproj+skip"]["params"]
     assert abs(rows["lora@preproj+skip"]["params"] - target) / target < 0.1

@@ -87,7 +87,10 @@ def recipe_note(cfg: ProbeConfig) -> str:
 
 
 def result_row(r: ProbeResult) -> dict[str, Any]:
-    return make_row(r.label, int(r.counts.get("trainable", 0)), r.status, r.steps, r.results)
+    """One table row; a LoRA method's label carries its rank, as in the seed's "LoRA (r=480)"."""
+    plan = r.counts.get("lora_plan")
+    label = f"{r.label} (r={plan['rank']})" if plan else r.label
+    return make_row(label, int(r.counts.get("trainable", 0)), r.status, r.steps, r.results)
 
 
 def _failed(cfg: ProbeConfig, run_dir: Path, err: BaseException) -> ProbeResult:

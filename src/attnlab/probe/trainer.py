@@ -4,7 +4,8 @@ One optimizer step ``s`` (0-based) reads row ``s`` of the stored batch schedule 
 sequences of ``seq_len + 1`` tokens, split into micro-batches), averages the next-token
 cross-entropy over them, clips the gradient of the trainable tensors and steps AdamW with
 ``lr_at(s)`` (warmup, then cosine to ``min_lr``). Only the injected / LoRA tensors train; the base
-is frozen and never saved.
+is frozen and never saved. The model runs in train mode, so a base's own dropout (GPT-2: 0.1;
+Pythia, Llama: 0) is active, as under the Hugging Face ``Trainer``.
 
 Resumable: every ``checkpoint_every`` steps (and at the end) the trainable tensors, the AdamW state
 and the RNG states go to ``RUN_DIR/checkpoints/step_XXXXXXX/`` through
