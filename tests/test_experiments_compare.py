@@ -77,6 +77,10 @@ def experiment_file(folder: Path, data_dir: Path, variants: str, seeds: str = "[
 
 
 TWO_VARIANTS = """
+[evaluate]
+tasks = ["perplexity"]
+limit = 1
+
 [[variants]]
 name = "baseline"
 [[variants]]
@@ -119,6 +123,18 @@ def test_results_tables_have_one_row_per_run(done):
     data = json.loads((done / "results.json").read_text())
     assert data["baseline"] == "baseline" and len(data["runs"]) == 4
     assert {r["schedule_hash"] for r in data["runs"]} == {r["schedule_hash"] for r in rows}
+
+
+def test_evaluation_results_become_columns(done):
+    rows = read_csv(done / "results.csv")
+    for r in rows:
+        stored = json.loads((Path(r["run_dir"]) / "eval" / "results.json").read_text())
+        loss = stored["tasks"]["perplexity"]["metrics"]["loss"]
+        assert float(r["eval/perplexity/loss"]) == pytest.approx(loss)
+        assert float(r["eval/perplexity/bits_per_byte"]) > 0
+    assert "eval/perplexity/tokens" not in rows[0]  # counts are not metrics
+    report = (done / "report.md").read_text()
+    assert "## Evaluation" in report and "perplexity/loss" in report
 
 
 def test_every_variant_of_a_seed_reads_the_same_schedule(done):

@@ -236,6 +236,12 @@ def test_base_table_and_set_routing(tmp_path):
         assert v.config.model.d_model == 32 and v.config.model.n_layers == 3
 
 
+def test_unknown_evaluation_task_fails_at_load(tmp_path):
+    path = write(tmp_path, '[evaluate]\ntasks = ["perplexty"]\n[[variants]]\nname = "a"\n')
+    with pytest.raises(Exception, match=r"(?i)did you mean perplexity"):
+        load_experiment(path)
+
+
 def test_duplicate_variant_names_and_bad_names(tmp_path):
     with pytest.raises(ConfigError, match="repeated: a"):
         load_experiment(write(tmp_path, '[[variants]]\nname = "a"\n[[variants]]\nname = "a"\n'))

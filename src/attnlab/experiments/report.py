@@ -340,6 +340,14 @@ def build_report(out_dir: str | Path) -> Path:
         f"{record['steps'] * tps:,} tokens per run",
         f"- data: `{d['corpus']}`, tokenizer `{d['tokenizer']}`, sequence length {d['seq_len']}",
         f"- runs: {len(rows)} ({_status_counts(counts)})",
+        *(
+            [
+                f"- evaluation after training: {', '.join(record['evaluate']['tasks'])}"
+                + (f" (limit {record['evaluate']['limit']})" if record["evaluate"]["limit"] else "")
+            ]
+            if record.get("evaluate")
+            else []
+        ),
         f"- written {time.strftime('%Y-%m-%d %H:%M:%S')} by attnlab {attnlab.__version__}",
         "",
         "## Summary",

@@ -31,7 +31,13 @@ from attnlab.config import (
     validate,
 )
 from attnlab.experiments.matching import MatchResult, closest_integer, default_knob, knob_value
-from attnlab.experiments.spec import ExperimentSpec, VariantSpec, parse_experiment, read_experiment
+from attnlab.experiments.spec import (
+    EvaluateSpec,
+    ExperimentSpec,
+    VariantSpec,
+    parse_experiment,
+    read_experiment,
+)
 from attnlab.model.params import ParamReport, count
 
 #: train.* keys that decide the batch schedule or the validation points; only the base sets them
@@ -90,6 +96,7 @@ class Experiment:
     seeds: list[int]
     steps: int
     tokens_per_step: int
+    evaluate: EvaluateSpec | None = None
     notes: list[str] = field(default_factory=list)
 
     def runs(self, out_dir: str | Path, only: list[str] | None = None) -> list[RunPlan]:
@@ -119,6 +126,7 @@ class Experiment:
             "seeds": self.seeds,
             "steps": self.steps,
             "tokens_per_step": self.tokens_per_step,
+            "evaluate": self.evaluate.model_dump() if self.evaluate else None,
             "notes": self.notes,
             "variants": [
                 {
@@ -311,6 +319,11 @@ def resolve(
             f"train.eval_every={base.train.eval_every} > {steps} steps: validation runs only at "
             "the end, so the curves have one point; lower train.eval_every in [base.train]"
         )
+    if spec.evaluate is not None:
+        from attnlab.eval.registry import task_key
+
+        for task in spec.evaluate.tasks:
+            task_key(task)  # an unknown task name fails here, with the nearest spelling
     by_name = {v.name: v for v in spec.variants}
     raws: dict[str, dict[str, Any]] = {}
     variants: dict[str, Variant] = {}
@@ -349,6 +362,7 @@ def resolve(
         seeds=list(spec.seeds),
         steps=steps,
         tokens_per_step=tokens_per_step,
+        evaluate=spec.evaluate,
         notes=notes,
     )
 

@@ -82,8 +82,7 @@ def _float(x: Any) -> float | None:
 
 
 def flatten_eval(results: Any, prefix: str = "") -> dict[str, float]:
-    """Numeric leaves of ``eval/results.json`` as ``task/metric`` columns (strings and lists are
-    left out)."""
+    """Numeric leaves of a nested dict as ``a/b`` columns (strings, lists, booleans left out)."""
     out: dict[str, float] = {}
     if isinstance(results, dict):
         for k, v in results.items():
@@ -98,6 +97,9 @@ def flatten_eval(results: Any, prefix: str = "") -> dict[str, float]:
 
 
 def read_eval(path: Path) -> dict[str, float]:
+    """``task/metric`` columns from ``eval/results.json`` (``{"tasks": {KEY: {"metrics": ...}}}``,
+    the format of :mod:`attnlab.eval.results`): the floating-point metrics of every task; counts
+    (tokens, documents, bytes) are left out. Another layout is flattened as it is."""
     f = path / "eval" / "results.json"
     if not f.is_file():
         return {}
@@ -105,9 +107,15 @@ def read_eval(path: Path) -> dict[str, float]:
         data = json.loads(f.read_text(encoding="utf-8"))
     except ValueError:
         return {}
-    if isinstance(data, dict) and isinstance(data.get("results"), dict):
-        data = data["results"]
-    return flatten_eval(data)
+    tasks = data.get("tasks") if isinstance(data, dict) else None
+    if not isinstance(tasks, dict):
+        return flatten_eval(data)
+    out: dict[str, float] = {}
+    for key, entry in tasks.items():
+        metrics = entry.get("metrics") if isinstance(entry, dict) else None
+        if isinstance(metrics, dict):
+            out.update({f"{key}/{m}": float(v) for m, v in metrics.items() if isinstance(v, float)})
+    return out
 
 
 def collect(out_dir: str | Path, record: dict[str, Any]) -> list[RunRow]:

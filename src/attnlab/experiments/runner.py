@@ -19,6 +19,7 @@ from attnlab.config import load_config
 from attnlab.errors import UserError
 from attnlab.experiments.progress import ExperimentProgress
 from attnlab.experiments.resolve import Experiment, RunPlan
+from attnlab.experiments.spec import EvaluateSpec
 from attnlab.train import rundir
 from attnlab.train.batches import prepare_if_missing, resolve_data_dir
 
@@ -137,11 +138,53 @@ def run_all(
     outcomes = []
     try:
         for r in runs:
-            outcomes.append(_run_one(r, progress))
+            outcome = _run_one(r, progress)
+            if exp.evaluate is not None and outcome.status == "finished":
+                evaluate_run(r, exp.evaluate, progress)
+            outcomes.append(outcome)
     finally:
         if progress is not None:
             progress.finish()
     return outcomes
+
+
+def evaluate_run(r: RunPlan, spec: EvaluateSpec, progress: ExperimentProgress | None) -> None:
+    """Run the ``[evaluate]`` tasks a finished run has no results for yet (``eval/results.json``).
+
+    A failing evaluation is written to ``eval/error.txt`` and does not stop the experiment.
+    """
+    import torch
+
+    from attnlab.eval import evaluate
+    from attnlab.eval.registry import task_key
+    from attnlab.eval.results import load_results, results_path
+
+    done = set(load_results(results_path(r.run_dir))["tasks"]) if r.run_dir.is_dir() else set()
+    todo = [t for t in spec.tasks if task_key(t) not in done]
+    if not todo:
+        return
+    if progress is not None:
+        progress.note(f"  evaluating {r.variant} seed{r.seed}: {', '.join(todo)}")
+    threads = torch.get_num_threads()
+    try:
+        if r.config.train.threads:
+            torch.set_num_threads(r.config.train.threads)
+        evaluate(
+            r.run_dir,
+            todo,
+            spec.limit,
+            batch_size=spec.batch_size,
+            device=r.config.train.device,
+        )
+    except KeyboardInterrupt:
+        raise
+    except Exception as e:
+        (r.run_dir / "eval").mkdir(parents=True, exist_ok=True)
+        (r.run_dir / "eval" / "error.txt").write_text(traceback.format_exc(), encoding="utf-8")
+        if progress is not None:
+            progress.note(f"  evaluation of {r.variant} seed{r.seed} failed: {e}")
+    finally:
+        torch.set_num_threads(threads)
 
 
 def _run_one(r: RunPlan, progress: ExperimentProgress | None) -> RunOutcome:

@@ -10,6 +10,10 @@
     [budget]
     steps = 300                         # or: tokens = 1_000_000 (rounded up to whole steps)
 
+    [evaluate]                          # optional: `attnlab eval` tasks after each finished run
+    tasks = ["perplexity"]              #   (their metrics become columns of the report)
+    limit = 2
+
     [[variants]]
     name = "nonlinear-query"
     set = ["model.query.kind=nonlinear"]   # dotted overrides, and/or section tables:
@@ -54,6 +58,14 @@ class Budget(_Spec):
         return self
 
 
+class EvaluateSpec(_Spec):
+    """Tasks of ``attnlab eval`` run on each finished run (results become report columns)."""
+
+    tasks: list[str] = Field(min_length=1)
+    limit: int | None = Field(None, ge=1, description="items (or documents) per task")
+    batch_size: int = Field(8, ge=1)
+
+
 class VariantSpec(_Spec):
     """One arm of the comparison: the base config plus this variant's overrides."""
 
@@ -88,6 +100,7 @@ class ExperimentSpec(_Spec):
     seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
     budget: Budget
     baseline: str | None = None
+    evaluate: EvaluateSpec | None = None
     variants: list[VariantSpec] = Field(min_length=1)
 
     @field_validator("seeds")
