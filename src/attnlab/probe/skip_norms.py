@@ -61,6 +61,7 @@ def plot(norms: SkipNorms, path: Path, title: str = "content skip norm by layer"
     fig, ax = plt.subplots(figsize=(max(4.0, 0.35 * depth + 2), 3.2), dpi=120)
     for k, (m, v) in enumerate(series.items()):
         ax.bar([i - 0.4 + width * (k + 0.5) for i in range(len(v))], v, width, label=m)
+    ax.set_xticks(range(0, depth, max(1, depth // 16)))
     ax.set_xlabel("layer")
     ax.set_ylabel("||W_skip||_F")
     ax.set_title(title)
