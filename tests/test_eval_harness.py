@@ -104,6 +104,11 @@ def test_constructor_falls_back_from_missing_cuda_and_auto_batch(model_and_token
     if not torch.cuda.is_available():
         assert lm.device.type == "cpu"
     assert lm.batch_size == 8 and lm.max_length == 16
+    # model_args win over the CLI's always-present --batch_size / --device values
+    lm = AttnlabEvalLM.create_from_arg_string(
+        f"path=hf:{tmp_path},batch_size=3,device=cpu", {"batch_size": 1, "device": "cuda:0"}
+    )
+    assert lm.batch_size == 3 and lm.device.type == "cpu"
 
 
 def test_simple_evaluate_by_name_matches_attnlab_cloze(model_and_tokenizer, tmp_path):

@@ -93,6 +93,27 @@ class AttnlabEvalLM(TemplateLM):
         self._max_gen_toks = int(max_gen_toks)
         self.stride = int(stride) if stride else None
 
+    @classmethod
+    def create_from_arg_string(
+        cls, arg_string: str, additional_config: dict | None = None
+    ) -> AttnlabEvalLM:
+        """``--model_args`` win over the CLI's ``--batch_size`` / ``--device`` (which always
+        arrive, with defaults), instead of clashing with them."""
+        from lm_eval.utils import simple_parse_args_string
+
+        return cls.create_from_arg_obj(simple_parse_args_string(arg_string), additional_config)
+
+    @classmethod
+    def create_from_arg_obj(
+        cls, arg_dict: dict[str, Any], additional_config: dict | None = None
+    ) -> AttnlabEvalLM:
+        extra = {
+            k: v
+            for k, v in (additional_config or {}).items()
+            if v is not None and k not in arg_dict
+        }
+        return cls(**arg_dict, **extra)
+
     # ---------------------------------------------------------------- properties lm-eval reads
 
     @property

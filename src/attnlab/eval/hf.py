@@ -67,6 +67,11 @@ class HFCausalLM(LanguageModel):
             model = AutoModelForCausalLM.from_pretrained(
                 src, dtype=_DTYPES[dtype or "float32"], **extra, **model_kwargs
             )
+        except ImportError as e:
+            raise UserError(
+                f"loading {src!r} needs a package that is missing ({e}); GGUF files need "
+                "`pip install gguf accelerate`"
+            ) from None
         except OSError as e:
             where = f"{src}/{gguf_file}" if gguf_file else src
             raise UserError(

@@ -127,7 +127,8 @@ class AttnlabLM(LanguageModel):
 
     def info(self) -> dict[str, object]:
         n_params = sum(p.numel() for p in self.model.parameters())
-        return super().info() | {"backend": "attnlab", "parameters": n_params}
+        out = super().info() | {"backend": "attnlab", "parameters": n_params}
+        return out if self.step is None else out | {"step": self.step}
 
 
 def _module_device(model: nn.Module) -> torch.device:
