@@ -201,3 +201,20 @@ def test_refusals_are_user_errors():
     model.config.model_type = "bert"
     with pytest.raises(UserError, match="supported: " + ", ".join(sorted(SPECS))):
         arch_of(model)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_cached_decoding_matches_uncached_with_live_parts(kind):
+    """The hooks act per token, so the base's own K/V cache stays valid (same shapes, no extra
+    state): greedy decoding with and without the cache agrees."""
+    model, tok = tiny_model(kind)
+    inj = inject(model, FULL)
+    with torch.no_grad():
+        for layer in inj.layers:
+            for p in layer.parameters():
+                p.normal_(0, 0.2)
+    ids = _ids(tok, 1)[:, :8]
+    kw = {"max_new_tokens": 6, "do_sample": False, "pad_token_id": 0}
+    cached = model.generate(ids, use_cache=True, **kw)
+    uncached = model.generate(ids, use_cache=False, **kw)
+    assert torch.equal(cached, uncached)
