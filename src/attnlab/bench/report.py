@@ -156,7 +156,7 @@ def memory_table(r: BenchResult) -> TextTable | None:
         cells.append(attn.get(m.name, ""))
         t.rows.append(cells)
     t.notes.append(
-        "peak RSS = the child's ru_maxrss; growth = peak - RSS after imports (model, gradients, "
+        "peak RSS = the child process's high-water mark (VmHWM); growth = peak - RSS after imports (model, gradients, "
         "AdamW state, activations). O(T^2 H) rows hold the [B, H, T, T] probabilities per layer."
     )
     return t
