@@ -251,3 +251,16 @@ def test_plan_prints_counts_and_trains_nothing(data_dir, tmp_path, capsys):
     err = capsys.readouterr().err
     assert "skip-id" in err and "non-emb." in err
     assert not (tmp_path / "out").exists()
+
+
+def test_parallel_jobs_give_the_same_results_as_sequential(done, data_dir, tmp_path):
+    path = experiment_file(tmp_path, data_dir, TWO_VARIANTS, seeds="[0]")
+    out = tmp_path / "out"
+    assert main(["compare", str(path), "--out", str(out), "--quiet", "--jobs", "2"]) == 0
+    par = {r["variant"]: r for r in read_csv(out / "results.csv")}
+    seq = {r["variant"]: r for r in read_csv(done / "results.csv") if r["seed"] == "0"}
+    for v in ("baseline", "skip-id"):
+        assert par[v]["status"] == "finished"
+        assert float(par[v]["final_val_loss"]) == float(seq[v]["final_val_loss"])
+        assert par[v]["schedule_hash"] == seq[v]["schedule_hash"]
+        assert par[v]["eval/perplexity/loss"] == seq[v]["eval/perplexity/loss"]

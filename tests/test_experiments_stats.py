@@ -87,12 +87,15 @@ def test_band_and_seed_paired_relative_curve():
 
 def test_eta_uses_measured_rates_and_scales_unmeasured_ones_by_flops():
     eta = EtaModel(flops={"a": 100.0, "b": 200.0, "c": 50.0})
-    assert eta.remaining([("a", 10)]) is None  # nothing measured yet
+    assert eta.remaining([("a", 10, False)]) is None  # nothing measured yet
     eta.record("a", 0.5)
-    assert eta.remaining([("a", 10)]) == pytest.approx(5.0)
+    assert eta.remaining([("a", 10, True)]) == pytest.approx(5.0)
     assert eta.rate("b") == pytest.approx(1.0)  # twice the FLOPs, twice the time
-    assert eta.remaining([("a", 10), ("b", 4), ("c", 8)]) == pytest.approx(5 + 4 + 2)
+    work = [("a", 10, True), ("b", 4, False), ("c", 8, False)]
+    assert eta.remaining(work) == pytest.approx(5 + 4 + 2)
     eta.record_overhead(3.0)
-    # the run in progress has paid its setup; each later run adds the measured overhead
-    assert eta.remaining([("a", 10), ("b", 4)], first_in_progress=True) == pytest.approx(5 + 4 + 3)
-    assert eta.remaining([("a", 10), ("b", 4)]) == pytest.approx(5 + 4 + 6)
+    # a started run has paid its setup; each later run adds the measured overhead
+    assert eta.remaining(work) == pytest.approx(5 + (4 + 3) + (2 + 3))
+    # two at a time: half the total, but never less than the longest run
+    assert eta.remaining(work, jobs=2) == pytest.approx((5 + 7 + 5) / 2)
+    assert eta.remaining([("a", 10, True), ("c", 2, False)], jobs=4) == pytest.approx(5.0)

@@ -8,6 +8,8 @@ import sys
 import time
 import warnings
 
+from attnlab.errors import UserError
+
 NAME = "compare"
 HELP = "run a multi-variant, multi-seed experiment file and write a report with statistics"
 
@@ -33,6 +35,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--plan", action="store_true", help="print the variants and parameter counts and stop"
+    )
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        metavar="N",
+        help="train N runs at once in separate processes (CPU: cores split between them; "
+        "several GPUs: one each). Results are the same as with --jobs 1",
     )
     p.add_argument("--quiet", action="store_true", help="no progress display")
 
@@ -72,6 +82,8 @@ def run(args: argparse.Namespace) -> int:
     from attnlab.experiments import build_report, load_experiment, run_all
     from attnlab.experiments.progress import ExperimentProgress, fmt_duration
 
+    if args.jobs < 1:
+        raise UserError("--jobs must be at least 1")
     exp = load_experiment(args.experiment, args.overrides)
     only = [n.strip() for item in args.only for n in item.split(",") if n.strip()]
     print_plan(exp, lambda line: print(line, file=sys.stderr, flush=True))
@@ -81,11 +93,13 @@ def run(args: argparse.Namespace) -> int:
     progress = None
     if not args.quiet:
         flops = {v.name: float(v.params.flops_per_token) for v in exp.variants.values()}
-        progress = ExperimentProgress(len(runs), flops, log_every=max(1, exp.steps // 10))
+        progress = ExperimentProgress(
+            len(runs), flops, jobs=args.jobs, log_every=max(1, exp.steps // 10)
+        )
     t0 = time.perf_counter()
     with warnings.catch_warnings():
         warnings.showwarning = _warn
-        outcomes = run_all(exp, args.out, only=only or None, progress=progress)
+        outcomes = run_all(exp, args.out, only=only or None, progress=progress, jobs=args.jobs)
     trained = sum(o.trained for o in outcomes)
     wall = time.perf_counter() - t0
     report = build_report(args.out)

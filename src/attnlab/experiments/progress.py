@@ -3,7 +3,8 @@ of everything that is left.
 
 ETA model: a run's wall time is ``steps x seconds-per-step`` (evaluation and checkpoints
 included, measured from the trainer's own clock) plus the mean measured per-run overhead (setup
-outside the step loop). A variant with a measured run uses its own
+outside the step loop); with ``jobs`` runs at a time the total is divided by ``jobs`` (but is never
+less than the longest single run). A variant with a measured run uses its own
 rate; an unmeasured one uses the measured rates scaled by forward FLOPs per token,
 ``rate_v = mean_u(rate_u / flops_u) x flops_v``. Before any step is measured there is no ETA.
 """
@@ -50,23 +51,21 @@ class EtaModel:
         per_flop = sum(self.rates[v] / self.flops[v] for v in known) / len(known)
         return per_flop * self.flops[variant]
 
-    def remaining(
-        self, work: Iterable[tuple[str, int]], first_in_progress: bool = False
-    ) -> float | None:
-        """Seconds for ``(variant, steps left)`` pairs (``first_in_progress``: the first one has
-        started, so its setup is paid); None while some rate is unknown."""
-        total = 0.0
+    def remaining(self, work: Iterable[tuple[str, int, bool]], jobs: int = 1) -> float | None:
+        """Seconds for ``(variant, steps left, started)`` items run ``jobs`` at a time (a started
+        run has paid its setup); None while some rate is unknown."""
+        times = []
         overhead = sum(self.overheads) / len(self.overheads) if self.overheads else 0.0
-        for i, (variant, steps) in enumerate(work):
+        for variant, steps, started in work:
             if steps <= 0:
                 continue
-            if i > 0 or not first_in_progress:
-                total += overhead
             r = self.rate(variant)
             if r is None:
                 return None
-            total += r * steps
-        return total
+            times.append(r * steps + (0.0 if started else overhead))
+        if not times:
+            return 0.0
+        return max(sum(times) / max(jobs, 1), max(times))
 
 
 @dataclass
@@ -80,33 +79,36 @@ class _Current:
 
 
 class ExperimentProgress:
-    """Receives the runner's calls and the trainer's events; draws a rich display on a terminal,
-    plain log lines otherwise (``stream``)."""
+    """Receives the runner's calls and the trainers' events; draws a rich display on a terminal,
+    plain log lines otherwise (``stream``). Several runs may be in progress (``--jobs``)."""
 
     def __init__(
         self,
         total_runs: int,
         flops: dict[str, float],
         *,
+        jobs: int = 1,
         rich: bool | None = None,
         stream: TextIO | None = None,
         log_every: int = 50,
     ) -> None:
         self.total = total_runs
+        self.jobs = jobs
         self.done = 0
         self.eta = EtaModel(flops)
         self.pending: list[tuple[str, int]] = []
-        self.current: _Current | None = None
+        self.active: dict[tuple[str, int], _Current] = {}
         self.stream = stream
         self.log_every = max(1, log_every)
         out = stream or sys.stderr
         self.rich = out.isatty() if rich is None else rich
         self._progress = None
-        self._exp_task = self._run_task = None
+        self._exp_task = None
+        self._tasks: dict[tuple[str, int], object] = {}
 
     # ---------------------------------------------------------------------------- runner calls
     def begin(self, plan: list[tuple[str, int, int]]) -> None:
-        """``plan``: (variant, seed, steps) of every run to do, in order."""
+        """``plan``: (variant, seed, steps left) of every run to do, in order."""
         self.pending = [(v, steps) for v, _, steps in plan]
         if self.rich:
             from rich.console import Console
@@ -125,21 +127,27 @@ class ExperimentProgress:
             )
 
     def start_run(self, variant: str, seed: int, max_steps: int) -> None:
-        self.current = _Current(variant, seed, max_steps)
-        if self.pending:
-            self.pending.pop(0)
+        key = (variant, seed)
+        self.active[key] = _Current(variant, seed, max_steps)
+        for i, (v, _) in enumerate(self.pending):
+            if v == variant:
+                del self.pending[i]
+                break
         label = f"{variant} seed{seed}"
         if self._progress is not None:
-            if self._run_task is not None:
-                self._progress.remove_task(self._run_task)
-            self._run_task = self._progress.add_task(label, total=max_steps, info="")
+            self._tasks[key] = self._progress.add_task(label, total=max_steps, info="")
             self._refresh()
         else:
-            self._say(f"[{self.done + 1}/{self.total}] {label}: starting")
+            self._say(f"[{self.done + len(self.active)}/{self.total}] {label}: starting")
 
     def __call__(self, ev: ProgressEvent) -> None:
-        """The trainer's progress callback for the current run."""
-        cur = self.current
+        """The trainer's progress callback when one run is in progress."""
+        if len(self.active) == 1:
+            self.event(*next(iter(self.active)), ev)
+
+    def event(self, variant: str, seed: int, ev: ProgressEvent) -> None:
+        """A trainer event of the run (variant, seed)."""
+        cur = self.active.get((variant, seed))
         if cur is None:
             return
         cur.step, cur.max_steps = ev.step, ev.max_steps
@@ -152,25 +160,32 @@ class ExperimentProgress:
         if self._progress is not None:
             self._refresh()
         elif ev.kind == "eval" or (ev.kind == "step" and ev.step % self.log_every == 0):
-            self._say(f"  {self._run_info()}  | experiment ETA {fmt_duration(self.remaining())}")
+            eta = fmt_duration(self.remaining())
+            self._say(f"  {self._run_info(cur)}  | experiment ETA {eta}")
 
-    def end_run(self, status: str, detail: str = "", overhead: float | None = None) -> None:
+    def end_run(
+        self,
+        variant: str,
+        seed: int,
+        status: str,
+        detail: str = "",
+        overhead: float | None = None,
+    ) -> None:
         self.done += 1
         if overhead is not None:
             self.eta.record_overhead(overhead)
-        cur = self.current
-        label = f"{cur.variant} seed{cur.seed}" if cur else "run"
-        self.current = None
-        msg = f"[{self.done}/{self.total}] {label}: {status}" + (f" ({detail})" if detail else "")
+        key = (variant, seed)
+        self.active.pop(key, None)
+        msg = f"[{self.done}/{self.total}] {variant} seed{seed}: {status}"
+        msg += f" ({detail})" if detail else ""
         if self._progress is not None:
-            if self._run_task is not None:
-                self._progress.remove_task(self._run_task)
-                self._run_task = None
+            task = self._tasks.pop(key, None)
+            if task is not None:
+                self._progress.remove_task(task)
             self._progress.console.print(msg)
             self._refresh()
         else:
-            eta = fmt_duration(self.remaining())
-            self._say(f"{msg}  | experiment ETA {eta}")
+            self._say(f"{msg}  | experiment ETA {fmt_duration(self.remaining())}")
 
     def finish(self) -> None:
         if self._progress is not None:
@@ -185,15 +200,12 @@ class ExperimentProgress:
 
     # ------------------------------------------------------------------------------- helpers
     def remaining(self) -> float | None:
-        work = list(self.pending)
-        if self.current is not None:
-            work.insert(0, (self.current.variant, self.current.max_steps - self.current.step))
-        return self.eta.remaining(work, first_in_progress=self.current is not None)
+        work = [(c.variant, c.max_steps - c.step, True) for c in self.active.values()]
+        work += [(v, steps, False) for v, steps in self.pending]
+        return self.eta.remaining(work, self.jobs)
 
-    def _run_info(self) -> str:
-        cur = self.current
-        if cur is None:
-            return ""
+    @staticmethod
+    def _run_info(cur: _Current) -> str:
         parts = [f"{cur.variant} seed{cur.seed}: step {cur.step}/{cur.max_steps}"]
         if cur.loss is not None:
             parts.append(f"loss {cur.loss:.4f}")
@@ -208,14 +220,16 @@ class ExperimentProgress:
             completed=self.done,
             info=f"ETA {fmt_duration(self.remaining())}",
         )
-        cur = self.current
-        if cur is not None and self._run_task is not None:
+        for key, cur in self.active.items():
+            task = self._tasks.get(key)
+            if task is None:
+                continue
             info = []
             if cur.loss is not None:
                 info.append(f"loss {cur.loss:.4f}")
             if cur.val_loss is not None:
                 info.append(f"val {cur.val_loss:.4f}")
-            self._progress.update(self._run_task, completed=cur.step, info="  ".join(info))
+            self._progress.update(task, completed=cur.step, info="  ".join(info))
 
     def _say(self, line: str) -> None:
         print(line, file=self.stream or sys.stderr, flush=True)

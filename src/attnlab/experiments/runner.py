@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,16 @@ class RunOutcome:
     trained: bool  # False when the run was already over and was skipped
     reason: str | None = None
     wall_time: float = 0.0
+    final_val_loss: float | None = None
+    overhead: float | None = None  # seconds outside the trainer's step loop (setup, evaluation)
+
+    @property
+    def detail(self) -> str:
+        if self.reason:
+            return self.reason
+        if not self.trained:
+            return "already done"
+        return f"val {self.final_val_loss:.4f}" if self.final_val_loss is not None else ""
 
 
 def write_record(exp: Experiment, out_dir: Path) -> None:
@@ -118,37 +129,83 @@ def run_all(
     *,
     only: list[str] | None = None,
     progress: ExperimentProgress | None = None,
+    jobs: int = 1,
 ) -> list[RunOutcome]:
-    """Train every run that is not over yet; returns one outcome per run, in order."""
+    """Train (and evaluate) every run that is not over yet, ``jobs`` at a time; returns one
+    outcome per run, in the experiment's order."""
     out = Path(out_dir)
     runs = exp.runs(out, only)
     check_resumable(runs)
     write_record(exp, out)
     say = progress.note if progress is not None else (lambda m: None)
     prepare_data(runs, say)
+    todo = [r for r in runs if needs_work(r, exp.evaluate)]
+    waiting = {(r.variant, r.seed) for r in todo}
+    outcomes: dict[tuple[str, int], RunOutcome] = {}
+    for r in runs:
+        if (r.variant, r.seed) not in waiting:
+            st = rundir.read_status(r.run_dir) or {}
+            outcomes[(r.variant, r.seed)] = RunOutcome(
+                r.variant,
+                r.seed,
+                st.get("status", "?"),
+                False,
+                st.get("reason"),
+                final_val_loss=st.get("final_val_loss"),
+            )
     if progress is not None:
         plan = []
-        for r in runs:
+        for r in todo:
             st = rundir.read_status(r.run_dir) or {}
-            if st.get("status") in ("finished", "diverged"):
-                continue
-            plan.append((r.variant, r.seed, exp.steps - int(st.get("step", 0))))
+            left = 0 if is_over(r) else exp.steps - int(st.get("step", 0))
+            plan.append((r.variant, r.seed, left))
         progress.total = len(runs)
+        progress.done = len(runs) - len(todo)
         progress.begin(plan)
-    outcomes = []
+        if progress.done:
+            progress.note(f"{progress.done} of {len(runs)} runs already done")
     try:
-        for r in runs:
-            outcome = _run_one(r, progress)
-            if exp.evaluate is not None and outcome.status == "finished":
-                evaluate_run(r, exp.evaluate, progress)
-            outcomes.append(outcome)
+        if jobs > 1 and len(todo) > 1:
+            from attnlab.experiments.parallel import run_parallel
+
+            outcomes.update(run_parallel(todo, exp.evaluate, jobs, progress))
+        else:
+            for r in todo:
+                outcomes[(r.variant, r.seed)] = _run_here(r, exp.evaluate, progress)
     finally:
         if progress is not None:
             progress.finish()
-    return outcomes
+    return [outcomes[(r.variant, r.seed)] for r in runs]
 
 
-def evaluate_run(r: RunPlan, spec: EvaluateSpec, progress: ExperimentProgress | None) -> None:
+def is_over(r: RunPlan) -> bool:
+    """The run finished or diverged before (its ``train`` call would return at once)."""
+    st = rundir.read_status(r.run_dir) or {}
+    return (
+        st.get("status") in ("finished", "diverged") and (r.run_dir / rundir.CONFIG_FILE).is_file()
+    )
+
+
+def needs_work(r: RunPlan, evaluate: EvaluateSpec | None) -> bool:
+    """Training left, or (for a finished run) ``[evaluate]`` tasks without results."""
+    if not is_over(r):
+        return True
+    st = rundir.read_status(r.run_dir) or {}
+    return evaluate is not None and st.get("status") == "finished" and bool(_eval_todo(r, evaluate))
+
+
+def _eval_todo(r: RunPlan, spec: EvaluateSpec) -> list[str]:
+    from attnlab.eval.registry import task_key
+    from attnlab.eval.results import load_results, results_path
+
+    try:
+        done = set(load_results(results_path(r.run_dir))["tasks"])
+    except UserError:
+        done = set()
+    return [t for t in spec.tasks if task_key(t) not in done]
+
+
+def evaluate_run(r: RunPlan, spec: EvaluateSpec, note: Callable[[str], None]) -> None:
     """Run the ``[evaluate]`` tasks a finished run has no results for yet (``eval/results.json``).
 
     A failing evaluation is written to ``eval/error.txt`` and does not stop the experiment.
@@ -156,15 +213,11 @@ def evaluate_run(r: RunPlan, spec: EvaluateSpec, progress: ExperimentProgress | 
     import torch
 
     from attnlab.eval import evaluate
-    from attnlab.eval.registry import task_key
-    from attnlab.eval.results import load_results, results_path
 
-    done = set(load_results(results_path(r.run_dir))["tasks"]) if r.run_dir.is_dir() else set()
-    todo = [t for t in spec.tasks if task_key(t) not in done]
+    todo = _eval_todo(r, spec)
     if not todo:
         return
-    if progress is not None:
-        progress.note(f"  evaluating {r.variant} seed{r.seed}: {', '.join(todo)}")
+    note(f"  evaluating {r.variant} seed{r.seed}: {', '.join(todo)}")
     threads = torch.get_num_threads()
     try:
         if r.config.train.threads:
@@ -181,41 +234,64 @@ def evaluate_run(r: RunPlan, spec: EvaluateSpec, progress: ExperimentProgress | 
     except Exception as e:
         (r.run_dir / "eval").mkdir(parents=True, exist_ok=True)
         (r.run_dir / "eval" / "error.txt").write_text(traceback.format_exc(), encoding="utf-8")
-        if progress is not None:
-            progress.note(f"  evaluation of {r.variant} seed{r.seed} failed: {e}")
+        note(f"  evaluation of {r.variant} seed{r.seed} failed: {e}")
     finally:
         torch.set_num_threads(threads)
 
 
-def _run_one(r: RunPlan, progress: ExperimentProgress | None) -> RunOutcome:
+def execute(
+    r: RunPlan,
+    evaluate: EvaluateSpec | None,
+    progress: Callable[[Any], None] | None,
+    note: Callable[[str], None],
+) -> RunOutcome:
+    """Train one run (resuming it) and evaluate it; an exception becomes a ``failed`` outcome."""
     from attnlab.train import train
 
-    st = rundir.read_status(r.run_dir) or {}
-    if st.get("status") in ("finished", "diverged") and (r.run_dir / rundir.CONFIG_FILE).is_file():
-        if progress is not None:
-            progress.current = None
-            progress.end_run(st["status"], "already done")
-        return RunOutcome(r.variant, r.seed, st["status"], False, st.get("reason"))
-    if progress is not None:
-        progress.start_run(r.variant, r.seed, r.config.train.max_steps)
     t0 = time.perf_counter()
-    try:
-        result = train(r.config, r.run_dir, progress=progress, resume=True)
-    except KeyboardInterrupt:
-        raise
-    except Exception as e:
-        reason = _record_failure(r.run_dir, e, traceback.format_exc())
-        wall = time.perf_counter() - t0
-        if progress is not None:
-            progress.end_run("failed", reason)
-        return RunOutcome(r.variant, r.seed, "failed", True, reason, wall)
-    wall = time.perf_counter() - t0
-    if progress is not None:
-        detail = result.reason or (
-            f"val {result.final_val_loss:.4f}" if result.final_val_loss is not None else ""
+    if is_over(r):
+        st = rundir.read_status(r.run_dir) or {}
+        out = RunOutcome(
+            r.variant,
+            r.seed,
+            st["status"],
+            False,
+            st.get("reason"),
+            final_val_loss=st.get("final_val_loss"),
         )
-        overhead = None if result.resumed_from else wall - float(result.wall_time)
-        progress.end_run(result.status, detail, overhead=overhead)
-    return RunOutcome(
-        r.variant, r.seed, result.status, not result.already_done, result.reason, wall
-    )
+        train_time = 0.0
+    else:
+        try:
+            result = train(r.config, r.run_dir, progress=progress, resume=True)
+        except KeyboardInterrupt:
+            raise
+        except Exception as e:
+            reason = _record_failure(r.run_dir, e, traceback.format_exc())
+            return RunOutcome(r.variant, r.seed, "failed", True, reason, time.perf_counter() - t0)
+        out = RunOutcome(
+            r.variant,
+            r.seed,
+            result.status,
+            not result.already_done,
+            result.reason,
+            final_val_loss=result.final_val_loss,
+        )
+        train_time = None if result.resumed_from else float(result.wall_time)
+    if evaluate is not None and out.status == "finished":
+        evaluate_run(r, evaluate, note)
+    out.wall_time = time.perf_counter() - t0
+    if train_time is not None and out.trained:
+        out.overhead = out.wall_time - train_time
+    return out
+
+
+def _run_here(
+    r: RunPlan, evaluate: EvaluateSpec | None, progress: ExperimentProgress | None
+) -> RunOutcome:
+    """One run in this process."""
+    if progress is None:
+        return execute(r, evaluate, None, lambda m: None)
+    progress.start_run(r.variant, r.seed, r.config.train.max_steps)
+    out = execute(r, evaluate, progress, progress.note)
+    progress.end_run(r.variant, r.seed, out.status, out.detail, overhead=out.overhead)
+    return out
