@@ -67,6 +67,23 @@ class Attention(nn.Module):
         """q [B,T,H*dh], k, v [B,T,Hkv*dh] from x~ (fused or unfused: same values)."""
         if not self.fused:
             return self.query(u), self.key(u), self.value(u)
+        weight, bias = self._fused_weight()
+        out = F.linear(u, weight, bias)
+        d_kv = self.Hkv * self.dh
+        part, k, v = out.split([self.query.width, d_kv, d_kv], dim=-1)
+        return self.query.finish(u, part), k, v
+
+    def _fused_weight(self) -> tuple[Tensor, Tensor | None]:
+        """The concatenated [W_Q or W1 | W_K | W_V] (and bias). Without autograd (decoding,
+        evaluation) it is cached until a parameter changes (in-place update, move or cast):
+        re-concatenating per decoded token would copy as many bytes as the matmul reads."""
+        cacheable = not torch.is_grad_enabled() and not torch.compiler.is_compiling()
+        if cacheable:
+            params = [*self.query.parameters(), *self.key.parameters(), *self.value.parameters()]
+            key = tuple((p.data_ptr(), p._version, p.dtype) for p in params)
+            hit = getattr(self, "_fused_cache", None)
+            if hit is not None and hit[0] == key:
+                return hit[1], hit[2]
         rows = [
             *self.query.fused_weights(),
             (self.key.weight, self.key.bias),
@@ -76,10 +93,9 @@ class Attention(nn.Module):
         bias = None
         if any(b is not None for _, b in rows):
             bias = torch.cat([b if b is not None else w.new_zeros(w.shape[0]) for w, b in rows])
-        out = F.linear(u, weight, bias)
-        d_kv = self.Hkv * self.dh
-        part, k, v = out.split([self.query.width, d_kv, d_kv], dim=-1)
-        return self.query.finish(u, part), k, v
+        if cacheable:
+            self._fused_cache = (key, weight, bias)
+        return weight, bias
 
     def _heads(self, t: Tensor, n: int) -> Tensor:
         B, T, _ = t.shape
