@@ -248,3 +248,16 @@ def test_lm_eval_adapter_loads_an_attnlab_run(run_dir, tmp_path):
     samples = sorted(out["samples"]["attnlab_arc_local"], key=lambda s: s["doc_id"])
     for s, lls in zip(samples, ours.logprobs, strict=True):
         assert [r[0][0] for r in s["resps"]] == pytest.approx(lls, abs=1e-4)
+
+
+def test_register_task_adds_a_named_task(monkeypatch):
+    from attnlab.eval.registry import TASKS, TaskOutcome, register_task
+
+    monkeypatch.setattr("attnlab.eval.registry.TASKS", dict(TASKS))
+
+    @register_task("count_chars")
+    def count_chars(run):
+        return TaskOutcome({"n": len(run.arg or "")}, "inline")
+
+    lm = AttnlabLM(CausalBytesModel(), ByteTokenizer(), max_length=8, device="cpu")
+    assert evaluate(lm, ["count_chars:abcd"], save=False)["count_chars:abcd"]["metrics"] == {"n": 4}

@@ -11,7 +11,8 @@
 ``arc:FILE.jsonl``         ARC format; ``arc_easy`` / ``arc_challenge`` read the hub
 =========================  ==============================================================
 
-``limit`` caps the number of items (documents for perplexity) of every task.
+``limit`` caps the number of items (documents for perplexity) of every task. A new task is a
+function ``fn(run: TaskRun) -> TaskOutcome`` added with :func:`register_task`.
 """
 
 from __future__ import annotations
@@ -134,7 +135,9 @@ def _mc(fmt: str, hub: str | None) -> Callable[[TaskRun], TaskOutcome]:
     return run_mc
 
 
-TASKS: dict[str, Callable[[TaskRun], TaskOutcome]] = {
+TaskFn = Callable[[TaskRun], TaskOutcome]
+
+TASKS: dict[str, TaskFn] = {
     "perplexity": _perplexity,
     "wikitext": _wikitext,
     "cloze": _cloze,
@@ -144,6 +147,18 @@ TASKS: dict[str, Callable[[TaskRun], TaskOutcome]] = {
     "arc_easy": _mc("arc", "arc_easy"),
     "arc_challenge": _mc("arc", "arc_challenge"),
 }
+
+
+def register_task(name: str) -> Callable[[TaskFn], TaskFn]:
+    """Decorator adding a task: ``fn(run: TaskRun) -> TaskOutcome`` under ``name``."""
+    if not name.isidentifier():
+        raise ValueError(f"task name {name!r} must be an identifier (no ':' or ',')")
+
+    def add(fn: TaskFn) -> TaskFn:
+        TASKS[name] = fn
+        return fn
+
+    return add
 
 
 def parse_task(spec: str) -> tuple[str, str | None]:
