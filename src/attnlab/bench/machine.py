@@ -48,11 +48,15 @@ def datasheet_peak(device_name: str, dtype: torch.dtype) -> tuple[str, float] | 
     return None
 
 
-def measured_peak(device: torch.device | str, dtype: torch.dtype) -> float:
-    """Best dense-matmul FLOP/s over a few square sizes (larger ones reach closer to the ceiling)."""
+def measured_peak(device: torch.device | str, dtype: torch.dtype, iters: int = 5) -> float:
+    """Best dense-matmul FLOP/s over a few square sizes (larger ones reach closer to the ceiling).
+
+    ``attnlab.train.peak`` caches per (device, dtype, n, iters, threads); a different ``iters``
+    takes a fresh measurement (the runner measures again after training, when load may differ).
+    """
     device = torch.device(device)
     sizes = (4096, 8192) if device.type == "cuda" else (512, 1024)
-    return max(measure_peak_flops(device, dtype, n=n) for n in sizes)
+    return max(measure_peak_flops(device, dtype, n=n, iters=iters) for n in sizes)
 
 
 def cpu_model() -> str:
@@ -112,6 +116,7 @@ class MachineInfo:
     load_average_start: tuple[float, float, float] | None
     git_commit: str | None
     peak_flops_measured: float
+    peak_flops_samples: list[float]
     datasheet_sku: str | None
     peak_flops_datasheet: float | None
 
@@ -131,6 +136,7 @@ def machine_info(device: torch.device | str, dtype: torch.dtype, compile: bool) 
     device = torch.device(device)
     name = device_name(device)
     sheet = datasheet_peak(name, dtype) if device.type == "cuda" else None
+    peak = measured_peak(device, dtype)
     return MachineInfo(
         device=str(device),
         device_name=name,
@@ -144,7 +150,8 @@ def machine_info(device: torch.device | str, dtype: torch.dtype, compile: bool) 
         compile=compile,
         load_average_start=load_average(),
         git_commit=_git_commit(),
-        peak_flops_measured=measured_peak(device, dtype),
+        peak_flops_measured=peak,
+        peak_flops_samples=[peak],
         datasheet_sku=sheet[0] if sheet else None,
         peak_flops_datasheet=sheet[1] if sheet else None,
     )

@@ -88,8 +88,10 @@ def training_table(r: BenchResult) -> TextTable | None:
         "= 3 x forward."
     )
     t.notes.append(
-        f"MFU peak: {m.peak_flops_measured / 1e9:,.1f} GFLOP/s measured now (best square matmul, "
-        f"{m.dtype}, {m.threads} threads)" + (f"; datasheet: {m.datasheet_sku}" if sheet else "")
+        f"MFU peak: {m.peak_flops_measured / 1e9:,.1f} GFLOP/s measured in this run (best square "
+        f"matmul, {m.dtype}, {m.threads} threads; the higher of "
+        f"{', '.join(f'{p / 1e9:,.1f}' for p in m.peak_flops_samples)} before and after training)"
+        + (f"; datasheet: {m.datasheet_sku}" if sheet else "")
     )
     return t
 
