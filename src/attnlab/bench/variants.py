@@ -32,7 +32,10 @@ class Variant:
 VARIANTS: dict[str, Variant] = {
     v.name: v
     for v in (
-        Variant("baseline", "linear W_Q; Q, K, V from one fused matmul (torch.cat per forward)"),
+        Variant(
+            "baseline",
+            "linear W_Q; Q, K, V from one matmul over the concatenated [W_Q | W_K | W_V]",
+        ),
         Variant(
             "baseline_unfused",
             "linear W_Q; Q, K, V as three matmuls (no weight concatenation)",

@@ -87,6 +87,7 @@ def _list() -> int:
 
     for v in VARIANTS.values():
         sets = " ".join(f"--set model.{o}" for o in v.overrides) or "(the base config)"
+        sets = sets.replace("{n_layers}", "<base n_layers>")
         print(f"{v.name:<24} {v.summary}\n{'':<24} {sets}")
     for name in PEERS:
         print(f"{name:<24} peer: {SUMMARIES[name]}")
