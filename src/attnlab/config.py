@@ -531,9 +531,9 @@ def apply_overrides(raw: dict[str, Any], overrides: Iterable[str]) -> dict[str, 
     return out
 
 
-def _fields_at(loc: tuple[Any, ...]) -> list[str]:
-    """Valid field names of the section at ``loc`` (a path of names into the Config tree)."""
-    cls: type[BaseModel] = Config
+def fields_at(root: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
+    """Valid field names of the section at ``loc`` (a path of names into the ``root`` tree)."""
+    cls = root
     for part in loc:
         field = cls.model_fields.get(str(part))
         ann = getattr(field, "annotation", None) if field else None
@@ -544,31 +544,32 @@ def _fields_at(loc: tuple[Any, ...]) -> list[str]:
     return list(cls.model_fields)
 
 
-def _explain(err: ValidationError) -> str:
+def explain(
+    err: ValidationError, root: type[BaseModel] | None = None, title: str = "invalid config"
+) -> str:
+    """One readable line per problem: unknown keys with the nearest valid spelling, values with
+    the allowed choices, impossible combinations with their reason. ``root`` is the schema the
+    error came from (default :class:`Config`); probe and experiment files reuse this."""
+    root = root or Config
     lines = []
     for e in err.errors():
         loc = tuple(str(p) for p in e["loc"])
         dotted = ".".join(loc) or "(root)"
         kind = e["type"]
         if kind == "extra_forbidden":
-            valid = _fields_at(loc[:-1])
+            valid = fields_at(root, loc[:-1])
             near = difflib.get_close_matches(loc[-1], valid, n=1, cutoff=0.4)
-            hint = f"did you mean '{'.'.join((*loc[:-1], near[0]))}'?" if near else ""
-            lines.append(
-                f"unknown key '{dotted}'. {hint} Valid keys here: {', '.join(valid)}".replace(
-                    ".  ", ". "
-                )
-            )
+            hint = f" did you mean '{'.'.join((*loc[:-1], near[0]))}'?" if near else ""
+            lines.append(f"unknown key '{dotted}'.{hint} Valid keys here: {', '.join(valid)}")
         elif kind == "literal_error":
             expected = e.get("ctx", {}).get("expected", "")
             lines.append(f"'{dotted}' = {e['input']!r} is not allowed; choose one of {expected}")
         elif kind == "value_error":
             msg = str(e.get("ctx", {}).get("error", e["msg"]))
-            for part in msg.split("\n"):
-                lines.append(f"impossible combination: {part}")
+            lines.extend(f"impossible combination: {part}" for part in msg.split("\n"))
         else:
             lines.append(f"'{dotted}' = {e['input']!r}: {e['msg']}")
-    return "invalid config:\n  - " + "\n  - ".join(lines)
+    return f"{title}:\n  - " + "\n  - ".join(lines)
 
 
 def validate(raw: Mapping[str, Any]) -> Config:
@@ -576,7 +577,7 @@ def validate(raw: Mapping[str, Any]) -> Config:
     try:
         return Config.model_validate(dict(raw))
     except ValidationError as e:
-        raise ConfigError(_explain(e)) from None
+        raise ConfigError(explain(e)) from None
 
 
 def load_config(name_or_path: str | Path | None = None, overrides: Iterable[str] = ()) -> Config:

@@ -13,7 +13,6 @@ defaults the paper's code is built on: no warmup, no weight decay, betas (0.9, 0
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -30,6 +29,7 @@ from attnlab.config import (
     apply_overrides,
     deep_merge,
 )
+from attnlab.config import explain as explain_validation
 from attnlab.probe.methods import Method, MethodError, parse_method
 
 
@@ -212,40 +212,9 @@ class MethodEntry(BaseModel):
 # ----------------------------------------------------------------------------------- errors
 
 
-def _fields_at(root: type[BaseModel], loc: tuple[str, ...]) -> list[str]:
-    cls = root
-    for part in loc:
-        field = cls.model_fields.get(part)
-        ann = getattr(field, "annotation", None) if field else None
-        if isinstance(ann, type) and issubclass(ann, BaseModel):
-            cls = ann
-        else:
-            break
-    return list(cls.model_fields)
-
-
 def explain(err: ValidationError, root: type[BaseModel] = ProbeConfig) -> str:
-    """:func:`attnlab.config._explain`'s messages, with the valid keys looked up in ``root``."""
-    lines = []
-    for e in err.errors():
-        loc = tuple(str(p) for p in e["loc"])
-        dotted = ".".join(loc) or "(root)"
-        kind = e["type"]
-        if kind == "extra_forbidden":
-            valid = _fields_at(root, loc[:-1])
-            near = difflib.get_close_matches(loc[-1], valid, n=1, cutoff=0.4)
-            hint = f" did you mean '{'.'.join((*loc[:-1], near[0]))}'?" if near else ""
-            lines.append(f"unknown key '{dotted}'.{hint} Valid keys here: {', '.join(valid)}")
-        elif kind == "literal_error":
-            expected = e.get("ctx", {}).get("expected", "")
-            lines.append(f"'{dotted}' = {e['input']!r} is not allowed; choose one of {expected}")
-        elif kind == "value_error":
-            msg = str(e.get("ctx", {}).get("error", e["msg"]))
-            where = f"'{dotted}': " if loc else ""
-            lines.extend(f"{where}{part}" for part in msg.split("\n"))
-        else:
-            lines.append(f"'{dotted}' = {e['input']!r}: {e['msg']}")
-    return "invalid probe config:\n  - " + "\n  - ".join(lines)
+    """The shared config error messages, with valid keys looked up in the probe schema."""
+    return explain_validation(err, root, title="invalid probe config")
 
 
 # ---------------------------------------------------------------------------------- loading
