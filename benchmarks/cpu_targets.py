@@ -38,8 +38,8 @@ def wait_for_quiet(threshold: float, max_wait: float) -> None:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--repeats", type=int, default=7, help="interleaved timed rounds")
-    p.add_argument("--steps", type=int, default=2, help="timed steps per subject per round")
+    p.add_argument("--repeats", type=int, default=11, help="interleaved timed rounds")
+    p.add_argument("--steps", type=int, default=1, help="timed steps per subject per round")
     p.add_argument("--no-context-peers", action="store_true", help="time only nanoGPT as peer")
     p.add_argument("--wait-quiet", type=float, metavar="LOAD", help="wait for load average < LOAD")
     p.add_argument("--max-wait", type=float, default=1200.0, metavar="S")

@@ -56,7 +56,7 @@ def test_every_variant_and_peer_gets_a_row_with_positive_numbers():
     for row in r.training:
         assert row.params > 0 and row.flops_per_token > 0
         assert row.ms_per_step > 0 and row.tokens_per_s > 0
-        assert row.time_ratio > 0 and row.mfu_measured > 0
+        assert row.time_ratio > 0 and row.time_ratio_best > 0 and row.mfu_measured > 0
         assert row.first_loss > 0
     assert r.row("training", "baseline").flop_ratio == 1.0
     assert [row.name for row in r.inference] == list(VARIANTS)

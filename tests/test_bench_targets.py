@@ -13,8 +13,8 @@ from attnlab.bench.training import TrainingRow
 
 
 def _train(name, ratio, flop_ratio=1.0):
-    return TrainingRow(name, "variant", 1, 1, flop_ratio, 1.0, 1.0, 1.0, 1.0, ratio, 0.1, None,
-                       "SDPA, O(T)", "", 1.0)  # fmt: skip
+    return TrainingRow(name, "variant", 1, 1, flop_ratio, 1.0, 1.0, 1.0, 1.0, ratio, ratio, 0.1,
+                       None, "SDPA, O(T)", "", 1.0)  # fmt: skip
 
 
 def _result(nano, nonlinear, preproj, preproj_flops, speedup, identical=True):

@@ -38,8 +38,8 @@ DECODE_TOKENS = 256
 def target_spec(
     *,
     threads: int = TARGET_THREADS,
-    steps: int = 2,
-    repeats: int = 7,
+    steps: int = 1,
+    repeats: int = 11,
     context_peers: bool = True,
     memory: bool = True,
 ) -> BenchSpec:
@@ -71,7 +71,9 @@ def _target(name: str, measured: str, required: str, met: bool) -> dict:
 
 
 def evaluate_targets(r: BenchResult) -> list[dict]:
-    """The four target checks from a result (a missing row is reported as not met)."""
+    """The four target checks from a result (a missing row is reported as not met).
+
+    A target is judged on the paired median ratio; the best-rounds ratio is shown beside it."""
     out = []
     base, nano = r.row("training", "baseline"), r.row("training", "nanogpt")
     if base and nano:
@@ -79,7 +81,8 @@ def evaluate_targets(r: BenchResult) -> list[dict]:
         out.append(
             _target(
                 "baseline training tokens/s vs nanoGPT (equal config)",
-                f"{speed:.3f}x ({base.tokens_per_s:,.0f} vs {nano.tokens_per_s:,.0f} tok/s)",
+                f"{speed:.3f}x ({base.tokens_per_s:,.0f} vs {nano.tokens_per_s:,.0f} tok/s; "
+                f"best rounds {nano.time_ratio_best:.3f}x)",
                 ">= 1.00x",
                 speed >= 1.0,
             )
@@ -90,7 +93,9 @@ def evaluate_targets(r: BenchResult) -> list[dict]:
     out.append(
         _target(
             "nonlinear query (fused) step time vs baseline",
-            f"{nl.time_ratio:.3f}x" if nl else "not measured",
+            f"{nl.time_ratio:.3f}x (best rounds {nl.time_ratio_best:.3f}x)"
+            if nl
+            else "not measured",
             "<= 1.05x",
             bool(nl) and nl.time_ratio <= 1.05,
         )
@@ -100,7 +105,9 @@ def evaluate_targets(r: BenchResult) -> list[dict]:
     out.append(
         _target(
             "pre-projection + skip step time vs baseline",
-            f"{pp.time_ratio:.3f}x" if pp else "not measured",
+            f"{pp.time_ratio:.3f}x (best rounds {pp.time_ratio_best:.3f}x)"
+            if pp
+            else "not measured",
             f"<= {limit:.3f}x (FLOP ratio {pp.flop_ratio:.3f} + 0.05)" if pp else "FLOP ratio+0.05",
             bool(pp) and pp.time_ratio <= limit,
         )

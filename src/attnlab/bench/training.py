@@ -1,7 +1,9 @@
 """Training throughput: one step = forward + backward + AdamW step on a fixed batch.
 
 Tokens per step = B * T. ``ms/step`` is the median over interleaved rounds of the mean of ``steps``
-consecutive steps; ``x baseline`` is the paired median of per-round time ratios. MFU = 3 x forward
+consecutive steps; ``x baseline`` is the paired median of per-round time ratios, and
+``time_ratio_best`` the ratio of the fastest rounds (on a shared machine the fastest round is the
+least disturbed one, so the two together show whether load distorted the median). MFU = 3 x forward
 FLOPs/token x tokens/s / peak, against the peak measured on this machine (and, on a known GPU, the
 datasheet peak).
 """
@@ -73,6 +75,7 @@ class TrainingRow:
     ms_high: float
     tokens_per_s: float
     time_ratio: float
+    time_ratio_best: float
     mfu_measured: float
     mfu_datasheet: float | None
     attention: str
@@ -149,6 +152,7 @@ def measure_training(
                 ms_high=1e3 * smp.high,
                 tokens_per_s=tps,
                 time_ratio=paired_ratio(smp, ref),
+                time_ratio_best=smp.low / ref.low,
                 mfu_measured=train_flops / peak_measured,
                 mfu_datasheet=train_flops / peak_datasheet if peak_datasheet else None,
                 attention=attention_note(s, batch, seq_len),
