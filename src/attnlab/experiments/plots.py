@@ -43,18 +43,20 @@ def val_loss_curves(bands: Mapping[str, Band], baseline: str, path: Path) -> Pat
         label = f"{name} (baseline)" if name == baseline else name
         ax.plot(b.steps, b.mean, color=colors[name], lw=lw, label=label)
         ax.fill_between(b.steps, b.lo, b.hi, color=colors[name], alpha=0.18, lw=0)
+        # the top shows every curve's end and everyone's second point, not the first steps
+        tops.append(float(b.mean[-1]))
         if len(b.mean) >= 3:
             tops.append(float(b.mean[1]))
     lows = [float(np.min(b.lo)) for b in bands.values() if len(b.lo)]
     if tops and lows:
         lo, hi = min(lows), max(tops)
         if hi > lo:
-            ax.set_ylim(lo - 0.03 * (hi - lo), hi)
+            ax.set_ylim(lo - 0.03 * (hi - lo), hi + 0.03 * (hi - lo))
     ax.set_xlabel("step")
     ax.set_ylabel("validation loss (nats/token)")
     ax.set_title("Validation loss (mean over seeds, shaded: min-max)")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return _save(fig, path)
 
 
@@ -74,7 +76,7 @@ def relative_improvement_curves(bands: Mapping[str, Band], baseline: str, path: 
     ax.set_title(f"Relative improvement over {baseline} (positive = lower loss)")
     ax.grid(alpha=0.3)
     if bands:
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return _save(fig, path)
 
 
@@ -104,7 +106,7 @@ def params_vs_loss(
     ax.set_ylabel("final validation loss")
     ax.set_title("Parameters vs final loss")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return _save(fig, path)
 
 
@@ -134,7 +136,7 @@ def skip_norm_bars(norms: Mapping[str, np.ndarray], path: Path) -> Path:
     ax.set_ylabel(r"$\|W_{skip}\|_F$")
     ax.set_title("Content-skip norm per layer (final checkpoint)")
     ax.grid(alpha=0.3, axis="y")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return _save(fig, path)
 
 

@@ -89,12 +89,16 @@ def _f(x: float | None, digits: int = 4) -> str:
     return f"{x:.{digits}f}"
 
 
-def _pm(mean: float, std: float, digits: int = 4) -> str:
+def _pm(mean: float, std: float, digits: int | None = 4) -> str:
+    """``mean ± std``; ``digits=None`` picks them from the magnitude (4 below 100, 2 below 1e4,
+    else none)."""
     if math.isnan(mean):
         return "—"
+    if digits is None:
+        digits = 4 if abs(mean) < 100 else 2 if abs(mean) < 1e4 else 0
     if math.isnan(std):
-        return f"{mean:.{digits}f}"
-    return f"{mean:.{digits}f} ± {std:.{digits}f}"
+        return f"{mean:,.{digits}f}"
+    return f"{mean:,.{digits}f} ± {std:,.{digits}f}"
 
 
 def _params(n: int) -> str:
@@ -505,7 +509,7 @@ def build_report(out_dir: str | Path) -> Path:
             for k in eval_cols:
                 xs = [r.eval[k] for r in s.rows if k in r.eval]
                 m, sd = mean_std(xs)
-                vals.append(_pm(m, sd))
+                vals.append(_pm(m, sd, None))
             etable.append([s.name, *vals])
         lines += [
             "## Evaluation",
