@@ -264,3 +264,15 @@ def test_parallel_jobs_give_the_same_results_as_sequential(done, data_dir, tmp_p
         assert float(par[v]["final_val_loss"]) == float(seq[v]["final_val_loss"])
         assert par[v]["schedule_hash"] == seq[v]["schedule_hash"]
         assert par[v]["eval/perplexity/loss"] == seq[v]["eval/perplexity/loss"]
+
+
+def test_a_vocabulary_too_small_for_the_data_is_refused_before_training(data_dir, tmp_path, capsys):
+    path = experiment_file(tmp_path, data_dir, '[[variants]]\nname = "a"\n', seeds="[0]")
+    out = tmp_path / "out"
+    code = main(
+        ["compare", str(path), "--out", str(out), "--quiet", "--set", "model.vocab_size=64"]
+    )
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "model.vocab_size=64 < 257" in err
+    assert not (out / "runs").exists()

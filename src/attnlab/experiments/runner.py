@@ -113,6 +113,35 @@ def prepare_data(runs: list[RunPlan], say=print) -> None:
             )
 
 
+def check_vocab(runs: list[RunPlan]) -> None:
+    """Refuse, before anything trains, a model whose vocabulary cannot hold its data's tokens
+    (the trainer would refuse every such run one by one)."""
+    from attnlab.data import read_meta
+    from attnlab.train.objectives import extra_ids, resolve_objective
+
+    problems = []
+    for r in runs:
+        cfg = r.config
+        try:
+            vocab = int(read_meta(resolve_data_dir(cfg))["vocab_size"])
+        except (UserError, OSError, KeyError, ValueError):
+            continue  # the trainer reports an unreadable data directory itself
+        need = vocab + extra_ids(
+            resolve_objective(cfg.model, cfg.train), cfg.data.seq_len, cfg.train.mask_prob
+        )
+        if need > cfg.model.vocab_size:
+            problems.append(
+                f"{r.variant}: model.vocab_size={cfg.model.vocab_size} < {need} ids of "
+                f"tokenizer {cfg.data.tokenizer!r}"
+            )
+    if problems:
+        raise UserError(
+            "the model's vocabulary is too small for the data:\n  "
+            + "\n  ".join(dict.fromkeys(problems))
+            + "\nset model.vocab_size in [base.model] (a multiple of 64 is fastest)"
+        )
+
+
 def _record_failure(run_dir: Path, error: BaseException, tb: str) -> str:
     reason = f"{type(error).__name__}: {error}"
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -139,6 +168,7 @@ def run_all(
     write_record(exp, out)
     say = progress.note if progress is not None else (lambda m: None)
     prepare_data(runs, say)
+    check_vocab(runs)
     todo = [r for r in runs if needs_work(r, exp.evaluate)]
     waiting = {(r.variant, r.seed) for r in todo}
     outcomes: dict[tuple[str, int], RunOutcome] = {}
