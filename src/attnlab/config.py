@@ -8,6 +8,7 @@ an impossible combination is refused with its reason, never deep inside a forwar
 
 from __future__ import annotations
 
+import copy
 import difflib
 import json
 import tomllib
@@ -516,8 +517,8 @@ def parse_override(item: str) -> tuple[list[str], Any]:
 
 
 def apply_overrides(raw: dict[str, Any], overrides: Iterable[str]) -> dict[str, Any]:
-    """Apply ``dotted.key=value`` strings to a raw config dict."""
-    out = deep_merge({}, raw)
+    """Apply ``dotted.key=value`` strings to a deep copy of a raw config dict."""
+    out = copy.deepcopy(dict(raw))
     for item in overrides:
         path, value = parse_override(item)
         node = out
