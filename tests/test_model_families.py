@@ -162,7 +162,8 @@ def test_universal_stack_applies_one_block_loops_times() -> None:
     ids = torch.randint(0, 64, (2, 6))
     x = model._embed(ids, 0)
     ctx = stack.context(6, 0, x.device, False, x.dtype)
-    signal = SinusoidalPositions(32)(torch.arange(3))  # fixed per-loop step signal, no params
+    # fixed per-loop step signal, no params, scaled to the embeddings' init std per dimension
+    signal = SinusoidalPositions(32, scale=2**0.5 * model.cfg.init_std)(torch.arange(3))
     for step in range(3):
         x = x + signal[step]
         x, _ = stack.blocks[0](x, ctx, slot=step)

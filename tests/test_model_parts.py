@@ -166,7 +166,9 @@ def test_sinusoidal_table_values(d: int) -> None:
 def test_sinusoidal_model_adds_the_table_to_token_embeddings() -> None:
     model = build_model(tiny("model.position.kind=sinusoidal"))
     ids = torch.randint(0, 64, (2, 5))
-    want = model.embed.weight[ids] + SinusoidalPositions(32)(torch.arange(3, 8))
+    table = SinusoidalPositions(32)(torch.arange(3, 8))
+    # scaled so each dimension's RMS equals the token embeddings' init std
+    want = model.embed.weight[ids] + 2**0.5 * model.cfg.init_std * table
     torch.testing.assert_close(model._embed(ids, 3), want)
     assert not [n for n, _ in model.named_parameters() if "abs_pos" in n]
 

@@ -28,11 +28,14 @@ class LearnedPositions(nn.Module):
 
 
 class SinusoidalPositions(nn.Module):
-    """p_(t,2i) = sin(t / 10000^(2i/d)), p_(t,2i+1) = cos(...) (Vaswani et al. 2017); no params."""
+    """p_(t,2i) = s * sin(t / 10000^(2i/d)), p_(t,2i+1) = s * cos(...) (Vaswani et al. 2017); no
+    params. The scale s sets the signal's per-dimension RMS (s / sqrt(2)) against the token
+    embeddings': with s = sqrt(2) * init_std both start at the same size, the role Vaswani's
+    sqrt(d) embedding multiplier plays; s = 1 is the textbook table."""
 
-    def __init__(self, d: int, base: float = 10000.0) -> None:
+    def __init__(self, d: int, base: float = 10000.0, scale: float = 1.0) -> None:
         super().__init__()
-        self.d, self.base = d, base
+        self.d, self.base, self.scale = d, base, scale
 
     def forward(self, positions: Tensor) -> Tensor:
         # computed in float32 on the fly: a buffer would be rounded by model.to(bfloat16)
@@ -43,7 +46,7 @@ class SinusoidalPositions(nn.Module):
         out = torch.zeros(positions.shape[0], self.d, device=positions.device)
         out[:, 0::2] = torch.sin(ang)
         out[:, 1::2] = torch.cos(ang)[:, : self.d // 2]
-        return out
+        return out * self.scale
 
 
 class Rotary(nn.Module):

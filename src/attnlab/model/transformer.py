@@ -69,7 +69,8 @@ class Stack(nn.Module):
         )
         # a fixed sinusoidal timestep signal per loop (Universal Transformers): no parameters, so
         # the parameter count does not depend on the number of loops
-        self.step_signal = SinusoidalPositions(cfg.d_model) if self.loops > 1 else None
+        sig = math.sqrt(2) * cfg.init_std  # per-dimension RMS = the embeddings' init std
+        self.step_signal = SinusoidalPositions(cfg.d_model, scale=sig) if self.loops > 1 else None
         self.final_norm = make_norm(cfg.norm, cfg.d_model) if cfg.norm_position == "pre" else None
 
     @property
@@ -148,7 +149,7 @@ class Transformer(nn.Module):
         if kind == "learned":
             self.abs_pos = LearnedPositions(cfg.max_seq_len, d)
         elif kind == "sinusoidal":
-            self.abs_pos = SinusoidalPositions(d)
+            self.abs_pos = SinusoidalPositions(d, scale=math.sqrt(2) * cfg.init_std)
         self.drop = nn.Dropout(cfg.dropout)
         fam = cfg.family
         self.encoder = (
