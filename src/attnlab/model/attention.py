@@ -86,7 +86,7 @@ class AttentionCore(nn.Module):
         if q.shape[1] != k.shape[1]:
             rep = q.shape[1] // k.shape[1]
             k = k.repeat_interleave(rep, dim=1)
-        scores = (q @ k.transpose(-2, -1)) * self.scale
+        scores = (q * self.scale) @ k.transpose(-2, -1)  # scale the [T, d_h] side, not [T, T]
         if bias is not None:
             scores = scores + bias.to(scores.dtype)
         t = self.score_transform

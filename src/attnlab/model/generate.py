@@ -67,9 +67,9 @@ def generate(
     step_in = ids
     for _ in range(max_new_tokens):
         if cache is not None:
-            out = model(step_in, cache=cache, memory=memory)
+            out = model(step_in, cache=cache, memory=memory, last_logits_only=True)
         else:
-            out = model(ids, memory=memory)
+            out = model(ids, memory=memory, last_logits_only=True)
         nxt = _pick(out.logits[:, -1, :], temperature, top_k, generator)
         if eos_id is not None:
             nxt = torch.where(done[:, None], torch.full_like(nxt, eos_id), nxt)

@@ -30,7 +30,8 @@ class PreProjection(nn.Module):
                 lin.init_std = cfg.init_std
 
     def forward(self, x_hat: Tensor) -> Tensor:
-        h = self.act(self.w_up(x_hat))
         if self.w_gate is not None:
             h = self.act(self.w_gate(x_hat)) * self.w_up(x_hat)
+        else:
+            h = self.act(self.w_up(x_hat))
         return x_hat + self.w_down(h)

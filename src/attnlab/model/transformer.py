@@ -280,12 +280,14 @@ class Transformer(nn.Module):
         encoder_input_ids: Tensor | None = None,
         memory: Tensor | None = None,
         return_attn: bool = False,
+        last_logits_only: bool = False,
     ) -> ModelOutput:
         """Logits over the vocabulary for every position of ``input_ids`` [B, T].
 
         Decoder: causal LM over input_ids. Encoder: bidirectional over input_ids (masked LM).
         Encoder-decoder: ``encoder_input_ids`` (or a precomputed ``memory``) is read by the
-        decoder's cross-attention; input_ids is the decoder input.
+        decoder's cross-attention; input_ids is the decoder input. ``last_logits_only`` applies
+        the LM head to the last position alone (decoding reads nothing else).
         """
         if cache is not None:
             start_pos = cache.length
@@ -309,7 +311,7 @@ class Transformer(nn.Module):
             h, maps = self.decoder(x, ctx, cache=cache, memory=memory)
         if cache is not None:
             cache.length = start_pos + T
-        logits = self.lm_head(h)
+        logits = self.lm_head(h[:, -1:] if last_logits_only else h)
         loss = None
         if targets is not None:
             loss = F.cross_entropy(
