@@ -15,7 +15,7 @@ import tomllib
 from collections.abc import Iterable, Mapping
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -533,15 +533,21 @@ def apply_overrides(raw: dict[str, Any], overrides: Iterable[str]) -> dict[str, 
 
 
 def fields_at(root: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
-    """Valid field names of the section at ``loc`` (a path of names into the ``root`` tree)."""
+    """Valid field names of the table at ``loc`` in the ``root`` schema; list indices are stepped
+    over and ``list[Model]`` / ``Model | None`` fields are followed into the model."""
     cls = root
     for part in loc:
+        if isinstance(part, int):
+            continue
         field = cls.model_fields.get(str(part))
-        ann = getattr(field, "annotation", None) if field else None
-        if isinstance(ann, type) and issubclass(ann, BaseModel):
-            cls = ann
-        else:
+        if field is None:
             break
+        ann = field.annotation
+        args = get_args(ann) or (ann,)
+        models = [a for a in args if isinstance(a, type) and issubclass(a, BaseModel)]
+        if not models:
+            break
+        cls = models[0]
     return list(cls.model_fields)
 
 

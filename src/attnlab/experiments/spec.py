@@ -31,11 +31,11 @@ from __future__ import annotations
 import difflib
 import tomllib
 from pathlib import Path
-from typing import Any, get_args, get_origin
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from attnlab.config import ConfigError
+from attnlab.config import ConfigError, fields_at
 
 #: a variant name becomes a directory name
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._+-]*$"
@@ -173,26 +173,6 @@ def _unknown(name: str, names: list[str]) -> str:
 # ------------------------------------------------------------------------------------- errors
 
 
-def _fields_at(loc: tuple[Any, ...]) -> list[str]:
-    """Field names of the schema table at ``loc`` (list indices are stepped over)."""
-    cls: type[BaseModel] = ExperimentSpec
-    for part in loc:
-        if isinstance(part, int):
-            continue
-        field = cls.model_fields.get(str(part))
-        if field is None:
-            break
-        ann = field.annotation
-        inner = [a for a in (get_args(ann) or (ann,)) if isinstance(a, type)]
-        if get_origin(ann) is list:
-            inner = [a for a in get_args(ann) if isinstance(a, type)]
-        models = [a for a in inner if issubclass(a, BaseModel)]
-        if not models:
-            break
-        cls = models[0]
-    return list(cls.model_fields)
-
-
 def _where(loc: tuple[Any, ...], raw: dict[str, Any]) -> str:
     """``variants[2].sett`` plus the variant's name when it has one."""
     out, node = "", raw
@@ -222,7 +202,7 @@ def _explain(err: ValidationError, raw: dict[str, Any], where: str) -> str:
         dotted = _where(loc, raw) or "(top level)"
         kind = e["type"]
         if kind == "extra_forbidden":
-            valid = _fields_at(loc[:-1])
+            valid = fields_at(ExperimentSpec, loc[:-1])
             near = difflib.get_close_matches(str(loc[-1]), valid, n=1, cutoff=0.4)
             hint = f" did you mean {near[0]!r}?" if near else ""
             lines.append(f"unknown key {dotted}.{hint} Valid keys here: {', '.join(valid)}")
