@@ -11,6 +11,7 @@ import torch
 from attnlab.config import load_config
 from attnlab.model import build_model, generate
 from attnlab.model.block import DropPath
+from model_helpers import _float64  # noqa: F401 (autouse fixture)
 
 TINY = [
     "model.d_model=64",
@@ -24,17 +25,6 @@ TINY = [
 
 def tiny(*overrides: str):
     return load_config(None, [*TINY, *overrides]).model
-
-
-@pytest.fixture(autouse=True)
-def _float64():
-    old, threads = torch.get_default_dtype(), torch.get_num_threads()
-    torch.set_default_dtype(torch.float64)
-    torch.set_num_threads(1)
-    torch.manual_seed(0)
-    yield
-    torch.set_default_dtype(old)
-    torch.set_num_threads(threads)
 
 
 # ------------------------------------------------------------------------------------------ init

@@ -12,6 +12,7 @@ from attnlab.config import load_config
 from attnlab.model import build_model
 from attnlab.model.params import count
 from attnlab.model.positions import SinusoidalPositions
+from model_helpers import _float64  # noqa: F401 (autouse fixture)
 
 TINY = [
     "model.d_model=32",
@@ -27,17 +28,6 @@ ENC_DEC = ["model.family=encoder_decoder", "model.n_decoder_layers=3"]
 
 def tiny(*overrides: str):
     return load_config(None, [*TINY, *overrides]).model
-
-
-@pytest.fixture(autouse=True)
-def _float64():
-    old, threads = torch.get_default_dtype(), torch.get_num_threads()
-    torch.set_default_dtype(torch.float64)
-    torch.set_num_threads(1)
-    torch.manual_seed(0)
-    yield
-    torch.set_default_dtype(old)
-    torch.set_num_threads(threads)
 
 
 def build(*flags: str):

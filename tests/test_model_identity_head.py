@@ -13,6 +13,7 @@ from attnlab.config import load_config
 from attnlab.model import build_model
 from attnlab.model.identity_head import IdentityHead
 from attnlab.model.mixing import NonlinearMixer, removed_mlp_params
+from model_helpers import _float64  # noqa: F401 (autouse fixture)
 
 SHRINK = [
     "model.d_model=32",
@@ -34,17 +35,6 @@ def build(name: str):
     preset, flags = VARIANTS[name]
     cfg = load_config(preset, [*SHRINK, *flags]).model
     return build_model(cfg).eval(), cfg
-
-
-@pytest.fixture(autouse=True)
-def _float64():
-    old, threads = torch.get_default_dtype(), torch.get_num_threads()
-    torch.set_default_dtype(torch.float64)
-    torch.set_num_threads(1)
-    torch.manual_seed(0)
-    yield
-    torch.set_default_dtype(old)
-    torch.set_num_threads(threads)
 
 
 def _lin(layer: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:

@@ -13,6 +13,7 @@ from attnlab.model import build_model
 from attnlab.model.content_skip import ContentSkip
 from attnlab.model.params import count
 from attnlab.model.pre_projection import PreProjection
+from model_helpers import _float64  # noqa: F401 (autouse fixture)
 
 TINY = [
     "model.d_model=32",
@@ -39,17 +40,6 @@ METHOD = ["model.pre_projection.enabled=true", "model.content_skip.enabled=true"
 
 def tiny(*overrides: str):
     return load_config(None, [*TINY, *overrides]).model
-
-
-@pytest.fixture(autouse=True)
-def _float64():
-    old, threads = torch.get_default_dtype(), torch.get_num_threads()
-    torch.set_default_dtype(torch.float64)
-    torch.set_num_threads(1)
-    torch.manual_seed(0)
-    yield
-    torch.set_default_dtype(old)
-    torch.set_num_threads(threads)
 
 
 def perturb(module: torch.nn.Module, std: float = 0.1) -> None:

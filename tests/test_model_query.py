@@ -10,22 +10,9 @@ from contextlib import contextmanager
 import pytest
 import torch
 
-from attnlab.config import load_config
 from attnlab.model import build_model
 from attnlab.model.query import AnchoredQuery, IdentityQuery, LinearQuery, NonlinearQuery
-
-TINY = [
-    "model.d_model=32",
-    "model.n_layers=2",
-    "model.attention.n_heads=4",
-    "model.vocab_size=64",
-    "model.max_seq_len=32",
-    "data.seq_len=16",
-]
-
-
-def tiny(*overrides: str):
-    return load_config(None, [*TINY, *overrides]).model
+from model_helpers import tiny
 
 
 @contextmanager

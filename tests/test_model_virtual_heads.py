@@ -7,33 +7,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attnlab.config import VirtualHeadsConfig, load_config
+from attnlab.config import VirtualHeadsConfig
 from attnlab.model import build_model
 from attnlab.model.virtual_heads import VirtualHeads
-
-TINY = [
-    "model.d_model=32",
-    "model.n_layers=2",
-    "model.attention.n_heads=4",
-    "model.vocab_size=64",
-    "model.max_seq_len=32",
-    "data.seq_len=16",
-]
-
-
-def tiny(*overrides: str):
-    return load_config(None, [*TINY, *overrides]).model
-
-
-@pytest.fixture(autouse=True)
-def _float64():
-    old, threads = torch.get_default_dtype(), torch.get_num_threads()
-    torch.set_default_dtype(torch.float64)
-    torch.set_num_threads(1)
-    torch.manual_seed(0)
-    yield
-    torch.set_default_dtype(old)
-    torch.set_num_threads(threads)
+from model_helpers import TINY, _float64, tiny  # noqa: F401 (autouse fixture)
 
 
 def test_causal_1d_conv_by_hand() -> None:
