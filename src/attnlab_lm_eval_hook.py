@@ -9,6 +9,7 @@ start; it only adds an import hook (standard library, microseconds) that waits f
 
 from __future__ import annotations
 
+import contextlib
 import importlib.abc
 import importlib.util
 import sys
@@ -33,10 +34,8 @@ class _Loader(importlib.abc.Loader):
 
     def exec_module(self, module) -> None:
         self.inner.exec_module(module)
-        try:
+        with contextlib.suppress(Exception):  # never break lm-eval itself
             _register()
-        except Exception:  # never break lm-eval itself
-            pass
 
 
 class _Finder(importlib.abc.MetaPathFinder):
