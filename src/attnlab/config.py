@@ -446,6 +446,18 @@ def _read_toml(text: str, where: str) -> dict[str, Any]:
         raise ConfigError(f"{where}: not valid TOML ({e}); fix the syntax at that line") from None
 
 
+def read_toml_file(path: str | Path, what: str = "config file") -> dict[str, Any]:
+    """A TOML file as a dict; a missing file, non-UTF-8 bytes or bad syntax is a ConfigError."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"{what} {str(path)!r} does not exist; check the path")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{what} {str(path)!r} is not UTF-8 text; save it as UTF-8") from None
+    return _read_toml(text, str(path))
+
+
 def _preset_dict(name: str, _seen: tuple[str, ...] = ()) -> dict[str, Any]:
     if name in _seen:
         raise ConfigError(f"preset {name!r} extends itself through {' -> '.join(_seen)}")
@@ -485,14 +497,9 @@ def source_dict(name_or_path: str | Path) -> dict[str, Any]:
     """The raw (unvalidated) dict of a preset name or a TOML file, with ``extends`` resolved."""
     s = str(name_or_path)
     if s.endswith(".toml") or Path(s).exists():
-        p = Path(s)
-        if not p.is_file():
+        if not Path(s).is_file():
             raise ConfigError(f"config file {s!r} does not exist; give a preset name or a path")
-        try:
-            text = p.read_text(encoding="utf-8")
-        except UnicodeDecodeError:
-            raise ConfigError(f"config file {s!r} is not UTF-8 text") from None
-        return _resolve_extends(_read_toml(text, s))
+        return _resolve_extends(read_toml_file(s))
     return _preset_dict(s)
 
 

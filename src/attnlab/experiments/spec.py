@@ -29,13 +29,12 @@ validated by :mod:`attnlab.experiments.resolve` before anything trains.
 from __future__ import annotations
 
 import difflib
-import tomllib
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from attnlab.config import ConfigError, fields_at
+from attnlab.config import ConfigError, fields_at, read_toml_file
 
 #: a variant name becomes a directory name
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._+-]*$"
@@ -247,12 +246,7 @@ def read_experiment(path: str | Path) -> tuple[ExperimentSpec, dict[str, Any]]:
             near = difflib.get_close_matches(p.name, names, n=1, cutoff=0.5)
             hint = f"; did you mean configs/experiments/{near[0]}?" if near else ""
         raise ConfigError(f"experiment file {str(path)!r} does not exist{hint}")
-    try:
-        raw = tomllib.loads(p.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"{path}: not valid TOML ({e}); fix the syntax at that line") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"{path}: not UTF-8 text") from None
+    raw = read_toml_file(p, "experiment file")
     spec = parse_experiment(raw, str(path))
     if spec.name is None:
         spec.name = p.stem

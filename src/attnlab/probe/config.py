@@ -25,9 +25,9 @@ from attnlab.config import (
     ContentSkipConfig,
     PreProjectionConfig,
     Section,
-    _read_toml,
     apply_overrides,
     deep_merge,
+    read_toml_file,
 )
 from attnlab.config import explain as explain_validation
 from attnlab.probe.methods import Method, MethodError, parse_method
@@ -232,14 +232,9 @@ def read_probe_file(path: str | Path | None) -> dict[str, Any]:
     """The raw dict of a probe/experiment TOML file ({} for None)."""
     if path is None:
         return {}
-    p = Path(path)
-    if not p.is_file():
+    if not Path(path).is_file():
         raise ConfigError(f"probe config {str(path)!r} does not exist; give a .toml file")
-    try:
-        text = p.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise ConfigError(f"probe config {str(path)!r} is not UTF-8 text") from None
-    return _read_toml(text, str(path))
+    return read_toml_file(path, "probe config")
 
 
 def load_probe_config(path: str | Path | None = None, overrides: Iterable[str] = ()) -> ProbeConfig:
