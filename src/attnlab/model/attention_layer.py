@@ -16,6 +16,7 @@ from attnlab.model.attention import AttentionCore
 from attnlab.model.context import AttnContext
 from attnlab.model.identity_head import IdentityHead
 from attnlab.model.kv_cache import KVCache
+from attnlab.model.linear import Linear
 from attnlab.model.mixing import make_mixer
 from attnlab.model.norms import RMSNorm
 from attnlab.model.positions import Rotary
@@ -28,7 +29,7 @@ def _make_value(cfg: ModelConfig, d_kv: int) -> nn.Module:
         from attnlab.model.moe import MoEValues
 
         return MoEValues(cfg.d_model, d_kv, cfg.moe_values, cfg.bias)
-    return nn.Linear(cfg.d_model, d_kv, bias=cfg.bias)
+    return Linear(cfg.d_model, d_kv, bias=cfg.bias)
 
 
 class Attention(nn.Module):
@@ -39,7 +40,7 @@ class Attention(nn.Module):
         H, Hkv, dh = cfg.attention.n_heads, cfg.n_kv_heads, cfg.head_dim
         self.H, self.Hkv, self.dh, self.cross = H, Hkv, dh, cross
         self.query = make_query(cfg)
-        self.key = nn.Linear(cfg.d_model, Hkv * dh, bias=cfg.bias)
+        self.key = Linear(cfg.d_model, Hkv * dh, bias=cfg.bias)
         self.value = _make_value(cfg, Hkv * dh)
         self.fused = cfg.query.fused and not cross and isinstance(self.value, nn.Linear)
         self.q_norm = RMSNorm(dh, eps=cfg.norm.eps) if cfg.attention.qk_norm else None
@@ -67,32 +68,45 @@ class Attention(nn.Module):
         """q [B,T,H*dh], k, v [B,T,Hkv*dh] from x~ (fused or unfused: same values)."""
         if not self.fused:
             return self.query(u), self.key(u), self.value(u)
-        weight, bias = self._fused_weight()
-        out = F.linear(u, weight, bias)
+        rows = self._decode_rows and not torch.is_grad_enabled()
+        weight, bias = self._fused_weight(rows)
+        if rows:  # weight is [in, out] here (see model/linear.py)
+            out = u @ weight if bias is None else u @ weight + bias
+        else:
+            out = F.linear(u, weight, bias)
         d_kv = self.Hkv * self.dh
         part, k, v = out.split([self.query.width, d_kv, d_kv], dim=-1)
         return self.query.finish(u, part), k, v
 
-    def _fused_weight(self) -> tuple[Tensor, Tensor | None]:
-        """The concatenated [W_Q or W1 | W_K | W_V] (and bias). Without autograd (decoding,
-        evaluation) it is cached until a parameter changes (in-place update, move or cast):
-        re-concatenating per decoded token would copy as many bytes as the matmul reads."""
+    def set_decode_layout(self, on: bool) -> None:
+        """Inside ``decode_layout``: multiply by the fused weight stored [in, out] (linear.py)."""
+        self._decode_rows = on
+
+    _decode_rows = False
+
+    def _fused_weight(self, rows: bool = False) -> tuple[Tensor, Tensor | None]:
+        """The concatenated [W_Q or W1 | W_K | W_V] (and bias); with ``rows`` its transpose,
+        stored contiguous. Without autograd (decoding, evaluation) it is cached until a parameter
+        changes (in-place update, move or cast): re-concatenating per decoded token would copy as
+        many bytes as the matmul reads."""
         cacheable = not torch.is_grad_enabled() and not torch.compiler.is_compiling()
         if cacheable:
             params = [*self.query.parameters(), *self.key.parameters(), *self.value.parameters()]
-            key = tuple((p.data_ptr(), p._version, p.dtype) for p in params)
+            key = (rows, *((p.data_ptr(), p._version, p.dtype) for p in params))
             hit = getattr(self, "_fused_cache", None)
             if hit is not None and hit[0] == key:
                 return hit[1], hit[2]
-        rows = [
+        parts = [
             *self.query.fused_weights(),
             (self.key.weight, self.key.bias),
             (self.value.weight, self.value.bias),
         ]
-        weight = torch.cat([w for w, _ in rows])
+        weight = torch.cat([w for w, _ in parts])
         bias = None
-        if any(b is not None for _, b in rows):
-            bias = torch.cat([b if b is not None else w.new_zeros(w.shape[0]) for w, b in rows])
+        if any(b is not None for _, b in parts):
+            bias = torch.cat([b if b is not None else w.new_zeros(w.shape[0]) for w, b in parts])
+        if rows:
+            weight = weight.t().contiguous()
         if cacheable:
             self._fused_cache = (key, weight, bias)
         return weight, bias

@@ -10,6 +10,7 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from attnlab.config import ContentSkipConfig
+from attnlab.model.linear import Linear
 
 
 class ContentSkip(nn.Module):
@@ -17,7 +18,7 @@ class ContentSkip(nn.Module):
 
     def __init__(self, d: int, cfg: ContentSkipConfig) -> None:
         super().__init__()
-        self.w_skip = nn.Linear(d, d, bias=False)
+        self.w_skip = Linear(d, d, bias=False)
         self.w_skip.init_std = cfg.init_std
 
     def forward(self, x_tilde: Tensor) -> Tensor:

@@ -10,6 +10,7 @@ from torch import Tensor, nn
 
 from attnlab.config import ModelConfig
 from attnlab.model.activations import make_activation
+from attnlab.model.linear import Linear
 
 
 class MLP(nn.Module):
@@ -17,9 +18,9 @@ class MLP(nn.Module):
 
     def __init__(self, d: int, hidden: int, activation: str, bias: bool) -> None:
         super().__init__()
-        self.w_in = nn.Linear(d, hidden, bias=bias)
+        self.w_in = Linear(d, hidden, bias=bias)
         self.act = make_activation(activation)
-        self.w_out = nn.Linear(hidden, d, bias=bias)
+        self.w_out = Linear(hidden, d, bias=bias)
         self.w_out.is_output_projection = True
 
     def forward(self, x: Tensor) -> Tensor:
@@ -32,9 +33,9 @@ class GLU(nn.Module):
     def __init__(self, d: int, hidden: int, activation: str, bias: bool) -> None:
         super().__init__()
         self.hidden = hidden
-        self.w_gate_in = nn.Linear(d, 2 * hidden, bias=bias)
+        self.w_gate_in = Linear(d, 2 * hidden, bias=bias)
         self.act = make_activation(activation)
-        self.w_out = nn.Linear(hidden, d, bias=bias)
+        self.w_out = Linear(hidden, d, bias=bias)
         self.w_out.is_output_projection = True
 
     def forward(self, x: Tensor) -> Tensor:

@@ -11,6 +11,7 @@ import torch
 from torch import Tensor, nn
 
 from attnlab.errors import InvalidRequestError
+from attnlab.model.linear import decode_layout
 
 
 def _pick(
@@ -25,7 +26,6 @@ def _pick(
     return torch.multinomial(torch.softmax(logits.float(), -1), 1, generator=gen)
 
 
-@torch.no_grad()
 def generate(
     model: nn.Module,
     input_ids: Tensor,
@@ -37,13 +37,49 @@ def generate(
     eos_id: int | None = None,
     encoder_input_ids: Tensor | None = None,
     generator: torch.Generator | None = None,
+    rows_layout: bool | None = None,
 ) -> Tensor:
     """Continue ``input_ids`` [B, T] by up to ``max_new_tokens``; temperature 0 is greedy.
 
-    Returns [B, T + n]. Stops early when every row has produced ``eos_id``.
+    Returns [B, T + n] (an ordinary tensor: the work runs under ``torch.inference_mode``).
+    Stops early when every row has produced ``eos_id``. ``rows_layout`` multiplies by [in, out]
+    weight copies (``model/linear.py``; default: on CPU, where MKL streams them faster).
     """
+    p = next(model.parameters())
+    if rows_layout is None:
+        rows_layout = p.device.type == "cpu"
     was_training = model.training
     model.eval()
+    try:
+        with torch.inference_mode(), decode_layout(model, rows_layout):
+            ids = _generate(
+                model,
+                input_ids,
+                max_new_tokens,
+                temperature=temperature,
+                top_k=top_k,
+                use_cache=use_cache,
+                eos_id=eos_id,
+                encoder_input_ids=encoder_input_ids,
+                generator=generator,
+            )
+    finally:
+        model.train(was_training)
+    return ids.clone()  # outside inference mode: usable as an ordinary tensor
+
+
+def _generate(
+    model: nn.Module,
+    input_ids: Tensor,
+    max_new_tokens: int,
+    *,
+    temperature: float,
+    top_k: int | None,
+    use_cache: bool,
+    eos_id: int | None,
+    encoder_input_ids: Tensor | None,
+    generator: torch.Generator | None,
+) -> Tensor:
     cfg = model.cfg
     ids = input_ids
     memory = model.encode(encoder_input_ids) if encoder_input_ids is not None else None
@@ -78,5 +114,4 @@ def generate(
         step_in = nxt
         if eos_id is not None and bool(done.all()):
             break
-    model.train(was_training)
     return ids

@@ -12,6 +12,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from attnlab.model.linear import Linear
+
 
 class IdentityHead(nn.Module):
     """heads [B, H, T, d_h], u [B, T, d] -> weighted [B, T, (H + 1) * d_h]."""
@@ -19,8 +21,8 @@ class IdentityHead(nn.Module):
     def __init__(self, d: int, n_heads: int, head_dim: int, bias: bool) -> None:
         super().__init__()
         self.n_heads = n_heads
-        self.w_vid = nn.Linear(d, head_dim, bias=bias)
-        self.head_weights = nn.Linear(d, n_heads + 1, bias=True)
+        self.w_vid = Linear(d, head_dim, bias=bias)
+        self.head_weights = Linear(d, n_heads + 1, bias=True)
         self.head_weights.skip_init = True
         self.reset_head_weights()
 

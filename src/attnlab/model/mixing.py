@@ -13,6 +13,7 @@ from torch import Tensor, nn
 
 from attnlab.config import ModelConfig
 from attnlab.model.activations import make_activation
+from attnlab.model.linear import Linear
 
 
 def removed_mlp_params(cfg: ModelConfig) -> int:
@@ -40,9 +41,9 @@ class NonlinearMixer(nn.Module):
 
     def __init__(self, n_in: int, d: int, hidden: int, activation: str, bias: bool) -> None:
         super().__init__()
-        self.w_a = nn.Linear(n_in, hidden, bias=bias)
+        self.w_a = Linear(n_in, hidden, bias=bias)
         self.act = make_activation(activation)
-        self.w_b = nn.Linear(hidden, d, bias=bias)
+        self.w_b = Linear(hidden, d, bias=bias)
         self.w_b.is_output_projection = True
 
     def forward(self, o: Tensor) -> Tensor:
@@ -53,6 +54,6 @@ def make_mixer(cfg: ModelConfig, n_in: int) -> nn.Module:
     if cfg.mixer.nonlinear:
         hidden = nonlinear_mixer_hidden(cfg, n_in)
         return NonlinearMixer(n_in, cfg.d_model, hidden, cfg.mixer.activation, cfg.bias)
-    lin = nn.Linear(n_in, cfg.d_model, bias=cfg.bias)
+    lin = Linear(n_in, cfg.d_model, bias=cfg.bias)
     lin.is_output_projection = True
     return lin

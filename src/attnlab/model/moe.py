@@ -50,6 +50,7 @@ from torch import Tensor, nn
 from attnlab.config import MoEValuesConfig
 from attnlab.errors import UserError
 from attnlab.model.activations import make_activation
+from attnlab.model.linear import Linear
 
 Impl = Literal["auto", "loop", "grouped"]
 
@@ -121,7 +122,7 @@ class MoEValues(nn.Module):
         self.impl: Impl = impl
         E, h = self.n_experts, self.hidden
 
-        self.router = nn.Linear(d_model, E, bias=False)
+        self.router = Linear(d_model, E, bias=False)
         self.router.init_std = init_std
         self.w_in = nn.Parameter(torch.empty(E, d_model, h))
         self.w_out = nn.Parameter(torch.empty(E, h, d_out))

@@ -12,6 +12,7 @@ from torch import Tensor, nn
 
 from attnlab.config import PreProjectionConfig
 from attnlab.model.activations import make_activation
+from attnlab.model.linear import Linear
 
 
 class PreProjection(nn.Module):
@@ -21,10 +22,10 @@ class PreProjection(nn.Module):
         super().__init__()
         hidden = int(round(cfg.expansion * d))
         self.gated = cfg.gated
-        self.w_up = nn.Linear(d, hidden, bias=False)
-        self.w_gate = nn.Linear(d, hidden, bias=False) if cfg.gated else None
+        self.w_up = Linear(d, hidden, bias=False)
+        self.w_gate = Linear(d, hidden, bias=False) if cfg.gated else None
         self.act = make_activation(cfg.activation)
-        self.w_down = nn.Linear(hidden, d, bias=False)
+        self.w_down = Linear(hidden, d, bias=False)
         for lin in (self.w_up, self.w_gate, self.w_down):
             if lin is not None:
                 lin.init_std = cfg.init_std

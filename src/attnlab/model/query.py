@@ -22,6 +22,7 @@ from torch import Tensor, nn
 
 from attnlab.config import ModelConfig
 from attnlab.model.activations import make_activation
+from attnlab.model.linear import Linear
 from attnlab.model.norms import LayerNorm, RMSNorm
 from attnlab.model.registry import Registry
 
@@ -52,9 +53,9 @@ class Bottleneck(nn.Module):
     ) -> None:
         super().__init__()
         self.rms = RMSNorm(d, eps=eps)
-        self.w1 = nn.Linear(d, r, bias=bias)
+        self.w1 = Linear(d, r, bias=bias)
         self.act = make_activation(activation)
-        self.w2 = nn.Linear(r, d_q, bias=bias)
+        self.w2 = Linear(r, d_q, bias=bias)
         self.ln = LayerNorm(d_q, bias=norm_bias, eps=eps)
 
     def hidden(self, u: Tensor) -> Tensor:
@@ -84,7 +85,7 @@ class LinearQuery(QueryPart):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         d_q = cfg.attention.n_heads * cfg.head_dim
-        self.w_q = nn.Linear(cfg.d_model, d_q, bias=cfg.bias)
+        self.w_q = Linear(cfg.d_model, d_q, bias=cfg.bias)
         self.width = d_q
 
     def fused_weights(self) -> FusedRows:
@@ -146,7 +147,7 @@ class AnchoredQuery(QueryPart):
         super().__init__()
         d, d_q = cfg.d_model, cfg.attention.n_heads * cfg.head_dim
         r = max(1, int(round(cfg.query.ratio * d)))
-        self.w_q = nn.Linear(d, d_q, bias=cfg.bias)
+        self.w_q = Linear(d, d_q, bias=cfg.bias)
         self.f = Bottleneck(d, d_q, r, cfg.query.activation, cfg.bias, cfg.norm.bias, cfg.norm.eps)
         self.f.ln.zero_init = True
         self.mean = cfg.query.anchored_mean

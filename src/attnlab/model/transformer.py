@@ -22,6 +22,7 @@ from attnlab.errors import InvalidRequestError
 from attnlab.model.block import Block
 from attnlab.model.context import AttnContext
 from attnlab.model.kv_cache import KVCache
+from attnlab.model.linear import Linear
 from attnlab.model.masks import allowed_keys, stack_mask
 from attnlab.model.norms import LayerNorm, RMSNorm, ScaleNorm, make_norm
 from attnlab.model.output import ModelOutput
@@ -163,7 +164,7 @@ class Transformer(nn.Module):
             self.decoder = Stack(cfg, cfg.n_decoder_layers or cfg.n_layers, causal=True, cross=True)
         else:
             self.decoder = None
-        self.lm_head = nn.Linear(d, cfg.vocab_size, bias=False)
+        self.lm_head = Linear(d, cfg.vocab_size, bias=False)
         if cfg.tie_embeddings:
             self.lm_head.weight = self.embed.weight
         self.reset_parameters()

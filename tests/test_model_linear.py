@@ -1,0 +1,104 @@
+"""The decoding layout of model/linear.py: same numbers as nn.Linear, scoped, never stale."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from attnlab.model import build_model, generate
+from attnlab.model.linear import Linear, decode_layout
+from model_helpers import _float64, tiny  # noqa: F401 (autouse fixture)
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_linear_is_nn_linear_outside_the_layout(bias: bool) -> None:
+    lin = Linear(8, 5, bias=bias)
+    assert isinstance(lin, nn.Linear)
+    assert set(lin.state_dict()) == set(nn.Linear(8, 5, bias=bias).state_dict())
+    x = torch.randn(3, 4, 8)
+    assert torch.equal(lin(x), F.linear(x, lin.weight, lin.bias))
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_layout_keeps_an_in_out_copy_only_while_open(bias: bool) -> None:
+    lin = Linear(8, 5, bias=bias)
+    x = torch.randn(2, 3, 8)
+    with torch.no_grad(), decode_layout(lin):
+        assert lin._rows is not None
+        wt = lin._rows[1]
+        assert wt.shape == (8, 5) and wt.is_contiguous()
+        assert torch.equal(wt, lin.weight.t())
+        got = lin(x)
+    assert lin._rows is None
+    torch.testing.assert_close(got, F.linear(x, lin.weight, lin.bias), rtol=0, atol=1e-12)
+
+
+def test_layout_with_autograd_on_takes_the_plain_path() -> None:
+    lin = Linear(8, 5)
+    x = torch.randn(2, 8)
+    with decode_layout(lin):
+        y = lin(x)
+        y.sum().backward()
+    assert torch.equal(y, F.linear(x, lin.weight, lin.bias))
+    assert lin.weight.grad is not None and lin.weight.grad.abs().sum() > 0
+
+
+def test_layout_rebuilds_its_copy_after_an_in_place_weight_change() -> None:
+    lin = Linear(8, 5, bias=False)
+    x = torch.randn(2, 8)
+    with torch.no_grad(), decode_layout(lin):
+        before = lin(x)
+        lin.weight.mul_(2.0)
+        after = lin(x)
+    torch.testing.assert_close(after, 2.0 * before, rtol=0, atol=1e-12)
+
+
+def test_disabled_layout_does_nothing() -> None:
+    lin = Linear(8, 5)
+    with torch.no_grad(), decode_layout(lin, enabled=False):
+        assert lin._rows is None
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        [],
+        ["model.bias=true"],
+        ["model.query.kind=nonlinear", "model.query.fused=true"],
+        ["model.query.kind=anchored", "model.bias=true"],
+        ["model.pre_projection.enabled=true", "model.content_skip.enabled=true"],
+        ["model.ffn.kind=swiglu", "model.attention.n_kv_heads=2"],
+    ],
+)
+def test_model_logits_are_the_same_in_the_layout(flags: list[str]) -> None:
+    model = build_model(tiny(*flags)).eval()
+    ids = torch.randint(0, 64, (2, 12))
+    with torch.no_grad():
+        plain = model(ids).logits
+        with decode_layout(model):
+            rows = model(ids).logits
+        again = model(ids).logits  # the fused-weight cache is keyed by layout
+    torch.testing.assert_close(rows, plain, rtol=0, atol=1e-10)
+    assert torch.equal(again, plain)
+    assert all(getattr(m, "_rows", None) is None for m in model.modules())
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_generate_gives_the_same_tokens_with_either_layout(use_cache: bool) -> None:
+    model = build_model(tiny("model.query.kind=nonlinear")).eval()
+    prompt = torch.randint(0, 64, (2, 4))
+    a = generate(model, prompt, 8, temperature=0.0, use_cache=use_cache, rows_layout=True)
+    b = generate(model, prompt, 8, temperature=0.0, use_cache=use_cache, rows_layout=False)
+    assert torch.equal(a, b)
+
+
+def test_generate_returns_an_ordinary_tensor_and_restores_the_mode() -> None:
+    model = build_model(tiny()).train()
+    out = generate(model, torch.randint(0, 64, (1, 3)), 4, temperature=0.0)
+    assert not out.is_inference()  # usable as training input after decoding
+    assert model.training
+    loss = model(out[:, :-1], out[:, 1:]).loss
+    loss.backward()  # nothing created under inference mode leaks into autograd
+    assert all(getattr(m, "_rows", None) is None for m in model.modules())
