@@ -16,7 +16,7 @@ from attnlab.model.attention import AttentionCore
 from attnlab.model.context import AttnContext
 from attnlab.model.identity_head import IdentityHead
 from attnlab.model.kv_cache import KVCache
-from attnlab.model.linear import Linear
+from attnlab.model.linear import Linear, matmul_split, split_columns, uses_layout
 from attnlab.model.mixing import make_mixer
 from attnlab.model.norms import RMSNorm
 from attnlab.model.positions import Rotary
@@ -68,45 +68,46 @@ class Attention(nn.Module):
         """q [B,T,H*dh], k, v [B,T,Hkv*dh] from x~ (fused or unfused: same values)."""
         if not self.fused:
             return self.query(u), self.key(u), self.value(u)
-        rows = self._decode_rows and not torch.is_grad_enabled()
-        weight, bias = self._fused_weight(rows)
-        if rows:  # weight is [in, out] here (see model/linear.py)
-            out = u @ weight if bias is None else u @ weight + bias
-        else:
-            out = F.linear(u, weight, bias)
+        split = self._layout_params is not None and uses_layout(u)
+        weight, bias = self._fused_weight(split)
+        out = matmul_split(u, weight, bias) if split else F.linear(u, weight, bias)
         d_kv = self.Hkv * self.dh
         part, k, v = out.split([self.query.width, d_kv, d_kv], dim=-1)
         return self.query.finish(u, part), k, v
 
+    _layout_params: tuple[Tensor, ...] | None = None
+
     def set_decode_layout(self, on: bool) -> None:
-        """Inside ``decode_layout``: multiply by the fused weight stored [in, out] (linear.py)."""
-        self._decode_rows = on
+        """Inside ``decode_layout``: few-row inputs use the fused weight split by columns."""
+        parts = (self.query, self.key, self.value)
+        self._layout_params = tuple(p for m in parts for p in m.parameters()) if on else None
 
-    _decode_rows = False
-
-    def _fused_weight(self, rows: bool = False) -> tuple[Tensor, Tensor | None]:
-        """The concatenated [W_Q or W1 | W_K | W_V] (and bias); with ``rows`` its transpose,
-        stored contiguous. Without autograd (decoding, evaluation) it is cached until a parameter
-        changes (in-place update, move or cast): re-concatenating per decoded token would copy as
-        many bytes as the matmul reads."""
+    def _fused_weight(self, split: bool = False) -> tuple[Tensor, Tensor | None]:
+        """The concatenated [W_Q or W1 | W_K | W_V] (and bias); with ``split`` its
+        ``split_columns`` blocks. Without autograd (decoding, evaluation) it is cached until a
+        parameter changes (in-place update, move or cast): re-concatenating per decoded token
+        would copy as many bytes as the matmul reads."""
         cacheable = not torch.is_grad_enabled() and not torch.compiler.is_compiling()
         if cacheable:
-            params = [*self.query.parameters(), *self.key.parameters(), *self.value.parameters()]
-            key = (rows, *((p.data_ptr(), p._version, p.dtype) for p in params))
+            params = self._layout_params  # listing them costs more than a decoded token's matmul
+            if params is None:
+                parts = (self.query, self.key, self.value)
+                params = tuple(p for m in parts for p in m.parameters())
+            key = (split, *((p.data_ptr(), p._version, p.dtype) for p in params))
             hit = getattr(self, "_fused_cache", None)
             if hit is not None and hit[0] == key:
                 return hit[1], hit[2]
-        parts = [
+        rows = [
             *self.query.fused_weights(),
             (self.key.weight, self.key.bias),
             (self.value.weight, self.value.bias),
         ]
-        weight = torch.cat([w for w, _ in parts])
+        weight = torch.cat([w for w, _ in rows])
         bias = None
-        if any(b is not None for _, b in parts):
-            bias = torch.cat([b if b is not None else w.new_zeros(w.shape[0]) for w, b in parts])
-        if rows:
-            weight = weight.t().contiguous()
+        if any(b is not None for _, b in rows):
+            bias = torch.cat([b if b is not None else w.new_zeros(w.shape[0]) for w, b in rows])
+        if split:
+            weight = split_columns(weight)
         if cacheable:
             self._fused_cache = (key, weight, bias)
         return weight, bias

@@ -70,6 +70,8 @@ class Block(nn.Module):
         self.drop_path = DropPath(drop_path)
 
     def _branch(self, y: Tensor) -> Tensor:
+        if not self.training:  # both are the identity at eval (saves two calls per branch)
+            return y
         return self.drop_path(self.drop(y))
 
     def forward(

@@ -36,9 +36,11 @@ class KVCache:
         end = start + k.shape[2]
         if end > self.max_len:
             raise ValueError(f"KV cache holds {self.max_len} positions; asked for {end}")
-        self.k[slot][:, :, start:end] = k
-        self.v[slot][:, :, start:end] = v
-        return self.k[slot][:, :, :end], self.v[slot][:, :, :end]
+        T = k.shape[2]
+        kc, vc = self.k[slot], self.v[slot]
+        kc.narrow(2, start, T).copy_(k)
+        vc.narrow(2, start, T).copy_(v)
+        return kc.narrow(2, 0, end), vc.narrow(2, 0, end)
 
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in self.k + self.v)

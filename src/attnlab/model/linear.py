@@ -1,14 +1,18 @@
-"""The dense layer of every part: y = x W^T + b, with an optional row-major decoding layout.
+"""The dense layer of every part: y = x W^T + b, with an optional layout for decoding.
 
 Params in * out (+ out); FLOPs 2 * in * out per row. Same state dict as ``nn.Linear``.
 
 Why a layout: batch-1 decoding multiplies one row by every weight of the model, so each new token
-streams all the weights through the caches. On CPU, MKL reads ``x @ W_t`` with W_t = W^T stored
-[in, out] contiguous about 1.4x faster than ``x @ W^T`` over nn.Linear's [out, in] storage when
-the weights do not fit in L2 (measured for a d=256 model's 25 weights: 2.3 vs 3.3 ms per token,
-benchmarks/FINDINGS.md §10). ``decode_layout(model)`` keeps W_t for every layer that supports it
-while it is open, and drops it on exit: memory cost one extra copy of those weights, for that time.
-A copy is rebuilt if its weight is changed in place meanwhile, so it is never stale.
+streams all the weights through the caches, and on CPU one core's stream is the limit: MKL runs a
+one-row product on a single thread. ``decode_layout(model)`` keeps, for every layer that supports
+it, W^T split by output columns into n = torch.get_num_threads() contiguous blocks
+[n, in, out / n], and multiplies a few rows by all blocks in one batched matmul, one block per
+thread. Measured on the 2-core CI machine for a d=256, 6-layer model's 25 weights (23 MB):
+2.8 ms per token with nn.Linear's [out, in] weights, 2.0 ms with W^T [in, out], 1.3-1.8 ms
+split in two (benchmarks/FINDINGS.md §10). Inputs of more than ``ROWS_MAX`` rows (prefill of
+long prompts, recomputation, training) take the plain path. Memory cost: one extra copy of the
+weights while the layout is open; it is dropped on exit, and rebuilt if its weight is changed in
+place meanwhile, so it is never stale.
 """
 
 from __future__ import annotations
@@ -20,33 +24,59 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+#: at most this many rows (batch x new positions) use the decoding layout
+ROWS_MAX = 32
+
+
+def split_columns(weight: Tensor) -> Tensor:
+    """W [out, in] -> W^T split by output columns into [n, in, out / n] contiguous blocks
+    (n = torch.get_num_threads() when it divides out, else 1)."""
+    out, d_in = weight.shape
+    n = torch.get_num_threads()
+    n = n if n > 1 and out % n == 0 else 1
+    return weight.detach().t().reshape(d_in, n, out // n).permute(1, 0, 2).contiguous()
+
+
+def uses_layout(x: Tensor) -> bool:
+    """Few rows, autograd off, not under torch.compile (which chooses its own layout)."""
+    return (
+        x.numel() <= ROWS_MAX * x.shape[-1]
+        and not torch.is_grad_enabled()
+        and not torch.compiler.is_compiling()
+    )
+
+
+def matmul_split(x: Tensor, blocks: Tensor, bias: Tensor | None) -> Tensor:
+    """x [..., in] @ W^T (+ b) with W^T given as ``split_columns`` blocks [n, in, out / n]."""
+    n, d_in, part = blocks.shape
+    rows = x.reshape(1, -1, d_in).expand(n, -1, d_in)
+    y = torch.bmm(rows, blocks).transpose(0, 1).reshape(*x.shape[:-1], n * part)
+    return y if bias is None else y + bias
+
 
 class Linear(nn.Linear):
-    """``nn.Linear`` that multiplies by a cached [in, out] copy of W inside ``decode_layout``."""
+    """``nn.Linear`` that multiplies a few rows by split W^T blocks inside ``decode_layout``."""
 
-    _rows: tuple[int, Tensor] | None = None  # (weight._version, W^T contiguous)
+    _blocks: tuple[int, Tensor] | None = None  # (weight._version, split_columns(W))
 
     def set_decode_layout(self, on: bool) -> None:
-        self._rows = None
-        if on:
-            self._rows = (self.weight._version, self.weight.detach().t().contiguous())
+        self._blocks = (self.weight._version, split_columns(self.weight)) if on else None
 
     def forward(self, x: Tensor) -> Tensor:
-        rows = self._rows
-        if rows is None or torch.is_grad_enabled():
+        blocks = self._blocks
+        if blocks is None or not uses_layout(x):
             return F.linear(x, self.weight, self.bias)
-        if rows[0] != self.weight._version:
+        if blocks[0] != self.weight._version:
             self.set_decode_layout(True)
-            rows = self._rows
-            assert rows is not None
-        y = x @ rows[1]
-        return y if self.bias is None else y + self.bias
+            blocks = self._blocks
+            assert blocks is not None
+        return matmul_split(x, blocks[1], self.bias)
 
 
 @contextmanager
 def decode_layout(model: nn.Module, enabled: bool = True) -> Iterator[None]:
-    """Within the block, every part with ``set_decode_layout`` uses its [in, out] weight copies
-    (autograd off only; with autograd on the plain path runs). ``enabled=False`` does nothing."""
+    """Within the block, every part with ``set_decode_layout`` multiplies few-row inputs by its
+    split weight copies (autograd off only). ``enabled=False`` does nothing."""
     parts = [m for m in model.modules() if hasattr(m, "set_decode_layout")] if enabled else []
     for m in parts:
         m.set_decode_layout(True)
