@@ -15,6 +15,8 @@ Cases:
 - ``explicit_scale``: the explicit attention path multiplies the [B, H, T, T] logits by the
   softmax scale; scaling q ([B, H, T, d_h]) before the matmul saves a pass over the O(T^2 H)
   tensor in the forward and one in the backward (and ``~allowed`` is built once, not 3-4 times).
+- ``decode_layout``: batch-1 decoding with nn.Linear's [out, in] weights vs W^T split by columns
+  into one block per thread (``model/linear.py``, landed with this case; run with --threads 2).
 - ``last_logits``: decoding without the cache (and the prefill of cached decoding) computes the
   LM head for every position although only the last one is read: 2 d V FLOPs per prefix token
   per step.
@@ -239,10 +241,37 @@ def case_last_logits(rounds: int, batch: int) -> list[dict]:
     ]
 
 
+def case_decode_layout(rounds: int, batch: int) -> list[dict]:
+    """generate() with nn.Linear's [out, in] weights (rows_layout=False) vs the split-column
+    layout of model/linear.py (the default on CPU). Recomputation has > 32 rows per matmul from
+    its 17th step on, so it should read ~1.0: the layout speeds up the cached path only."""
+    from attnlab.config import load_config
+    from attnlab.model import build_model, generate
+
+    cfg = load_config("tiny", list(TARGET))
+    torch.manual_seed(0)
+    model = build_model(cfg.model).eval()
+    prompt = torch.randint(0, cfg.model.vocab_size, (1, 16))
+    new = 256
+
+    def run(layout: bool, cache: bool) -> Callable[[], None]:
+        return lambda: generate(
+            model, prompt, new, temperature=0.0, use_cache=cache, rows_layout=layout
+        )
+
+    for cache in (True, False):
+        assert torch.equal(run(False, cache)(), run(True, cache)())
+    return [
+        ab(f"decode_layout, decode {new} KV cache", run(False, True), run(True, True), rounds),
+        ab(f"decode_layout, decode {new} no cache", run(False, False), run(True, False), rounds),
+    ]
+
+
 CASES = {
     "preproj_gated": case_preproj_gated,
     "explicit_scale": case_explicit_scale,
     "last_logits": case_last_logits,
+    "decode_layout": case_decode_layout,
 }
 
 
