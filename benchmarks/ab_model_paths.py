@@ -17,6 +17,8 @@ Cases:
   tensor in the forward and one in the backward (and ``~allowed`` is built once, not 3-4 times).
 - ``decode_layout``: batch-1 decoding with nn.Linear's [out, in] weights vs W^T split by columns
   into one block per thread (``model/linear.py``, landed with this case; run with --threads 2).
+- ``linear_cross_entropy``: a training step with the full logits + ``F.cross_entropy`` vs the
+  chunked LM head + cross-entropy (``model/linear_cross_entropy.py``, landed with this case).
 - ``last_logits``: decoding without the cache (and the prefill of cached decoding) computes the
   LM head for every position although only the last one is read: 2 d V FLOPs per prefix token
   per step.
@@ -267,11 +269,40 @@ def case_decode_layout(rounds: int, batch: int) -> list[dict]:
     ]
 
 
+def case_linear_cross_entropy(rounds: int, batch: int) -> list[dict]:
+    """One training step (forward, backward, AdamW) with the LM head + cross-entropy on the full
+    [B, T, V] logits (``return_logits=True``, nanoGPT's way) vs chunked (``model/
+    linear_cross_entropy.py``, what the trainer and ``attnlab bench`` use)."""
+    from attnlab.config import load_config
+    from attnlab.model import build_model
+
+    cfg = load_config("tiny", list(TARGET))
+    torch.manual_seed(0)
+    model = build_model(cfg.model)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    x = torch.randint(0, cfg.model.vocab_size, (batch, cfg.data.seq_len + 1))
+    inp, tgt = x[:, :-1], x[:, 1:]
+    a_loss = model(inp, tgt).loss
+    b_loss = model(inp, tgt, return_logits=False).loss
+    torch.testing.assert_close(a_loss, b_loss, rtol=1e-5, atol=1e-5)
+
+    def step(return_logits: bool) -> Callable[[], None]:
+        def fn() -> None:
+            model(inp, tgt, return_logits=return_logits).loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+
+        return fn
+
+    return [ab("linear_cross_entropy, train step", step(True), step(False), rounds)]
+
+
 CASES = {
     "preproj_gated": case_preproj_gated,
     "explicit_scale": case_explicit_scale,
     "last_logits": case_last_logits,
     "decode_layout": case_decode_layout,
+    "linear_cross_entropy": case_linear_cross_entropy,
 }
 
 

@@ -74,7 +74,7 @@ def build_subject(
         run = torch.compile(model) if compile else model
 
         def loss(x: Tensor, y: Tensor) -> Tensor:
-            return run(x, y).total_loss
+            return run(x, y, return_logits=False).total_loss  # as the trainer calls it
 
         v = VARIANTS[name]
         return Subject(

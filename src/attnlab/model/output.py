@@ -9,11 +9,11 @@ from torch import Tensor
 
 @dataclass
 class ModelOutput:
-    """logits [B, T, V]; loss = mean cross-entropy over targets != -100 (None without targets);
+    """logits [B, T, V] (None when the loss was computed without them); loss = mean cross-entropy over targets != -100 (None without targets);
     aux_loss = weighted auxiliary losses (MoE balance + z-loss), to be added when optimising;
     cache = the updated KV cache when one was passed; attn = per-layer probabilities if asked."""
 
-    logits: Tensor
+    logits: Tensor | None
     loss: Tensor | None = None
     aux_loss: Tensor | None = None
     cache: object | None = None

@@ -23,6 +23,7 @@ from attnlab.model.block import Block
 from attnlab.model.context import AttnContext
 from attnlab.model.kv_cache import KVCache
 from attnlab.model.linear import Linear
+from attnlab.model.linear_cross_entropy import linear_cross_entropy
 from attnlab.model.masks import allowed_keys, stack_mask
 from attnlab.model.norms import LayerNorm, RMSNorm, ScaleNorm, make_norm
 from attnlab.model.output import ModelOutput
@@ -282,13 +283,16 @@ class Transformer(nn.Module):
         memory: Tensor | None = None,
         return_attn: bool = False,
         last_logits_only: bool = False,
+        return_logits: bool = True,
     ) -> ModelOutput:
         """Logits over the vocabulary for every position of ``input_ids`` [B, T].
 
         Decoder: causal LM over input_ids. Encoder: bidirectional over input_ids (masked LM).
         Encoder-decoder: ``encoder_input_ids`` (or a precomputed ``memory``) is read by the
         decoder's cross-attention; input_ids is the decoder input. ``last_logits_only`` applies
-        the LM head to the last position alone (decoding reads nothing else).
+        the LM head to the last position alone (decoding reads nothing else). With targets,
+        ``return_logits=False`` computes the loss by ``linear_cross_entropy`` (chunked, the
+        [B, T, V] logits never materialised; ``logits`` is then None): what the trainer uses.
         """
         if cache is not None:
             start_pos = cache.length
@@ -312,9 +316,15 @@ class Transformer(nn.Module):
             h, maps = self.decoder(x, ctx, cache=cache, memory=memory)
         if cache is not None:
             cache.length = start_pos + T
-        logits = self.lm_head(h[:, -1:] if last_logits_only else h)
+        fused_loss = (
+            targets is not None and not return_logits and not torch.compiler.is_compiling()
+        )  # under torch.compile the plain path lets the compiler fuse the cross-entropy
+        logits = None if fused_loss else self.lm_head(h[:, -1:] if last_logits_only else h)
         loss = None
-        if targets is not None:
+        if fused_loss:
+            assert self.lm_head.bias is None
+            loss = linear_cross_entropy(h, self.lm_head.weight, targets, ignore_index=-100)
+        elif targets is not None:
             loss = F.cross_entropy(
                 logits.view(-1, logits.shape[-1]).to(
                     torch.promote_types(logits.dtype, torch.float32)

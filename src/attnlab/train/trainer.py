@@ -123,9 +123,11 @@ class _State:
 
 
 def _forward(model: nn.Module, batch: Batch):
-    if batch.encoder_input_ids is None:
-        return model(batch.input_ids, batch.targets)
-    return model(batch.input_ids, batch.targets, encoder_input_ids=batch.encoder_input_ids)
+    """Loss only: the LM head and cross-entropy run chunked, without the [B, T, V] logits."""
+    kw = {"return_logits": False}
+    if batch.encoder_input_ids is not None:
+        kw["encoder_input_ids"] = batch.encoder_input_ids
+    return model(batch.input_ids, batch.targets, **kw)
 
 
 @contextlib.contextmanager
