@@ -142,3 +142,28 @@ def test_cli_refuses_bad_input_clearly(extra, words, capsys):
     err = capsys.readouterr().err
     for w in words:
         assert w in err
+
+
+def test_git_commit_only_from_an_attnlab_checkout(tmp_path, monkeypatch) -> None:
+    """A non-editable install lives in site-packages, which can sit inside another repository
+    (a pyenv checkout): its commit must not be reported as attnlab's."""
+    import subprocess
+
+    from attnlab.bench import machine
+
+    other = tmp_path / "other"
+    (other / "lib").mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(other)], check=True)
+    subprocess.run(
+        ["git", "-C", str(other), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q",
+         "--allow-empty", "-m", "x"],
+        check=True,
+    )  # fmt: skip
+    monkeypatch.setattr(machine, "__file__", str(other / "lib" / "machine.py"))
+    monkeypatch.chdir(other)
+    assert machine._git_commit() is None
+    (other / "src" / "attnlab").mkdir(parents=True)  # now it is an attnlab checkout
+    head = subprocess.run(
+        ["git", "-C", str(other), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    assert machine._git_commit() == head

@@ -84,19 +84,25 @@ def load_average() -> tuple[float, float, float] | None:
 
 
 def _git_commit() -> str | None:
-    try:
-        here = Path(__file__).resolve().parent
-        out = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            cwd=here,
-            capture_output=True,
-            text=True,
-            timeout=5,
-            check=False,
-        )
-        return out.stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        return None
+    """The attnlab checkout's commit: from the package's folder (editable install) or the working
+    directory, and only from a repository that holds ``src/attnlab`` (a non-editable install sits
+    in site-packages, which may be inside some other repository, e.g. a pyenv checkout)."""
+    for where in (Path(__file__).resolve().parent, Path.cwd()):
+        try:
+            out = subprocess.run(
+                ["git", "rev-parse", "--show-toplevel", "--short", "HEAD"],
+                cwd=where,
+                capture_output=True,
+                text=True,
+                timeout=5,
+                check=False,
+            )
+        except (OSError, subprocess.SubprocessError):
+            continue
+        lines = out.stdout.split()
+        if out.returncode == 0 and len(lines) == 2 and (Path(lines[0]) / "src/attnlab").is_dir():
+            return lines[1]
+    return None
 
 
 @dataclass
