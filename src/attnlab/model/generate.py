@@ -42,8 +42,10 @@ def generate(
     """Continue ``input_ids`` [B, T] by up to ``max_new_tokens``; temperature 0 is greedy.
 
     Returns [B, T + n] (an ordinary tensor: the work runs under ``torch.inference_mode``).
-    Stops early when every row has produced ``eos_id``. ``rows_layout`` multiplies by [in, out]
-    weight copies (``model/linear.py``; default: on CPU, where MKL streams them faster).
+    Stops early when every row has produced ``eos_id``. ``rows_layout`` multiplies few-row inputs
+    by weight copies split by columns, one block per thread (``model/linear.py``; default: on
+    CPU, where a one-row product otherwise runs on one thread); it holds one extra copy of the
+    weights for the duration of the call.
     """
     p = next(model.parameters())
     if rows_layout is None:
