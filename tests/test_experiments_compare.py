@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import csv
 import json
-import random
 import textwrap
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import pytest
 from attnlab.cli import main
 from attnlab.experiments import build_report, load_experiment, run_all
 from attnlab.train.rundir import read_status
+from data_helpers import prepare_bytes, word_corpus
 
 WORDS = [
     *("the", "a", "model", "attention", "head", "query", "key", "value", "layer", "token"),
@@ -35,18 +35,10 @@ PLOTS = (
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory) -> Path:
-    from attnlab.data import prepare
-
     root = tmp_path_factory.mktemp("data")
-    rng = random.Random(0)
-    corpus = root / "corpus.jsonl"
-    with open(corpus, "w", encoding="utf-8") as f:
-        for _ in range(120):
-            words = [rng.choice(WORDS) for _ in range(rng.randint(40, 90))]
-            f.write(json.dumps({"text": " ".join(words).capitalize() + "."}) + "\n")
-    out = root / "prepared"
-    prepare(str(corpus), "bytes", out, val_fraction=0.1, progress=False)
-    return out
+    corpus = word_corpus(root / "corpus.jsonl", WORDS, n_docs=120, length=(40, 90), seed=0,
+                         sentence=True)  # fmt: skip
+    return prepare_bytes(corpus, root / "prepared")
 
 
 def experiment_file(folder: Path, data_dir: Path, variants: str, seeds: str = "[0, 1]") -> Path:

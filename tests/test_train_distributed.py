@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import os
-import random
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +12,7 @@ import pytest
 from attnlab.config import load_config
 from attnlab.train import load_run_model, train
 from attnlab.train.rundir import read_metrics, read_status
+from data_helpers import prepare_bytes, run_config, word_corpus
 
 STEPS = 4
 
@@ -21,36 +20,21 @@ STEPS = 4
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory) -> tuple[Path, Path]:
     """A prepared byte-level data dir and a config file training 4 steps on 2 x 4 sequences."""
-    from attnlab.data import prepare
-
     root = tmp_path_factory.mktemp("dist")
-    rng = random.Random(2)
     words = ["one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"]
-    corpus = root / "c.jsonl"
-    corpus.write_text(
-        "".join(
-            json.dumps({"text": " ".join(rng.choice(words) for _ in range(50))}) + "\n"
-            for _ in range(60)
-        )
-    )
-    prepare(str(corpus), "bytes", root / "data", val_fraction=0.1, progress=False)
-    cfg = root / "cfg.toml"
-    cfg.write_text(
-        f"""extends = "tiny"
-[data]
-corpus = {json.dumps(str(corpus))}
-dir = {json.dumps(str(root / "data"))}
-seq_len = 32
-[train]
-max_steps = {STEPS}
-batch_size = 4
-tokens_per_step = 256
-warmup_steps = 1
-log_every = 1
-eval_every = 2
-checkpoint_every = 2
-eval_batches = 2
-"""
+    corpus = word_corpus(root / "c.jsonl", words, n_docs=60, length=50, seed=2)
+    cfg = run_config(
+        root / "cfg.toml",
+        corpus,
+        prepare_bytes(corpus, root / "data"),
+        max_steps=STEPS,
+        batch_size=4,
+        tokens_per_step=256,
+        warmup_steps=1,
+        log_every=1,
+        eval_every=2,
+        checkpoint_every=2,
+        eval_batches=2,
     )
     return root, cfg
 

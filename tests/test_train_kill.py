@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import os
-import random
 import signal
 import subprocess
 import sys
@@ -16,6 +14,7 @@ import pytest
 from attnlab.config import load_config
 from attnlab.train import train
 from attnlab.train.rundir import read_metrics, read_status
+from data_helpers import prepare_bytes, run_config, word_corpus
 
 STEPS = 60
 
@@ -26,35 +25,20 @@ def _losses(run: Path) -> list[tuple[int, float, float | None]]:
 
 @pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")
 def test_sigkill_then_rerun_equals_an_uninterrupted_run(tmp_path):
-    from attnlab.data import prepare
-
-    rng = random.Random(5)
     words = ["red", "green", "blue", "light", "dark", "sky", "sea", "land", "tree", "stone"]
-    corpus = tmp_path / "c.jsonl"
-    corpus.write_text(
-        "".join(
-            json.dumps({"text": " ".join(rng.choice(words) for _ in range(60))}) + "\n"
-            for _ in range(60)
-        )
-    )
-    prepare(str(corpus), "bytes", tmp_path / "data", val_fraction=0.1, progress=False)
-    cfg = tmp_path / "cfg.toml"
-    cfg.write_text(
-        f"""extends = "tiny"
-[data]
-corpus = {json.dumps(str(corpus))}
-dir = {json.dumps(str(tmp_path / "data"))}
-seq_len = 32
-[train]
-max_steps = {STEPS}
-batch_size = 4
-warmup_steps = 4
-log_every = 1
-eval_every = 10
-checkpoint_every = 3
-eval_batches = 2
-threads = 1
-"""
+    corpus = word_corpus(tmp_path / "c.jsonl", words, n_docs=60, length=60, seed=5)
+    cfg = run_config(
+        tmp_path / "cfg.toml",
+        corpus,
+        prepare_bytes(corpus, tmp_path / "data"),
+        max_steps=STEPS,
+        batch_size=4,
+        warmup_steps=4,
+        log_every=1,
+        eval_every=10,
+        checkpoint_every=3,
+        eval_batches=2,
+        threads=1,
     )
     run = tmp_path / "killed"
     cmd = [sys.executable, "-m", "attnlab", "train", str(cfg), "--out", str(run), "--quiet"]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import random
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ from attnlab.errors import UserError
 from attnlab.train import load_run_model, train
 from attnlab.train.checkpoint import MODEL_FILE, CheckpointWarning, complete_checkpoints
 from attnlab.train.rundir import read_metrics, read_status
+from data_helpers import prepare_bytes, word_corpus
 
 WORDS = [
     "the",
@@ -51,25 +51,12 @@ WORDS = [
 ]
 
 
-def write_corpus(path: Path, n_docs: int = 120, seed: int = 0) -> Path:
-    """A few dozen KB of word-salad documents as JSONL (one document per line)."""
-    rng = random.Random(seed)
-    with open(path, "w", encoding="utf-8") as f:
-        for _ in range(n_docs):
-            words = [rng.choice(WORDS) for _ in range(rng.randint(40, 90))]
-            f.write(json.dumps({"text": " ".join(words).capitalize() + "."}) + "\n")
-    return path
-
-
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory) -> Path:
-    from attnlab.data import prepare
-
     root = tmp_path_factory.mktemp("data")
-    corpus = write_corpus(root / "corpus.jsonl")
-    out = root / "prepared"
-    prepare(str(corpus), "bytes", out, val_fraction=0.1, progress=False)
-    return out
+    corpus = word_corpus(root / "corpus.jsonl", WORDS, n_docs=120, length=(40, 90), seed=0,
+                         sentence=True)  # fmt: skip
+    return prepare_bytes(corpus, root / "prepared")
 
 
 def tiny(data_dir: Path, *extra: str):

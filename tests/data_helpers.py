@@ -1,0 +1,49 @@
+"""Shared test data: small word-salad corpora, prepared as byte-level data, and run configs."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+
+def word_corpus(
+    path: Path,
+    words: list[str],
+    *,
+    n_docs: int,
+    length: int | tuple[int, int],
+    seed: int,
+    sentence: bool = False,
+) -> Path:
+    """JSONL, one document per line: ``length`` words drawn from ``words`` (a (lo, hi) range is
+    drawn per document); ``sentence`` capitalises it and ends it with a full stop."""
+    rng = random.Random(seed)
+    with open(path, "w", encoding="utf-8") as f:
+        for _ in range(n_docs):
+            n = rng.randint(*length) if isinstance(length, tuple) else length
+            text = " ".join(rng.choice(words) for _ in range(n))
+            f.write(json.dumps({"text": text.capitalize() + "." if sentence else text}) + "\n")
+    return path
+
+
+def prepare_bytes(corpus: Path, out: Path, val_fraction: float = 0.1) -> Path:
+    from attnlab.data import prepare
+
+    prepare(str(corpus), "bytes", out, val_fraction=val_fraction, progress=False)
+    return out
+
+
+def run_config(path: Path, corpus: Path, data_dir: Path, *, seq_len: int = 32, **train) -> Path:
+    """A TOML run config extending ``tiny`` on the prepared data, with ``[train]`` settings."""
+    lines = [
+        'extends = "tiny"',
+        "[data]",
+        f"corpus = {json.dumps(str(corpus))}",
+        f"dir = {json.dumps(str(data_dir))}",
+        f"seq_len = {seq_len}",
+        "[train]",
+        *(f"{k} = {json.dumps(v)}" for k, v in train.items()),
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    return path
