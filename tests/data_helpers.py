@@ -6,6 +6,13 @@ import json
 import random
 from pathlib import Path
 
+#: the vocabulary of the word-salad corpora of the training and comparison tests
+WORDS = [
+    *("the", "a", "model", "attention", "head", "query", "key", "value", "layer", "token"),
+    *("sequence", "learns", "predicts", "of", "to", "and", "in", "is", "was", "by", "with"),
+    *("from", "small", "large", "fast", "slow", "train", "data", "loss", "step"),
+]
+
 
 def word_corpus(
     path: Path,
@@ -47,3 +54,11 @@ def run_config(path: Path, corpus: Path, data_dir: Path, *, seq_len: int = 32, *
     ]
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def sentence_data(root: Path) -> Path:
+    """``root/corpus.jsonl`` (120 sentences of 40-90 WORDS) prepared as bytes in ``root/prepared``."""
+    corpus = word_corpus(
+        root / "corpus.jsonl", WORDS, n_docs=120, length=(40, 90), seed=0, sentence=True
+    )
+    return prepare_bytes(corpus, root / "prepared")

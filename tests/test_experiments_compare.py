@@ -14,13 +14,7 @@ import pytest
 from attnlab.cli import main
 from attnlab.experiments import build_report, load_experiment, run_all
 from attnlab.train.rundir import read_status
-from data_helpers import prepare_bytes, word_corpus
-
-WORDS = [
-    *("the", "a", "model", "attention", "head", "query", "key", "value", "layer", "token"),
-    *("sequence", "learns", "predicts", "of", "to", "and", "in", "is", "was", "by", "with"),
-    *("from", "small", "large", "fast", "slow", "train", "data", "loss", "step"),
-]
+from data_helpers import sentence_data
 
 PLOTS = (
     "val_loss.png",
@@ -35,10 +29,7 @@ PLOTS = (
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("data")
-    corpus = word_corpus(root / "corpus.jsonl", WORDS, n_docs=120, length=(40, 90), seed=0,
-                         sentence=True)  # fmt: skip
-    return prepare_bytes(corpus, root / "prepared")
+    return sentence_data(tmp_path_factory.mktemp("data"))
 
 
 def experiment_file(folder: Path, data_dir: Path, variants: str, seeds: str = "[0, 1]") -> Path:

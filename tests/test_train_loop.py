@@ -15,48 +15,12 @@ from attnlab.errors import UserError
 from attnlab.train import load_run_model, train
 from attnlab.train.checkpoint import MODEL_FILE, CheckpointWarning, complete_checkpoints
 from attnlab.train.rundir import read_metrics, read_status
-from data_helpers import prepare_bytes, word_corpus
-
-WORDS = [
-    "the",
-    "a",
-    "model",
-    "attention",
-    "head",
-    "query",
-    "key",
-    "value",
-    "layer",
-    "token",
-    "sequence",
-    "learns",
-    "predicts",
-    "of",
-    "to",
-    "and",
-    "in",
-    "is",
-    "was",
-    "by",
-    "with",
-    "from",
-    "small",
-    "large",
-    "fast",
-    "slow",
-    "train",
-    "data",
-    "loss",
-    "step",
-]
+from data_helpers import sentence_data
 
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("data")
-    corpus = word_corpus(root / "corpus.jsonl", WORDS, n_docs=120, length=(40, 90), seed=0,
-                         sentence=True)  # fmt: skip
-    return prepare_bytes(corpus, root / "prepared")
+    return sentence_data(tmp_path_factory.mktemp("data"))
 
 
 def tiny(data_dir: Path, *extra: str):
