@@ -22,6 +22,25 @@ def tiny(*overrides: str) -> ModelConfig:
     return load_config(None, [*TINY, *overrides]).model
 
 
+def perturbed(*flags: str):
+    """The model of ``tiny(*flags)`` in eval mode with every weight moved off its init by
+    N(0, 0.1), so parts that start as identities or zeros really take part."""
+    from attnlab.model import build_model
+
+    model = build_model(tiny(*flags))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.1)
+    return model.eval()
+
+
+def bump(ids: torch.Tensor, t: int, vocab: int = 64) -> torch.Tensor:
+    """``ids`` with the token at position ``t`` changed (to probe what position t influences)."""
+    out = ids.clone()
+    out[:, t] = (out[:, t] + 7) % vocab
+    return out
+
+
 @pytest.fixture(autouse=True)
 def _float64():
     """Every test of a module importing this runs in float64, one thread, seed 0."""

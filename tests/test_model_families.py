@@ -12,36 +12,10 @@ from attnlab.config import load_config
 from attnlab.model import build_model
 from attnlab.model.params import count
 from attnlab.model.positions import SinusoidalPositions
-from model_helpers import _float64  # noqa: F401 (autouse fixture)
+from model_helpers import TINY, _float64, bump, perturbed, tiny  # noqa: F401 (autouse fixture)
 
-TINY = [
-    "model.d_model=32",
-    "model.n_layers=2",
-    "model.attention.n_heads=4",
-    "model.vocab_size=64",
-    "model.max_seq_len=32",
-    "data.seq_len=16",
-]
 ENCODER = ["model.family=encoder", "model.attention.mask=bidirectional"]
 ENC_DEC = ["model.family=encoder_decoder", "model.n_decoder_layers=3"]
-
-
-def tiny(*overrides: str):
-    return load_config(None, [*TINY, *overrides]).model
-
-
-def build(*flags: str):
-    model = build_model(tiny(*flags))
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn_like(p) * 0.1)
-    return model.eval()
-
-
-def bump(ids: torch.Tensor, t: int) -> torch.Tensor:
-    out = ids.clone()
-    out[:, t] = (out[:, t] + 7) % 64
-    return out
 
 
 def changed(a: torch.Tensor, b: torch.Tensor) -> list[bool]:
@@ -54,7 +28,7 @@ def changed(a: torch.Tensor, b: torch.Tensor) -> list[bool]:
 
 @pytest.mark.parametrize("position", ["learned", "rope", "alibi", "t5"])
 def test_encoder_is_bidirectional(position: str) -> None:
-    model = build(*ENCODER, f"model.position.kind={position}")
+    model = perturbed(*ENCODER, f"model.position.kind={position}")
     assert not model.supports_cache
     ids = torch.randint(0, 64, (2, 8))
     base = model(ids).logits
@@ -63,7 +37,7 @@ def test_encoder_is_bidirectional(position: str) -> None:
 
 
 def test_encoder_sliding_window_is_symmetric() -> None:
-    model = build(
+    model = perturbed(
         *ENCODER[:1], "model.n_layers=1", "model.attention.mask=sliding", "model.attention.window=2"
     )
     ids = torch.randint(0, 64, (1, 9))
@@ -74,13 +48,13 @@ def test_encoder_sliding_window_is_symmetric() -> None:
 
 
 def test_encoder_has_no_cache() -> None:
-    model = build(*ENCODER)
+    model = perturbed(*ENCODER)
     with pytest.raises(ValueError, match="encoder-only"):
         model.new_cache(1, 4)
 
 
 def test_masked_lm_loss_ignores_minus_100() -> None:
-    model = build(*ENCODER)
+    model = perturbed(*ENCODER)
     ids = torch.randint(0, 64, (2, 8))
     targets = torch.full_like(ids, -100)
     targets[0, 2], targets[1, 5], targets[1, 6] = 3, 9, 11
@@ -99,7 +73,7 @@ def test_masked_lm_loss_ignores_minus_100() -> None:
 @pytest.mark.parametrize("mask", ["causal", "bidirectional"])
 @pytest.mark.parametrize("position", ["learned", "t5", "rope"])
 def test_encoder_decoder_directions_and_cross_attention(mask: str, position: str) -> None:
-    model = build(*ENC_DEC, f"model.attention.mask={mask}", f"model.position.kind={position}")
+    model = perturbed(*ENC_DEC, f"model.attention.mask={mask}", f"model.position.kind={position}")
     assert len(model.encoder.blocks) == 2 and len(model.decoder.blocks) == 3
     enc, dec = torch.randint(0, 64, (2, 7)), torch.randint(0, 64, (2, 6))
     # the encoder is bidirectional whatever the mask names
@@ -117,7 +91,7 @@ def test_encoder_decoder_directions_and_cross_attention(mask: str, position: str
 
 
 def test_encoder_decoder_memory_argument_equals_encoding_inside() -> None:
-    model = build(*ENC_DEC)
+    model = perturbed(*ENC_DEC)
     enc, dec = torch.randint(0, 64, (2, 7)), torch.randint(0, 64, (2, 5))
     a = model(dec, encoder_input_ids=enc).logits
     b = model(dec, memory=model.encode(enc)).logits
@@ -127,7 +101,7 @@ def test_encoder_decoder_memory_argument_equals_encoding_inside() -> None:
 
 
 def test_t5_bias_direction_per_stack() -> None:
-    model = build(*ENC_DEC, "model.position.kind=t5")
+    model = perturbed(*ENC_DEC, "model.position.kind=t5")
     assert model.encoder.t5_bias.bidirectional and not model.decoder.t5_bias.bidirectional
 
 

@@ -8,18 +8,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnlab.config import load_config
-from attnlab.model import build_model, generate
-from model_helpers import _float64  # noqa: F401 (autouse fixture)
+from attnlab.model import generate
+from model_helpers import _float64, bump, perturbed  # noqa: F401 (autouse fixture)
 
-TINY = [
-    "model.d_model=32",
-    "model.n_layers=2",
-    "model.attention.n_heads=4",
-    "model.vocab_size=64",
-    "model.max_seq_len=32",
-    "data.seq_len=16",
-]
 METHOD = ["model.pre_projection.enabled=true", "model.content_skip.enabled=true"]
 PYTHIA = [
     "model.residual_kind=parallel",
@@ -116,32 +107,12 @@ VARIANTS: dict[str, list[str]] = {
 }
 
 
-def tiny(*overrides: str):
-    return load_config(None, [*TINY, *overrides]).model
-
-
-def build(flags: list[str]):
-    if any(f.startswith("model.moe_values.enabled=true") for f in flags):
-        pytest.importorskip("attnlab.model.moe")
-    model = build_model(tiny(*flags))
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn_like(p) * 0.1)
-    return model.eval()
-
-
-def bump(ids: torch.Tensor, t: int) -> torch.Tensor:
-    out = ids.clone()
-    out[:, t] = (out[:, t] + 7) % 64
-    return out
-
-
 # ------------------------------------------------------------------------------------ causality
 
 
 @pytest.mark.parametrize("name", sorted(VARIANTS))
 def test_no_future_leak(name: str) -> None:
-    model = build(VARIANTS[name])
+    model = perturbed(*VARIANTS[name])
     T = 10
     ids = torch.randint(0, 64, (2, T))
     base = model(ids).logits
@@ -152,7 +123,7 @@ def test_no_future_leak(name: str) -> None:
 
 
 def test_prefix_lm_is_causal_after_the_prefix_and_bidirectional_inside_it() -> None:
-    model = build(["model.attention.mask=prefix", "model.attention.prefix_len=4"])
+    model = perturbed("model.attention.mask=prefix", "model.attention.prefix_len=4")
     ids = torch.randint(0, 64, (1, 10))
     base = model(ids).logits
     for t in (4, 7, 9):
@@ -163,7 +134,7 @@ def test_prefix_lm_is_causal_after_the_prefix_and_bidirectional_inside_it() -> N
 
 
 def _one_layer(flags: list[str]):
-    return build(["model.n_layers=1", *flags])
+    return perturbed("model.n_layers=1", *flags)
 
 
 @pytest.mark.parametrize(
@@ -206,7 +177,7 @@ def _decode_with_cache(model, ids: torch.Tensor, steps: list[int], **kw) -> torc
 
 @pytest.mark.parametrize("name", sorted(VARIANTS))
 def test_cached_decoding_equals_the_full_forward(name: str) -> None:
-    model = build(VARIANTS[name])
+    model = perturbed(*VARIANTS[name])
     assert model.supports_cache
     ids = torch.randint(0, 64, (2, 11))
     full = model(ids).logits
@@ -216,7 +187,7 @@ def test_cached_decoding_equals_the_full_forward(name: str) -> None:
 
 @pytest.mark.parametrize("name", sorted(VARIANTS))
 def test_generate_with_and_without_cache_give_the_same_tokens(name: str) -> None:
-    model = build(VARIANTS[name])
+    model = perturbed(*VARIANTS[name])
     prompt = torch.randint(0, 64, (2, 4))
     a = generate(model, prompt, 5, temperature=0.0, use_cache=True)
     b = generate(model, prompt, 5, temperature=0.0, use_cache=False)
@@ -225,14 +196,14 @@ def test_generate_with_and_without_cache_give_the_same_tokens(name: str) -> None
 
 
 def test_prefix_lm_cached_decoding_after_the_prefix() -> None:
-    model = build(["model.attention.mask=prefix", "model.attention.prefix_len=4"])
+    model = perturbed("model.attention.mask=prefix", "model.attention.prefix_len=4")
     ids = torch.randint(0, 64, (2, 10))
     inc = _decode_with_cache(model, ids, [5, 2, 1, 1, 1])  # the prefill covers the prefix
     torch.testing.assert_close(inc, model(ids).logits, atol=1e-10, rtol=0)
 
 
 def test_universal_loop_caches_one_slot_per_loop() -> None:
-    model = build(VARIANTS["moe_values"])
+    model = perturbed(*VARIANTS["moe_values"])
     cache = model.new_cache(1, 6, dtype=torch.float64)
     assert len(cache.k) == len(cache.v) == 3  # one layer, looped 3 times
     model(torch.randint(0, 64, (1, 4)), cache=cache)
@@ -254,7 +225,7 @@ ENC_DEC = ["model.family=encoder_decoder", "model.n_decoder_layers=2"]
     ids=["learned", "t5", "rope_nonlinear", "preproj_skip_gqa"],
 )
 def test_encoder_decoder_cached_decoding_and_generation(flags: list[str]) -> None:
-    model = build([*ENC_DEC, *flags])
+    model = perturbed(*ENC_DEC, *flags)
     enc = torch.randint(0, 64, (2, 7))
     ids = torch.randint(0, 64, (2, 9))
     full = model(ids, encoder_input_ids=enc).logits
@@ -271,7 +242,7 @@ def test_encoder_decoder_cached_decoding_and_generation(flags: list[str]) -> Non
 
 
 def test_new_cache_follows_the_model_dtype() -> None:
-    model = build([])
+    model = perturbed()
     cache = model.new_cache(1, 4)  # no dtype given: the model's (float64 here)
     model(torch.randint(0, 64, (1, 3)), cache=cache)
     assert cache.k[0].dtype == torch.float64
