@@ -7,8 +7,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+import attnlab.model.attention_layer as attention_layer
+import attnlab.model.linear as linear
 from attnlab.model import build_model, generate
-from attnlab.model.linear import ROWS_MAX, Linear, decode_layout, split_columns
+from attnlab.model.linear import ROWS_MAX, Linear, decode_layout, param_key, split_columns
 from model_helpers import _float64, tiny  # noqa: F401 (autouse fixture)
 
 
@@ -71,7 +73,7 @@ def test_layout_rebuilds_its_copy_after_an_in_place_weight_change() -> None:
         before = lin(x)
         lin.weight.mul_(2.0)
         after = lin(x)
-        assert lin._blocks is not None and lin._blocks[0] == lin.weight._version  # rebuilt
+        assert lin._blocks is not None and lin._blocks[0] == param_key((lin.weight,))  # rebuilt
     torch.testing.assert_close(after, 2.0 * before, rtol=0, atol=1e-12)
 
 
@@ -92,14 +94,27 @@ def test_disabled_layout_does_nothing() -> None:
         ["model.ffn.kind=swiglu", "model.attention.n_kv_heads=2"],
     ],
 )
-def test_model_logits_are_the_same_in_the_layout(flags: list[str]) -> None:
+def test_model_logits_are_the_same_in_the_layout(
+    monkeypatch: pytest.MonkeyPatch, flags: list[str]
+) -> None:
     torch.set_num_threads(2)  # two column blocks per weight
     model = build_model(tiny(*flags)).eval()
     ids = torch.randint(0, 64, (2, 12))  # 24 rows: under ROWS_MAX, so the layout is used
+    calls, original = [], linear.matmul_split
+
+    def counted(x, blocks, bias):
+        calls.append(blocks.shape)
+        return original(x, blocks, bias)
+
+    monkeypatch.setattr(linear, "matmul_split", counted)  # Linear layers
+    monkeypatch.setattr(attention_layer, "matmul_split", counted)  # the fused K, V, W1 weight
     with torch.no_grad():
         plain = model(ids).logits
+        assert not calls
         with decode_layout(model):
             rows = model(ids).logits
+        n_linear = sum(isinstance(m, Linear) for m in model.modules())
+        assert len(calls) >= n_linear // 2 and all(c[0] == 2 for c in calls)
         again = model(ids).logits  # the fused-weight cache is keyed by layout
     torch.testing.assert_close(rows, plain, rtol=0, atol=1e-10)
     assert torch.equal(again, plain)

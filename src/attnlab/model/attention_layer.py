@@ -16,7 +16,7 @@ from attnlab.model.attention import AttentionCore
 from attnlab.model.context import AttnContext
 from attnlab.model.identity_head import IdentityHead
 from attnlab.model.kv_cache import KVCache
-from attnlab.model.linear import Linear, matmul_split, split_columns, uses_layout
+from attnlab.model.linear import Linear, matmul_split, param_key, split_columns, uses_layout
 from attnlab.model.mixing import make_mixer
 from attnlab.model.norms import RMSNorm
 from attnlab.model.positions import Rotary
@@ -79,8 +79,10 @@ class Attention(nn.Module):
 
     def set_decode_layout(self, on: bool) -> None:
         """Inside ``decode_layout``: few-row inputs use the fused weight split by columns."""
-        parts = (self.query, self.key, self.value)
-        self._layout_params = tuple(p for m in parts for p in m.parameters()) if on else None
+        self._layout_params = self._fused_params() if on else None
+
+    def _fused_params(self) -> tuple[Tensor, ...]:
+        return tuple(p for m in (self.query, self.key, self.value) for p in m.parameters())
 
     def _fused_weight(self, split: bool = False) -> tuple[Tensor, Tensor | None]:
         """The concatenated [W_Q or W1 | W_K | W_V] (and bias); with ``split`` its
@@ -89,11 +91,9 @@ class Attention(nn.Module):
         would copy as many bytes as the matmul reads."""
         cacheable = not torch.is_grad_enabled() and not torch.compiler.is_compiling()
         if cacheable:
-            params = self._layout_params  # listing them costs more than a decoded token's matmul
-            if params is None:
-                parts = (self.query, self.key, self.value)
-                params = tuple(p for m in parts for p in m.parameters())
-            key = (split, *((p.data_ptr(), p._version, p.dtype) for p in params))
+            # listing the parameters costs more than a decoded token's matmul: done once per layout
+            params = self._layout_params or self._fused_params()
+            key = (split, param_key(params))
             hit = getattr(self, "_fused_cache", None)
             if hit is not None and hit[0] == key:
                 return hit[1], hit[2]

@@ -7,7 +7,7 @@ streams all the weights through the caches, and on CPU one core's stream is the 
 one-row product on a single thread. ``decode_layout(model)`` keeps, for every layer that supports
 it, W^T split by output columns into n = torch.get_num_threads() contiguous blocks
 [n, in, out / n], and multiplies a few rows by all blocks in one batched matmul, one block per
-thread. Measured on the 2-core CI machine for a d=256, 6-layer model's 25 weights (23 MB):
+thread. Measured on this project's 2-core CPU machine for a d=256, 6-layer model's 25 weights (23 MB):
 2.8 ms per token with nn.Linear's [out, in] weights, 2.0 ms with W^T [in, out], 1.3-1.8 ms
 split in two (benchmarks/FINDINGS.md §10). Inputs of more than ``ROWS_MAX`` rows (prefill of
 long prompts, recomputation, training) take the plain path. Memory cost: one extra copy of the
@@ -26,6 +26,12 @@ from torch import Tensor, nn
 
 #: at most this many rows (batch x new positions) use the decoding layout
 ROWS_MAX = 32
+
+
+def param_key(params: tuple[Tensor, ...]) -> tuple:
+    """What identifies the values of ``params``: storage, in-place version and dtype (a derived
+    copy keyed by it is stale once the key changes: an update, a move or a cast)."""
+    return tuple((p.data_ptr(), p._version, p.dtype) for p in params)
 
 
 def split_columns(weight: Tensor) -> Tensor:
@@ -57,16 +63,17 @@ def matmul_split(x: Tensor, blocks: Tensor, bias: Tensor | None) -> Tensor:
 class Linear(nn.Linear):
     """``nn.Linear`` that multiplies a few rows by split W^T blocks inside ``decode_layout``."""
 
-    _blocks: tuple[int, Tensor] | None = None  # (weight._version, split_columns(W))
+    _blocks: tuple[tuple, Tensor] | None = None  # (param_key of W, split_columns(W))
 
     def set_decode_layout(self, on: bool) -> None:
-        self._blocks = (self.weight._version, split_columns(self.weight)) if on else None
+        w = self.weight
+        self._blocks = (param_key((w,)), split_columns(w)) if on else None
 
     def forward(self, x: Tensor) -> Tensor:
         blocks = self._blocks
         if blocks is None or not uses_layout(x):
             return F.linear(x, self.weight, self.bias)
-        if blocks[0] != self.weight._version:
+        if blocks[0] != param_key((self.weight,)):
             self.set_decode_layout(True)
             blocks = self._blocks
             assert blocks is not None

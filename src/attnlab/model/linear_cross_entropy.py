@@ -43,9 +43,21 @@ def _wide(dtype: torch.dtype) -> torch.dtype:
     return torch.promote_types(dtype, torch.float32)
 
 
-def _chunk_logprobs(hc: Tensor, w: Tensor) -> Tensor:
-    z = hc @ w.t()
-    return torch.log_softmax(z.to(_wide(z.dtype)), dim=-1)
+def _chunks(h: Tensor, w: Tensor, targets: Tensor, ignore_index: int, rows: int, dtype):
+    """Per chunk of rows: (rows slice, h chunk in dtype, safe targets [r, 1], valid [r],
+    log-probabilities [r, V] in float32 or wider). Call with autocast off."""
+    valid = targets != ignore_index
+    safe = torch.where(valid, targets, 0)[:, None]
+    for s in range(0, h.shape[0], rows):
+        sl = slice(s, s + rows)
+        hc = h[sl].to(dtype)
+        z = hc @ w.t()
+        yield sl, hc, safe[sl], valid[sl], torch.log_softmax(z.to(_wide(z.dtype)), dim=-1)
+
+
+def _nll(logprobs: Tensor, safe: Tensor, valid: Tensor) -> Tensor:
+    """Summed negative log-likelihood of the valid rows' targets."""
+    return -(logprobs.gather(1, safe)[:, 0] * valid).sum()
 
 
 class _LinearCrossEntropy(torch.autograd.Function):
@@ -53,28 +65,24 @@ class _LinearCrossEntropy(torch.autograd.Function):
     def forward(ctx, h, weight, targets, ignore_index, rows, dtype):  # type: ignore[override]
         with torch.autocast(h.device.type, enabled=False):
             w = weight.to(dtype)
-            valid = targets != ignore_index
-            safe = torch.where(valid, targets, 0)[:, None]
-            count = valid.sum()
             need_w = ctx.needs_input_grad[1]
             grad_h = torch.empty_like(h)
             acc = _wide(dtype)
             grad_w = torch.zeros_like(weight, dtype=acc)
             total = torch.zeros((), dtype=acc, device=h.device)
-            for s in range(0, h.shape[0], rows):
-                hc, tc, vc = h[s : s + rows].to(dtype), safe[s : s + rows], valid[s : s + rows]
-                g = _chunk_logprobs(hc, w)
-                total -= (g.gather(1, tc)[:, 0] * vc).sum()
+            for sl, hc, tc, vc, g in _chunks(h, w, targets, ignore_index, rows, dtype):
+                total += _nll(g, tc, vc)
                 g.exp_().scatter_add_(1, tc, -vc[:, None].to(g.dtype))  # softmax - onehot
                 g.mul_(vc[:, None])  # ignored rows get no gradient
                 g = g.to(dtype)
-                grad_h[s : s + rows] = g @ w
+                grad_h[sl] = g @ w
                 if not need_w:
                     continue
                 if dtype == acc:
                     grad_w.addmm_(g.t(), hc)
                 else:  # as autocast's backward: the product in dtype, accumulated in float32
                     grad_w += (g.t() @ hc).to(acc)
+        count = (targets != ignore_index).sum()
         ctx.save_for_backward(grad_h, grad_w.to(weight.dtype), count)
         return total / count
 
@@ -96,11 +104,6 @@ def linear_cross_entropy(
     if torch.is_grad_enabled() and (h.requires_grad or weight.requires_grad):
         return _LinearCrossEntropy.apply(h2, weight, t, ignore_index, rows, dtype)
     with torch.autocast(h.device.type, enabled=False):
-        w = weight.to(dtype)
-        valid = t != ignore_index
-        safe = torch.where(valid, t, 0)[:, None]
-        total = torch.zeros((), dtype=_wide(dtype), device=h.device)
-        for s in range(0, h2.shape[0], rows):
-            lp = _chunk_logprobs(h2[s : s + rows].to(dtype), w)
-            total -= (lp.gather(1, safe[s : s + rows])[:, 0] * valid[s : s + rows]).sum()
-        return total / valid.sum()
+        chunks = _chunks(h2, weight.to(dtype), t, ignore_index, rows, dtype)
+        total = sum(_nll(lp, tc, vc) for _, _, tc, vc, lp in chunks)
+    return total / (t != ignore_index).sum()
