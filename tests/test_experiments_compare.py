@@ -13,7 +13,7 @@ import pytest
 
 from attnlab.cli import main
 from attnlab.experiments import build_report, load_experiment, run_all
-from attnlab.train.rundir import read_status
+from attnlab.runs.rundir import read_status
 from data_helpers import sentence_data
 
 PLOTS = (

@@ -3,7 +3,6 @@ checkpointing, and the LoRA rank solved on PEFT's actual parameter count."""
 
 from __future__ import annotations
 
-from contextlib import nullcontext
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,7 @@ from attnlab.probe.inject import injected_count
 from attnlab.probe.lora import lora_count
 from attnlab.probe.methods import parse_method
 from attnlab.probe.testing import KINDS, save_tiny_model
-from attnlab.probe.trainer import build_optimizer, enable_gradient_checkpointing, lm_loss
+from attnlab.probe.trainer import enable_gradient_checkpointing, lm_loss, probe_optimizer
 
 torch.set_num_threads(1)
 
@@ -51,10 +50,10 @@ def test_exactly_the_injected_and_lora_tensors_change(model_dirs, kind):
     x, y = _batch(probed.hf_model.config.vocab_size)
     # two steps: at step 1 the zero-initialised LN gain of f and LoRA's B block the gradient of
     # W1/W2 and LoRA's A; from step 2 on every trainable tensor has a gradient
-    opt = build_optimizer(probed, cfg)
+    opt = probe_optimizer(probed, cfg, torch.device("cpu"))
     probed.model.train()
     for _ in range(2):
-        lm_loss(probed.model, x, y, nullcontext).backward()
+        lm_loss(probed.model, x, y).backward()
         opt.step()
         opt.zero_grad()
     for n, p in probed.model.named_parameters():
@@ -72,7 +71,7 @@ def test_gradient_checkpointing_keeps_gradients_flowing(model_dirs, kind, reentr
     x, y = _batch(64)
     reference = build_probed_model(cfg)
     reference.model.train()
-    lm_loss(reference.model, x, y, nullcontext).backward()
+    lm_loss(reference.model, x, y).backward()
     ref_grads = {n: p.grad.clone() for n, p in reference.trainable()}
 
     probed = build_probed_model(cfg)  # same seed: same initial injected weights
@@ -80,9 +79,9 @@ def test_gradient_checkpointing_keeps_gradients_flowing(model_dirs, kind, reentr
     layers = probed.spec.layer_list(probed.hf_model)
     assert all(layer.gradient_checkpointing for layer in layers)
     before = {n: p.detach().clone() for n, p in probed.trainable()}
-    opt = build_optimizer(probed, cfg)
+    opt = probe_optimizer(probed, cfg, torch.device("cpu"))
     probed.model.train()
-    lm_loss(probed.model, x, y, nullcontext).backward()
+    lm_loss(probed.model, x, y).backward()
     for n, p in probed.trainable():  # the recomputed forward gives the same gradients
         torch.testing.assert_close(p.grad, ref_grads[n], atol=1e-6, rtol=1e-5)
     opt.step()

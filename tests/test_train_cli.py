@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from attnlab.cli import main
-from attnlab.train.rundir import read_status
+from attnlab.runs.rundir import read_status
 
 WORDS = [
     "the",

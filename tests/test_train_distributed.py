@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from attnlab.config import load_config
-from attnlab.train import load_run_model, train
-from attnlab.train.rundir import read_metrics, read_status
+from attnlab.runs.load import load_run_model
+from attnlab.runs.rundir import read_metrics, read_status
+from attnlab.train import train
 from data_helpers import prepare_bytes, run_config, word_corpus
 
 STEPS = 4

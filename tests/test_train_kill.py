@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from attnlab.config import load_config
+from attnlab.runs.rundir import read_metrics, read_status
 from attnlab.train import train
-from attnlab.train.rundir import read_metrics, read_status
 from data_helpers import prepare_bytes, run_config, word_corpus
 
 STEPS = 60

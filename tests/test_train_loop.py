@@ -12,9 +12,10 @@ import torch
 
 from attnlab.config import load_config
 from attnlab.errors import UserError
-from attnlab.train import load_run_model, train
-from attnlab.train.checkpoint import MODEL_FILE, CheckpointWarning, complete_checkpoints
-from attnlab.train.rundir import read_metrics, read_status
+from attnlab.runs.checkpoint import MODEL_FILE, CheckpointWarning, complete_checkpoints
+from attnlab.runs.load import load_run_model
+from attnlab.runs.rundir import read_metrics, read_status
+from attnlab.train import train
 from data_helpers import sentence_data
 
 

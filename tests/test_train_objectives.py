@@ -7,7 +7,7 @@ import pytest
 
 from attnlab.config import load_config
 from attnlab.errors import UserError
-from attnlab.train.divergence import DivergenceMonitor
+from attnlab.runs.divergence import DivergenceMonitor
 from attnlab.train.objectives import (
     corruption_rng,
     extra_ids,

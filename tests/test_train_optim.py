@@ -10,9 +10,9 @@ import torch
 from torch import nn
 
 from attnlab.errors import UserError
+from attnlab.runs.optim import build_optimizer, lr_at, param_groups
+from attnlab.runs.peak import measure_peak_flops, mfu
 from attnlab.train.batches import grad_accum_steps, micro_offsets
-from attnlab.train.optim import build_optimizer, lr_at, param_groups
-from attnlab.train.peak import measure_peak_flops, mfu
 
 
 def test_lr_warmup_is_linear_then_cosine_reaches_min():

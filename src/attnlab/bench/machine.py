@@ -1,7 +1,7 @@
 """What machine a benchmark ran on, and its peak FLOP/s: measured now, and the datasheet's.
 
 MFU = training FLOPs per second / peak. The *measured* peak is the best dense square matmul this
-device runs right now in the compute dtype (``attnlab.train.peak``, taken over a few sizes), so MFU
+device runs right now in the compute dtype (``attnlab.runs.peak``, taken over a few sizes), so MFU
 speaks about the model code on this machine as configured (threads, clocks, load). On a GPU the
 *datasheet* peak is reported beside it, with the SKU it assumed, because that is what papers quote;
 nanoGPT divides by a hard-coded A100 figure (312 TFLOP/s bf16), which reads 104% on an H100.
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from attnlab.train.peak import measure_peak_flops
+from attnlab.runs.peak import measure_peak_flops
 
 #: dense (no sparsity) tensor-core peaks in FLOP/s for 16-bit inputs, by SKU; the first pattern
 #: that matches torch.cuda.get_device_name() wins, so more specific names come first.
@@ -51,7 +51,7 @@ def datasheet_peak(device_name: str, dtype: torch.dtype) -> tuple[str, float] | 
 def measured_peak(device: torch.device | str, dtype: torch.dtype, iters: int = 5) -> float:
     """Best dense-matmul FLOP/s over a few square sizes (larger ones reach closer to the ceiling).
 
-    ``attnlab.train.peak`` caches per (device, dtype, n, iters, threads); a different ``iters``
+    ``attnlab.runs.peak`` caches per (device, dtype, n, iters, threads); a different ``iters``
     takes a fresh measurement (the runner measures again after training, when load may differ).
     """
     device = torch.device(device)

@@ -7,12 +7,12 @@ Result files are named after the machine and date (``cpu-<cpu-model>-<date>``,
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from attnlab.bench.runner import BenchResult
+from attnlab.runs.atomic import atomic_write_json, atomic_write_text
 
 
 @dataclass
@@ -248,10 +248,9 @@ def write_results(r: BenchResult, stem: str | Path, title: str = "attnlab bench"
     stem = Path(stem)
     if stem.suffix in (".md", ".json"):
         stem = stem.with_suffix("")
-    stem.parent.mkdir(parents=True, exist_ok=True)
     md, js = stem.with_suffix(".md"), stem.with_suffix(".json")
-    md.write_text(to_markdown(r, title), encoding="utf-8")
-    js.write_text(json.dumps(r.to_dict(), indent=2, default=str) + "\n", encoding="utf-8")
+    atomic_write_text(md, to_markdown(r, title))
+    atomic_write_json(js, r.to_dict(), default=str)
     return [md, js]
 
 

@@ -23,6 +23,7 @@ from attnlab.bench.training import TrainingRow, measure_training
 from attnlab.bench.variants import DEFAULT_VARIANTS, VARIANTS
 from attnlab.config import Config, ConfigError, apply_overrides, validate
 from attnlab.errors import UserError
+from attnlab.runs.device import resolve_device
 
 SECTIONS: tuple[str, ...] = ("training", "inference", "memory")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -57,9 +58,7 @@ class BenchSpec:
     def resolved(self) -> BenchSpec:
         """Fill defaults from the config and check everything a user could get wrong."""
         cfg = self.config
-        dev = torch.device(self.device)
-        if dev.type == "cuda" and not torch.cuda.is_available():
-            raise UserError(f"--device {self.device}: no CUDA device is visible; use --device cpu")
+        dev = resolve_device(self.device, setting="--device")
         if dev.type not in ("cpu", "cuda"):
             raise UserError(f"--device {self.device}: choose cpu or cuda[:N]")
         dtype = self.dtype or ("bfloat16" if dev.type == "cuda" else "float32")
@@ -96,7 +95,7 @@ class BenchSpec:
                 f"learned positions; lower --new-tokens or --set model.max_seq_len="
                 f"{self.prompt_len + new}"
             )
-        out = BenchSpec(**{**self.__dict__})
+        out = BenchSpec(**{**self.__dict__, "device": str(dev)})
         out.config, out.seq_len, out.batch_size, out.dtype, out.new_tokens = (
             cfg,
             seq_len,

@@ -108,12 +108,3 @@ def build_subject(
         summary=SUMMARIES[name],
         notes=[f"{name} differs from the base config: " + "; ".join(mism)] if mism else [],
     )
-
-
-def decay_groups(model: nn.Module, weight_decay: float = 0.1) -> list[dict]:
-    """AdamW groups used for every subject: decay on >= 2-D tensors, none on norms and biases."""
-    params = list({id(p): p for p in model.parameters() if p.requires_grad}.values())
-    return [
-        {"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
-        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
-    ]

@@ -18,8 +18,9 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import Tensor
 
-from attnlab.bench.subjects import Subject, decay_groups
+from attnlab.bench.subjects import Subject
 from attnlab.bench.timing import Samples, interleaved, paired_ratio, synchronize
+from attnlab.runs.optim import param_groups
 
 
 def autocast(device: torch.device | str, dtype: torch.dtype) -> contextlib.AbstractContextManager:
@@ -49,7 +50,7 @@ def make_train_step(
     """A closure running one optimizer step and returning its loss tensor (no host sync)."""
     device = x.device
     fused = {"fused": True} if device.type == "cuda" else {}
-    opt = torch.optim.AdamW(decay_groups(subject.model), lr=lr, betas=(0.9, 0.95), **fused)
+    opt = torch.optim.AdamW(param_groups(subject.model, 0.1), lr=lr, betas=(0.9, 0.95), **fused)
     subject.model.train()
 
     def step() -> Tensor:

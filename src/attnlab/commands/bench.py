@@ -50,7 +50,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repeats", type=int, default=5, metavar="R", help="interleaved timed rounds")
     p.add_argument("--warmup", type=int, default=1, metavar="W", help="untimed rounds first")
     p.add_argument("--threads", type=int, metavar="T", help="torch CPU threads (default: torch's)")
-    p.add_argument("--device", default="cpu", help="cpu or cuda[:N] (default cpu)")
+    p.add_argument("--device", default="cpu", help="cpu, cuda[:N] or auto (default cpu)")
     p.add_argument(
         "--dtype",
         choices=["float32", "bfloat16", "float16"],

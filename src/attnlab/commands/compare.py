@@ -81,6 +81,7 @@ def _warn(message, category, filename, lineno, file=None, line=None) -> None:
 def run(args: argparse.Namespace) -> int:
     from attnlab.experiments import build_report, load_experiment, run_all
     from attnlab.experiments.progress import ExperimentProgress, fmt_duration
+    from attnlab.runs import lock
 
     if args.jobs < 1:
         raise UserError("--jobs must be at least 1")
@@ -97,12 +98,12 @@ def run(args: argparse.Namespace) -> int:
             len(runs), flops, jobs=args.jobs, log_every=max(1, exp.steps // 10)
         )
     t0 = time.perf_counter()
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), lock.locked(args.out, "experiment directory"):
         warnings.showwarning = _warn
         outcomes = run_all(exp, args.out, only=only or None, progress=progress, jobs=args.jobs)
+        wall = time.perf_counter() - t0
+        report = build_report(args.out)
     trained = sum(o.trained for o in outcomes)
-    wall = time.perf_counter() - t0
-    report = build_report(args.out)
     by = {}
     for o in outcomes:
         by[o.status] = by.get(o.status, 0) + 1

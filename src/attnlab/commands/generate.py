@@ -25,7 +25,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from attnlab.model import generate
-    from attnlab.train.checkpoint import load_run_model
+    from attnlab.runs.load import load_run_model
 
     if args.max_new_tokens < 1:
         raise UserError("--max-new-tokens must be at least 1")

@@ -80,9 +80,11 @@ def run(args: argparse.Namespace) -> int:
         return 0 if all(r.status != "failed" for r in results) else 1
     from attnlab.probe.experiment import result_row, write_experiment_report
     from attnlab.probe.trainer import train_probe
+    from attnlab.runs import lock
 
     cfg = load_probe_config(args.config, overrides)
-    res = train_probe(cfg, out, restart=args.restart, data_root=args.data_root)
-    write_experiment_report(out, cfg.label, cfg, [res])
+    with lock.locked(out, "probe directory"):  # the run and its report: one writer
+        res = train_probe(cfg, out, restart=args.restart, data_root=args.data_root)
+        write_experiment_report(out, cfg.label, cfg, [res])
     _print_table([result_row(res)], f"frozen probe -> {out}")
     return 0 if res.status == "finished" else 1

@@ -33,8 +33,8 @@ def _warn(message, category, filename, lineno, file=None, line=None) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from attnlab.runs.progress import console_reporter
     from attnlab.train import train
-    from attnlab.train.progress import console_reporter
 
     cfg = config_from_args(args)
     main = int(os.environ.get("RANK", "0")) == 0

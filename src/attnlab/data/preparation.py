@@ -28,13 +28,13 @@ from typing import Any
 
 import numpy as np
 
-from attnlab.data.atomic import atomic_directory, atomic_write_json
 from attnlab.data.corpus import Corpus, open_corpus
 from attnlab.data.shards import SPLITS, ShardWriter, shard_path, token_dtype
 from attnlab.data.split import assign_splits, document_u
 from attnlab.data.tokendata import FORMAT, FORMAT_VERSION, TokenData, read_meta
 from attnlab.data.tokenizer import Tokenizer, bpe_vocab_size, load_tokenizer
 from attnlab.errors import UserError
+from attnlab.runs.atomic import atomic_directory, atomic_write_json
 
 ENCODE_BATCH_CHARS = 1 << 20  # about 1 MB of text per encode call
 

@@ -24,10 +24,10 @@ from pathlib import Path
 
 import numpy as np
 
-from attnlab.data.atomic import atomic_write_bytes, atomic_write_json
 from attnlab.data.shards import SPLITS
 from attnlab.data.tokendata import read_meta
 from attnlab.errors import UserError
+from attnlab.runs.atomic import atomic_write_bytes, atomic_write_json
 
 STEPS_PER_DRAW = 1024
 

@@ -19,10 +19,10 @@ from typing import Any
 
 import numpy as np
 
-from attnlab.data.atomic import sha256_file
 from attnlab.data.shards import SPLITS, open_shard, shard_path
 from attnlab.data.tokenizer import Tokenizer, tokenizer_from_spec
 from attnlab.errors import UserError
+from attnlab.runs.atomic import sha256_file
 
 FORMAT = "attnlab-token-shards"
 FORMAT_VERSION = 1

@@ -20,7 +20,7 @@ from attnlab.eval.native import AttnlabLM
 from attnlab.eval.perplexity import Document, PerplexityResult, perplexity
 from attnlab.eval.registry import TASKS
 from attnlab.eval.scoring import ContinuationScore, encode_pair, score_continuations
-from attnlab.eval.targets import from_probe_dir, load_language_model
+from attnlab.eval.targets import TargetKind, load_language_model, register_target_kind
 
 __all__ = [
     "TASKS",
@@ -32,15 +32,16 @@ __all__ = [
     "LanguageModel",
     "MCItem",
     "PerplexityResult",
+    "TargetKind",
     "build_cloze_set",
     "encode_pair",
     "evaluate",
     "evaluate_cloze",
     "evaluate_multiple_choice",
-    "from_probe_dir",
     "load_cloze_file",
     "load_language_model",
     "load_mc_file",
     "perplexity",
+    "register_target_kind",
     "score_continuations",
 ]

@@ -10,7 +10,8 @@ import torch
 from torch import Tensor, nn
 
 from attnlab.errors import UserError
-from attnlab.eval.lm import LanguageModel, pick_device
+from attnlab.eval.lm import LanguageModel
+from attnlab.runs.device import resolve_device
 
 #: used when neither the config nor the tokenizer states a context length (as lm-eval does)
 DEFAULT_MAX_LENGTH = 2048
@@ -37,7 +38,7 @@ class HFCausalLM(LanguageModel):
         self.tokenizer = tokenizer
         self.name = name
         self.results_dir = results_dir
-        self._device = pick_device(device) if device is not None else model.device
+        self._device = resolve_device(device) if device is not None else model.device
         self.model.to(self._device)
         self._max_length = _context_length(model.config, tokenizer)
         self.limit_context(max_length)
@@ -84,7 +85,7 @@ class HFCausalLM(LanguageModel):
             tokenizer,
             name=name,
             max_length=max_length,
-            device=pick_device(device),
+            device=resolve_device(device),
         )
 
     @property

@@ -19,17 +19,6 @@ from torch import Tensor
 from attnlab.errors import UserError
 
 
-def pick_device(device: str | torch.device | None = "auto") -> torch.device:
-    """``auto`` -> CUDA when available, else MPS, else CPU; anything else is passed to torch."""
-    if device is None or str(device) == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda")
-        if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
-            return torch.device("mps")
-        return torch.device("cpu")
-    return torch.device(device)
-
-
 class LanguageModel(ABC):
     """A causal LM that scores token sequences.
 

@@ -10,7 +10,8 @@ import torch
 from torch import Tensor, nn
 
 from attnlab.errors import UserError
-from attnlab.eval.lm import LanguageModel, pick_device
+from attnlab.eval.lm import LanguageModel
+from attnlab.runs.device import resolve_device
 
 
 class Tokenizer(Protocol):
@@ -47,7 +48,7 @@ class AttnlabLM(LanguageModel):
         self.model = model.eval()
         self.tokenizer = tokenizer
         self._max_length = int(max_length)
-        self._device = pick_device(device) if device is not None else _module_device(model)
+        self._device = resolve_device(device) if device is not None else _module_device(model)
         self.model.to(self._device)
         self.name = name
         self.results_dir = results_dir
@@ -62,18 +63,14 @@ class AttnlabLM(LanguageModel):
         device: str | torch.device | None = "auto",
         checkpoint: str | None = None,
     ) -> AttnlabLM:
-        """Load a run directory (``config.toml`` + ``checkpoints/``) through
-        ``attnlab.train.checkpoint.load_run_model`` (its newest loadable checkpoint);
-        ``checkpoint`` names one directory under ``checkpoints/`` to load instead."""
+        """Load a run directory through :func:`attnlab.runs.load.load_run_model` (its newest
+        intact checkpoint); ``checkpoint`` names one directory under ``checkpoints/`` to load
+        instead (verified against its recorded sha256 like any other)."""
+        from attnlab.runs.checkpoint import CheckpointError, read_checkpoint
+        from attnlab.runs.load import load_run_model
+
         run_dir = Path(path)
-        try:
-            from attnlab.train.checkpoint import CheckpointError, load_run_model, read_checkpoint
-        except ImportError as e:
-            raise UserError(
-                f"cannot load the attnlab run {run_dir}: attnlab.train.checkpoint is not "
-                f"available ({e}); update attnlab"
-            ) from None
-        dev = pick_device(device)
+        dev = resolve_device(device)
         model, cfg, tokenizer = load_run_model(run_dir, device="cpu")
         step = None
         if checkpoint is not None:

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from attnlab.errors import UserError
+from attnlab.runs.atomic import atomic_write_json
 
 
 def results_path(run_dir: str | Path) -> Path:
@@ -41,24 +40,8 @@ def merge_results(path: str | Path, entries: Mapping[str, Mapping[str, Any]]) ->
     p = Path(path)
     data = load_results(p)
     data["tasks"].update({k: dict(v) for k, v in entries.items()})
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=".results-", suffix=".json")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump(_jsonable(data), f, indent=2, sort_keys=True)
-        f.write("\n")
-    os.replace(tmp, p)
+    atomic_write_json(p, data)  # NaN/inf become null (the engine's one JSON policy)
     return data
-
-
-def _jsonable(x: Any) -> Any:
-    """NaN/inf are not JSON: store them as null."""
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    if isinstance(x, Mapping):
-        return {k: _jsonable(v) for k, v in x.items()}
-    if isinstance(x, list | tuple):
-        return [_jsonable(v) for v in x]
-    return x
 
 
 def _fmt(v: Any) -> str:

@@ -25,7 +25,7 @@ def _blocks(model) -> list:
 
 def skip_norms(run_dir: str | Path) -> list[float] | None:
     """Per-layer ``||W_skip||_F`` of a run's final checkpoint; None without a content skip."""
-    from attnlab.train.checkpoint import load_run_model
+    from attnlab.runs.load import load_run_model
 
     model, cfg, _ = load_run_model(run_dir)
     if not cfg.model.content_skip.enabled:
@@ -54,7 +54,7 @@ def probe_sequence(data_dir: str | Path, n_tokens: int) -> np.ndarray:
 @torch.no_grad()
 def attention_probe(run_dir: str | Path, n_tokens: int = 48) -> AttentionProbe:
     """Run the final checkpoint on the fixed validation sequence with ``return_attn=True``."""
-    from attnlab.train.checkpoint import load_run_model
+    from attnlab.runs.load import load_run_model
 
     model, cfg, tokenizer = load_run_model(run_dir)
     n = min(n_tokens, cfg.data.seq_len, cfg.model.max_seq_len)

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TextIO
 
-from attnlab.train.progress import ProgressEvent
+from attnlab.runs.progress import ProgressEvent
 
 
 def fmt_duration(seconds: float | None) -> str:

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from attnlab.experiments.resolve import run_dir
-from attnlab.train import rundir
+from attnlab.runs import rundir
+from attnlab.runs.atomic import atomic_write_json
 
 COLUMNS = (
     "variant",
@@ -175,7 +176,7 @@ def write_results(out_dir: str | Path, rows: list[RunRow], record: dict[str, Any
         for r in rows:
             w.writerow({k: ("" if v is None else v) for k, v in r.to_dict().items()})
     tmp.replace(out / "results.csv")
-    rundir.write_json_atomic(
+    atomic_write_json(
         out / "results.json",
         {
             "experiment": record["name"],

@@ -16,12 +16,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from attnlab.config import load_config
+from attnlab.config import dump_toml
 from attnlab.errors import UserError
 from attnlab.experiments.progress import ExperimentProgress
 from attnlab.experiments.resolve import Experiment, RunPlan
 from attnlab.experiments.spec import EvaluateSpec
-from attnlab.train import rundir
+from attnlab.runs import lock, rundir
+from attnlab.runs.atomic import atomic_write_json
+from attnlab.runs.lock import DirectoryLockedError
 from attnlab.train.batches import prepare_if_missing, resolve_data_dir
 
 EXPERIMENT_FILE = "experiment.json"
@@ -52,7 +54,7 @@ class RunOutcome:
 def write_record(exp: Experiment, out_dir: Path) -> None:
     """Store the resolved experiment in ``OUT/experiment.json`` (atomically)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    rundir.write_json_atomic(out_dir / EXPERIMENT_FILE, exp.to_record())
+    atomic_write_json(out_dir / EXPERIMENT_FILE, exp.to_record())
 
 
 def read_record(out_dir: str | Path) -> dict[str, Any]:
@@ -71,17 +73,9 @@ def check_resumable(runs: list[RunPlan]) -> None:
     """Refuse, before anything trains, to resume run directories made with other configs."""
     problems = []
     for r in runs:
-        saved_path = r.run_dir / rundir.CONFIG_FILE
-        if not saved_path.is_file():
-            continue
         given = r.config.model_copy(deep=True)
         given.data.dir = str(resolve_data_dir(given))
-        try:
-            saved = load_config(str(saved_path))
-        except UserError as e:
-            problems.append(f"{r.run_dir}: unreadable config.toml ({e})")
-            continue
-        diff = rundir.config_diff(saved, given)
+        diff = rundir.config_conflicts(r.run_dir, dump_toml(given))
         if diff:
             problems.append(
                 f"{r.run_dir}: " + "; ".join(diff[:4]) + (" ..." if len(diff) > 4 else "")
@@ -161,8 +155,20 @@ def run_all(
     jobs: int = 1,
 ) -> list[RunOutcome]:
     """Train (and evaluate) every run that is not over yet, ``jobs`` at a time; returns one
-    outcome per run, in the experiment's order."""
+    outcome per run, in the experiment's order. ``out_dir`` is locked for the call: a second
+    process on it fails at once, naming the holder's pid."""
     out = Path(out_dir)
+    with lock.locked(out, "experiment directory"):
+        return _run_all(exp, out, only, progress, jobs)
+
+
+def _run_all(
+    exp: Experiment,
+    out: Path,
+    only: list[str] | None,
+    progress: ExperimentProgress | None,
+    jobs: int,
+) -> list[RunOutcome]:
     runs = exp.runs(out, only)
     check_resumable(runs)
     write_record(exp, out)
@@ -293,8 +299,8 @@ def execute(
     else:
         try:
             result = train(r.config, r.run_dir, progress=progress, resume=True)
-        except KeyboardInterrupt:
-            raise
+        except (KeyboardInterrupt, DirectoryLockedError):
+            raise  # another process owns that run: its files are not ours to mark
         except Exception as e:
             reason = _record_failure(r.run_dir, e, traceback.format_exc())
             return RunOutcome(r.variant, r.seed, "failed", True, reason, time.perf_counter() - t0)

@@ -9,8 +9,9 @@ LM whose own weights stay frozen, trained alone and compared with PEFT LoRA at a
 Pieces: ``methods`` (method strings), ``config`` (typed TOML config), ``base`` (hub id / local dir /
 GGUF), ``arch`` (where each architecture keeps its attention parts), ``inject`` (hooks),
 ``lora`` (PEFT, rank solved on actual counts), ``build`` (assembly and freezing), ``data``
-(corpus in the base's tokens), ``trainer`` (resumable loop), ``artifacts`` (adapter files and
-re-attachment), ``evaluation``, ``skip_norms``, ``report``, ``experiment`` (all methods, one table).
+(corpus in the base's tokens), ``trainer`` (the probe's side of the shared run loop),
+``artifacts`` (adapter files and re-attachment), ``target`` (probe dirs as evaluation targets),
+``evaluation``, ``skip_norms``, ``report``, ``experiment`` (all methods, one table).
 Heavy imports (transformers, peft) happen inside functions.
 """
 
@@ -19,8 +20,10 @@ from attnlab.probe.build import ProbedModel, build_probed_model
 from attnlab.probe.config import ProbeConfig, load_experiment, load_probe_config
 from attnlab.probe.inject import Injection, inject
 from attnlab.probe.methods import Method, MethodError, parse_method
+from attnlab.probe.target import PROBE_TARGET  # registers probe dirs as evaluation targets
 
 __all__ = [
+    "PROBE_TARGET",
     "Injection",
     "Method",
     "MethodError",
@@ -38,7 +41,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):  # the trainer pulls in attnlab.eval and attnlab.train: load on use
+def __getattr__(name: str):  # the trainer pulls in the run engine and tasks: load on use
     if name == "train_probe":
         from attnlab.probe.trainer import train_probe
 

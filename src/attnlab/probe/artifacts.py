@@ -10,22 +10,26 @@
                                   adapter_model.safetensors)
 
 The base weights are never written: the adapter re-attaches to the same base, which is checked
-(parameter shapes and an embedding checksum) before loading.
+(parameter shapes and an embedding checksum) before loading. ``probe.json`` records the sha256 of
+every adapter file; a file whose content changed is not loaded: the trainable tensors come from the
+newest intact checkpoint instead, with a warning naming the damaged file.
 """
 
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 from typing import Any
 
 import torch
 from safetensors.torch import load_file, save_file
 
-from attnlab.data.atomic import atomic_directory, atomic_write_json, temp_sibling
 from attnlab.errors import UserError
 from attnlab.probe.build import BaseProvider, ProbedModel, build_probed_model, check_fingerprint
 from attnlab.probe.config import ConfigError, validate_probe
+from attnlab.runs import checkpoint
+from attnlab.runs.atomic import atomic_directory, atomic_write_json, sha256_file, temp_sibling
 
 FORMAT = "attnlab-probe"
 VERSION = 1
@@ -33,6 +37,11 @@ PROBE_JSON = "probe.json"
 PROBE_TOML = "probe.toml"
 ADAPTER = "adapter.safetensors"
 LORA_DIR = "lora"
+LORA_FILES = ("adapter_config.json", "adapter_model.safetensors")
+
+
+class AdapterWarning(UserWarning):
+    """A damaged adapter file was replaced by the tensors of a checkpoint."""
 
 
 def probe_record(probed: ProbedModel, cfg: Any, trained_steps: int) -> dict[str, Any]:
@@ -78,7 +87,53 @@ def save_probe(run_dir: Path, probed: ProbedModel, cfg: Any, trained_steps: int)
     if probed.lora is not None:
         with atomic_directory(run_dir / LORA_DIR, replace=True) as tmp_dir:
             probed.model.save_pretrained(str(tmp_dir), save_embedding_layers=False)
-    atomic_write_json(run_dir / PROBE_JSON, probe_record(probed, cfg, trained_steps))
+    record = probe_record(probed, cfg, trained_steps)
+    record["sha256"] = {name: sha256_file(run_dir / name) for name in _adapter_files(record)}
+    atomic_write_json(run_dir / PROBE_JSON, record)
+
+
+def _adapter_files(record: dict[str, Any]) -> list[str]:
+    files = record.get("files", {})
+    out = [files["adapter"]] if files.get("adapter") else []
+    if files.get("lora"):
+        out += [f"{files['lora']}/{name}" for name in LORA_FILES]
+    return out
+
+
+def _damaged(path: Path, record: dict[str, Any]) -> list[str]:
+    """Adapter files whose content no longer matches ``probe.json`` (none for old records)."""
+    hashes = record.get("sha256")
+    if not isinstance(hashes, dict):
+        return []
+    bad = []
+    for name, digest in hashes.items():
+        file = path / name
+        if not file.is_file() or sha256_file(file) != digest:
+            bad.append(name)
+    return bad
+
+
+def _from_checkpoint(path: Path, probed: ProbedModel, damaged: list[str]) -> None:
+    """Load the trainable tensors of the newest intact checkpoint in place of damaged files."""
+    ckpt = checkpoint.load_latest(path, with_optim=False)
+    if ckpt is None:
+        raise UserError(
+            f"{', '.join(str(path / n) for n in damaged)} changed since it was written (sha256 "
+            "mismatch) and the probe has no checkpoint to rebuild it from; rerun the probe with "
+            "--restart"
+        )
+    params = dict(probed.trainable())
+    if set(params) != set(ckpt.model):
+        raise UserError(f"{ckpt.path} does not hold this method's tensors; rerun with --restart")
+    warnings.warn(
+        f"{', '.join(damaged)} in {path} changed since it was written (sha256 mismatch); using "
+        f"the trained tensors of checkpoint {ckpt.path.name} instead",
+        AdapterWarning,
+        stacklevel=3,
+    )
+    with torch.no_grad():
+        for name, p in params.items():
+            p.copy_(ckpt.model[name].to(p.device))
 
 
 def read_probe_json(path: str | Path) -> dict[str, Any]:
@@ -92,7 +147,7 @@ def read_probe_json(path: str | Path) -> dict[str, Any]:
         record = json.loads(file.read_text(encoding="utf-8"))
     except ValueError as e:
         raise UserError(f"{file} is not valid JSON ({e}); re-run the probe") from None
-    if record.get("format") != FORMAT:
+    if not isinstance(record, dict) or record.get("format") != FORMAT:
         raise UserError(f"{file} is not an attnlab probe record")
     return record
 
@@ -112,6 +167,11 @@ def load_probed(
     probed = build_probed_model(cfg, torch.device(device), base)
     check_fingerprint(record.get("fingerprint", {}), probed.fingerprint, str(path))
     files = record.get("files", {})
+    damaged = _damaged(path, record)
+    if damaged:
+        _from_checkpoint(path, probed, damaged)
+        probed.model.eval()
+        return probed
     if probed.injection is not None:
         adapter = path / (files.get("adapter") or ADAPTER)
         if not adapter.is_file():

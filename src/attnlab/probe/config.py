@@ -117,6 +117,7 @@ class ProbeTrainConfig(Section):
     log_every: int = Field(10, ge=1)
     checkpoint_every: int = Field(100, ge=1)
     eval_every: int = Field(0, ge=0, description="validation loss every n steps; 0 = at the end")
+    spike_factor: float = Field(0.0, ge=0, description="diverged if loss > factor * best (0 = off)")
 
     @property
     def micro(self) -> int:

@@ -12,8 +12,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from attnlab.data import TokenData, default_data_dir, get_schedule, prepare, read_meta
 from attnlab.data.schedule import Schedule
 from attnlab.errors import UserError
@@ -80,15 +78,3 @@ def train_schedule(cfg: ProbeConfig, data: TokenData) -> Schedule:
     """The stored schedule: ``train.steps`` rows of ``train.batch_size`` sequence offsets."""
     t = cfg.train
     return get_schedule(data.directory, "train", t.seq_len, t.batch_size, t.steps, t.seed)
-
-
-def micro_batches(
-    data: TokenData, offsets: np.ndarray, seq_len: int, micro: int
-) -> list[tuple[np.ndarray, np.ndarray]]:
-    """The (x, y) micro-batches of one step's offsets, in order."""
-    from attnlab.data import batch_tokens
-
-    return [
-        batch_tokens(data.train, offsets[i : i + micro], seq_len)
-        for i in range(0, len(offsets), micro)
-    ]

@@ -32,8 +32,8 @@ VAL_SEED = 1_000_003  # the same validation sequences for every method and seed
 def heldout_cloze_file(data: TokenData, n: int, seed: int = 0) -> Path:
     """``<data dir>/probe/cloze-heldout-n<n>-s<seed>.jsonl``, built from the validation split
     on first use (every method of an experiment reads the same file)."""
-    from attnlab.data.atomic import atomic_write_bytes
     from attnlab.eval import build_cloze_set
+    from attnlab.runs.atomic import atomic_write_bytes
 
     path = heldout_path(data.directory, n, seed)
     if not path.is_file():

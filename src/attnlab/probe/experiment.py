@@ -23,7 +23,7 @@ from attnlab.probe.methods import method_slug, parse_method
 from attnlab.probe.report import make_row, write_report
 from attnlab.probe.skip_norms import to_markdown, write_skip_norms
 from attnlab.probe.trainer import ProbeResult, train_probe
-from attnlab.train import rundir
+from attnlab.runs import lock, rundir
 
 
 class SharedBase:
@@ -37,11 +37,11 @@ class SharedBase:
         if self._loaded is None:
             import torch
 
-            from attnlab.eval.lm import pick_device
             from attnlab.probe.base import load_base, pick_dtype, resolve_base
+            from attnlab.runs.device import resolve_device
 
             b = self.cfg.base
-            device = pick_device(self.cfg.train.device)
+            device = resolve_device(self.cfg.train.device, setting="train.device")
             self._loaded = load_base(
                 resolve_base(b.model, b.gguf_file, b.revision),
                 dtype=pick_dtype(b.dtype, torch.device(device)),
@@ -110,10 +110,23 @@ def run_experiment(
     data_root: str | Path = "data",
     log: Callable[[str], None] | None = None,
 ) -> list[ProbeResult]:
-    """Train and evaluate every method of the experiment file ``path`` into ``out_dir``."""
+    """Train and evaluate every method of the experiment file ``path`` into ``out_dir``, which
+    is locked for the call (a second process on it fails at once, naming the holder)."""
     log = log or (lambda m: print(m, file=sys.stderr, flush=True))
     name, configs = load_experiment(path, overrides)
     out_dir = Path(out_dir)
+    with lock.locked(out_dir, "probe experiment directory"):
+        return _run_methods(name, configs, out_dir, restart, data_root, log)
+
+
+def _run_methods(
+    name: str,
+    configs: list[ProbeConfig],
+    out_dir: Path,
+    restart: bool,
+    data_root: str | Path,
+    log: Callable[[str], None],
+) -> list[ProbeResult]:
     shared = SharedBase(configs[0])
     results: list[ProbeResult] = []
     for i, cfg in enumerate(configs):

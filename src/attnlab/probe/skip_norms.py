@@ -9,7 +9,7 @@ import io
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from attnlab.data.atomic import atomic_write_bytes
+from attnlab.runs.atomic import atomic_write_bytes
 
 SkipNorms = Mapping[str, Sequence[float | None]]
 

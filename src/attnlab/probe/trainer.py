@@ -1,28 +1,24 @@
 """Train one probe method: ``train_probe(cfg, run_dir) -> ProbeResult``.
 
-One optimizer step ``s`` (0-based) reads row ``s`` of the stored batch schedule (``batch_size``
-sequences of ``seq_len + 1`` tokens, split into micro-batches), averages the next-token
-cross-entropy over them, clips the gradient of the trainable tensors and steps AdamW with
-``lr_at(s)`` (warmup, then cosine to ``min_lr``). Only the injected / LoRA tensors train; the base
-is frozen and never saved. The model runs in train mode, so a base's own dropout (GPT-2: 0.1;
-Pythia, Llama: 0) is active, as under the Hugging Face ``Trainer``.
+This module is the probe protocol's side of the shared loop (:mod:`attnlab.runs.loop`): the model
+is a frozen Hugging Face base with injected / LoRA tensors (only those train; the base is never
+saved), micro-batch ``m`` of step ``s`` is rows ``[m b, (m + 1) b)`` of row ``s`` of the stored
+batch schedule (``batch_size`` sequences of ``seq_len + 1`` tokens), the loss is the next-token
+cross-entropy, and the optional in-training validation loss scores fixed windows. Everything
+else (warmup + cosine lr, AdamW grouping, precision with float16 loss scaling, accumulation,
+clipping, the NaN/inf/spike divergence monitor, metrics, checkpoints and the exact resume) is the
+shared loop's. The model runs in train mode, so a base's own dropout (GPT-2: 0.1; Pythia, Llama:
+0) is active, as under the Hugging Face ``Trainer``.
 
-Resumable: every ``checkpoint_every`` steps (and at the end) the trainable tensors, the AdamW state
-and the RNG states go to ``RUN_DIR/checkpoints/step_XXXXXXX/`` through
-:func:`attnlab.train.checkpoint.write_checkpoint` (safetensors, atomic). A rerun with the same
-config continues at the next step; the batches are a function of the step, so the continued run
-computes what the uninterrupted one would have. A finished run is not retrained: missing
-evaluation tasks are added to it.
+A rerun with the same config continues at the next step; a finished run is not retrained: missing
+evaluation tasks are added to it. The run directory is locked for the call.
 """
 
 from __future__ import annotations
 
-import contextlib
 import csv
-import math
 import shutil
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -33,20 +29,23 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnlab.errors import UserError
-from attnlab.eval.lm import pick_device
 from attnlab.probe import artifacts
 from attnlab.probe.build import BaseProvider, ProbedModel, build_probed_model
 from attnlab.probe.config import ProbeConfig, dump_probe_toml
-from attnlab.probe.data import micro_batches, probe_data, train_schedule
+from attnlab.probe.data import probe_data, train_schedule
 from attnlab.probe.evaluation import evaluate_probe, result_key, validation_loss
 from attnlab.probe.skip_norms import write_skip_norms
-from attnlab.train import checkpoint, rundir
-from attnlab.train.optim import lr_at, set_lr
+from attnlab.runs import checkpoint, lock, rundir
+from attnlab.runs.device import Precision, resolve_device, resolve_precision
+from attnlab.runs.distributed import Dist
+from attnlab.runs.loop import Loop, LoopResult, LoopSettings, TrainTask
+from attnlab.runs.optim import build_optimizer
+from attnlab.runs.progress import ProgressEvent
+from attnlab.runs.records import ConfigRecord
 
 Log = Callable[[str], None]
-_AUTOCAST = {"bfloat16": torch.bfloat16, "float16": torch.float16}
-# sections a rerun may change without invalidating the trained adapter
-_UNCHECKED = ("eval", "name")
+# keys a rerun may change without invalidating the trained adapter
+UNCHECKED = ("eval", "name")
 
 
 @dataclass
@@ -72,16 +71,6 @@ def _stderr(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def autocast_for(cfg: ProbeConfig, device: torch.device) -> Callable[[], Any]:
-    """A context-manager factory: bf16 autocast on CUDA for ``auto``, nothing for float32."""
-    name = cfg.train.dtype
-    if name == "auto":
-        name = "bfloat16" if device.type == "cuda" else "float32"
-    if name == "float32":
-        return contextlib.nullcontext
-    return lambda: torch.autocast(device.type, dtype=_AUTOCAST[name])
-
-
 def enable_gradient_checkpointing(model: nn.Module, use_reentrant: bool = True) -> None:
     """Activation checkpointing on the transformers model, with input gradients enabled.
 
@@ -101,62 +90,26 @@ def enable_gradient_checkpointing(model: nn.Module, use_reentrant: bool = True) 
     hf.enable_input_require_grads()
 
 
-def build_optimizer(probed: ProbedModel, cfg: ProbeConfig) -> torch.optim.AdamW:
-    """AdamW over the trainable tensors; weight decay on >= 2-D ones only."""
+def probe_optimizer(probed: ProbedModel, cfg: ProbeConfig, device: torch.device):
+    """AdamW over the trainable tensors with the engine's grouping (decay on >= 2-D only)."""
     t = cfg.train
-    params = [p for _, p in probed.trainable()]
-    decay = [p for p in params if p.ndim >= 2]
-    other = [p for p in params if p.ndim < 2]
-    groups = [{"params": decay, "weight_decay": t.weight_decay}]
-    if other:
-        groups.append({"params": other, "weight_decay": 0.0})
-    return torch.optim.AdamW(groups, lr=t.lr, betas=(t.beta1, t.beta2), eps=1e-8)
+    return build_optimizer(
+        probed.model,
+        lr=t.lr,
+        weight_decay=t.weight_decay,
+        betas=(t.beta1, t.beta2),
+        device=device,
+    )
 
 
-def lm_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor, autocast: Any) -> torch.Tensor:
-    """Mean next-token cross-entropy (float32 logits) of ``x`` against ``y``."""
-    with autocast():
-        logits = model(input_ids=x).logits
+def lm_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Mean next-token cross-entropy (float32 logits) of ``x`` against ``y`` (the caller picks
+    the autocast)."""
+    logits = model(input_ids=x).logits
     return F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
 
 
 # ----------------------------------------------------------------------------------- run dir
-
-
-def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        if isinstance(v, dict):
-            out.update(_flat(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
-
-
-def check_or_write_config(run_dir: Path, cfg: ProbeConfig) -> None:
-    """Write ``probe.toml``, or refuse to resume a run started with a different recipe."""
-    path = run_dir / artifacts.PROBE_TOML
-    if path.is_file():
-        from attnlab.probe.config import load_probe_config
-
-        saved = load_probe_config(path)
-        a, b = _flat(saved.to_dict()), _flat(cfg.to_dict())
-        diff = [
-            f"{k}: {a.get(k)!r} -> {b.get(k)!r}"
-            for k in sorted(set(a) | set(b))
-            if k.split(".", 1)[0] not in _UNCHECKED and a.get(k) != b.get(k)
-        ]
-        if diff:
-            raise UserError(
-                f"{run_dir} was started with a different probe config; resuming would mix two "
-                "runs. Differences (saved -> given):\n  "
-                + "\n  ".join(diff)
-                + "\nUse another --out, or --restart to delete this run's progress"
-            )
-    run_dir.mkdir(parents=True, exist_ok=True)
-    from attnlab.data.atomic import atomic_write_bytes
-
-    atomic_write_bytes(path, dump_probe_toml(cfg).encode())
 
 
 def clear_run(run_dir: Path) -> None:
@@ -180,105 +133,137 @@ def clear_run(run_dir: Path) -> None:
         (run_dir / name).unlink(missing_ok=True)
 
 
-# ------------------------------------------------------------------------------- checkpoints
+def check_or_write_config(run_dir: Path, cfg: ProbeConfig) -> ConfigRecord:
+    """Refuse to resume a run trained with another recipe (the checkpoint's recorded config
+    decides; a damaged ``probe.toml`` is repaired from it), then write ``probe.toml``."""
+    record = ConfigRecord(file=artifacts.PROBE_TOML, text=dump_probe_toml(cfg))
+    rundir.reconcile_config(run_dir, record.text, file=record.file, unchecked=UNCHECKED)
+    rundir.write_config(run_dir, record.text, file=record.file)
+    return record
 
 
-def _save_checkpoint(
-    run_dir: Path, step: int, probed: ProbedModel, opt: Any, sched: str, loss: float | None
-) -> None:
-    state = {n: p.detach() for n, p in probed.trainable()}
-    extra = {"rng": checkpoint.rng_state(), "schedule_hash": sched, "loss": loss}
-    checkpoint.write_checkpoint(run_dir, step, state, opt.state_dict(), extra)
+# ----------------------------------------------------------------------------- the loop's side
 
 
-def _restore(ckpt: checkpoint.Checkpoint, probed: ProbedModel, opt: Any, sched: str) -> int:
-    if ckpt.state.get("schedule_hash") != sched:
-        raise UserError(
-            f"{ckpt.path} was trained on another batch schedule (the data or recipe changed); "
-            "use --restart or another --out"
+class ProbeTask(TrainTask):
+    """The frozen probe as a :class:`~attnlab.runs.loop.TrainTask`."""
+
+    def __init__(
+        self, cfg: ProbeConfig, probed: ProbedModel, data: Any, precision: Precision
+    ) -> None:
+        t = cfg.train
+        self.cfg, self.probed, self.data, self.precision = cfg, probed, data, precision
+        self.device = next(probed.model.parameters()).device
+        schedule = train_schedule(cfg, data)
+        self.offsets = schedule.offsets
+        self.schedule_hash = schedule.hash
+        if t.gradient_checkpointing:
+            enable_gradient_checkpointing(probed.model)
+        self.raw = self.model = probed.model
+        self.optimizer = probe_optimizer(probed, cfg, self.device)
+        self.params = [p for _, p in probed.trainable()]
+
+    def micro_loss(self, step: int, micro: int) -> tuple[torch.Tensor, torch.Tensor]:
+        from attnlab.data import batch_tokens
+
+        t = self.cfg.train
+        off = self.offsets[step][micro * t.micro : (micro + 1) * t.micro]
+        x, y = batch_tokens(self.data.train, off, t.seq_len)
+        loss = lm_loss(
+            self.model, torch.from_numpy(x).to(self.device), torch.from_numpy(y).to(self.device)
         )
-    params = dict(probed.trainable())
-    missing = sorted(set(params) - set(ckpt.model))
-    if missing or set(ckpt.model) - set(params):
-        raise UserError(f"{ckpt.path} does not hold this method's tensors (missing {missing[:3]})")
-    with torch.no_grad():
-        for n, p in params.items():
-            p.copy_(ckpt.model[n])
-    assert ckpt.optim is not None
-    osd = {"state": {int(k): v for k, v in ckpt.optim["state"].items()}}
-    osd["param_groups"] = ckpt.optim["param_groups"]
-    opt.load_state_dict(osd)
-    checkpoint.set_rng_state(ckpt.state["rng"])
-    return ckpt.step
+        return loss, loss
+
+    def evaluate(self) -> float:
+        t = self.cfg.train
+        return validation_loss(
+            self.model,
+            self.data,
+            t.seq_len,
+            self.cfg.eval.val_sequences,
+            t.micro,
+            self.precision.autocast,
+        )
+
+    def state_dicts(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        return {n: p.detach() for n, p in self.probed.trainable()}, self.optimizer.state_dict()
+
+    def load_state_dicts(self, ckpt: checkpoint.Checkpoint) -> None:
+        params = dict(self.probed.trainable())
+        missing = sorted(set(params) - set(ckpt.model))
+        if missing or set(ckpt.model) - set(params):
+            raise UserError(
+                f"{ckpt.path} does not hold this method's tensors (missing {missing[:3]})"
+            )
+        with torch.no_grad():
+            for n, p in params.items():
+                p.copy_(ckpt.model[n])
+        assert ckpt.optim is not None
+        osd = {"state": {int(k): v for k, v in ckpt.optim["state"].items()}}
+        osd["param_groups"] = ckpt.optim["param_groups"]
+        try:
+            self.optimizer.load_state_dict(osd)
+        except (ValueError, KeyError) as e:
+            raise UserError(
+                f"{ckpt.path} holds optimizer state for other tensors ({e}); rerun with --restart"
+            ) from None
 
 
-# ------------------------------------------------------------------------------------- train
+def _reporter(label: str, log: Log, log_every: int) -> Callable[[ProgressEvent], None]:
+    def report(ev: ProgressEvent) -> None:
+        if ev.kind == "start" and ev.step:
+            log(f"[{label}] resuming at step {ev.step}/{ev.max_steps}")
+        elif ev.kind in ("step", "eval") and (
+            ev.step % log_every == 0 or ev.step == ev.max_steps or ev.val_loss is not None
+        ):
+            val = f" val {ev.val_loss:.4f}" if ev.val_loss is not None else ""
+            log(f"[{label}] step {ev.step}/{ev.max_steps} loss {ev.loss:.4f}{val} lr {ev.lr:.2e}")
+        elif ev.kind == "end" and ev.message.startswith("diverged"):
+            log(f"[{label}] {ev.message}")
+
+    return report
 
 
 def _train_loop(
-    cfg: ProbeConfig, run_dir: Path, probed: ProbedModel, data: Any, log: Log, label: str
-) -> tuple[str, int, float | None, str]:
-    """Returns (status, steps done, last loss, reason)."""
+    cfg: ProbeConfig,
+    run_dir: Path,
+    probed: ProbedModel,
+    data: Any,
+    record: ConfigRecord,
+    log: Log,
+    meta: dict[str, Any],
+) -> LoopResult:
     t = cfg.train
     device = next(probed.model.parameters()).device
-    autocast = autocast_for(cfg, device)
-    schedule = train_schedule(cfg, data)
-    if t.gradient_checkpointing:
-        enable_gradient_checkpointing(probed.model)
-    opt = build_optimizer(probed, cfg)
-    params = [p for _, p in probed.trainable()]
-    ckpt = checkpoint.load_latest(run_dir)
-    start, last = 0, None
-    if ckpt is not None:
-        start, last = _restore(ckpt, probed, opt, schedule.hash), ckpt.state.get("loss")
-        log(f"[{label}] resuming at step {start}/{t.steps}")
-    metrics = rundir.MetricsLog(run_dir, keep_through_step=start)
-    model = probed.model
-    model.train()
-    t0, tokens = time.perf_counter(), 0
-    try:
-        for s in range(start, t.steps):
-            lr = lr_at(s, lr=t.lr, min_lr=t.min_lr, warmup_steps=t.warmup_steps, max_steps=t.steps)
-            set_lr(opt, lr)
-            total = 0.0
-            for x, y in micro_batches(data, schedule.offsets[s], t.seq_len, t.micro):
-                xt, yt = torch.from_numpy(x).to(device), torch.from_numpy(y).to(device)
-                loss = lm_loss(model, xt, yt, autocast) / t.accumulation
-                loss.backward()
-                total += float(loss.detach())
-                tokens += yt.numel()
-            if not math.isfinite(total):
-                opt.zero_grad(set_to_none=True)
-                rundir.write_status(
-                    run_dir, {"status": "diverged", "step": s, "reason": f"loss {total}"}
-                )
-                return "diverged", s, total, f"non-finite loss {total} at step {s}"
-            clip = t.grad_clip if t.grad_clip > 0 else math.inf
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, clip))
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            step, last = s + 1, total
-            row: dict[str, Any] = {"step": step, "loss": total, "lr": lr, "grad_norm": grad_norm}
-            if t.eval_every and step % t.eval_every == 0:
-                row["val_loss"] = validation_loss(
-                    model, data, t.seq_len, cfg.eval.val_sequences, t.micro, autocast
-                )
-            if step % t.log_every == 0 or step == t.steps or "val_loss" in row:
-                elapsed = time.perf_counter() - t0
-                row |= {
-                    "tokens": step * t.batch_size * t.seq_len,
-                    "tokens_per_s": tokens / elapsed if elapsed > 0 else None,
-                    "elapsed": elapsed,
-                }
-                metrics.append(row)
-                val = f" val {row['val_loss']:.4f}" if "val_loss" in row else ""
-                log(f"[{label}] step {step}/{t.steps} loss {total:.4f}{val} lr {lr:.2e}")
-            if step % t.checkpoint_every == 0 or step == t.steps:
-                _save_checkpoint(run_dir, step, probed, opt, schedule.hash, total)
-                rundir.write_status(run_dir, {"status": "running", "step": step})
-    finally:
-        metrics.close()
-    return "finished", t.steps, last, ""
+    precision = resolve_precision(t.dtype, device)
+    task = ProbeTask(cfg, probed, data, precision)
+    settings = LoopSettings(
+        max_steps=t.steps,
+        lr=t.lr,
+        min_lr=t.min_lr,
+        warmup_steps=t.warmup_steps,
+        grad_clip=t.grad_clip,
+        accum=t.accumulation,
+        tokens_per_step=t.batch_size * t.seq_len,
+        log_every=t.log_every,
+        checkpoint_every=t.checkpoint_every,
+        eval_every=t.eval_every,
+        eval_at_end=False,  # the end's evaluation is evaluate_probe's perplexity
+        spike_factor=t.spike_factor,
+    )
+    loop = Loop(
+        task,
+        settings,
+        run_dir=run_dir,
+        dist=Dist(),
+        device=device,
+        precision=precision,
+        config=record,
+        meta=meta | {"dtype": precision.name, "device": str(device)},
+        progress=_reporter(cfg.label, log, t.log_every),
+    )
+    loop.resume()
+    return loop.run()
 
 
 def train_probe(
@@ -296,17 +281,29 @@ def train_probe(
     it is modified (frozen, injected), so pass a copy to keep the original.
     """
     run_dir = Path(run_dir)
+    with lock.locked(run_dir, "probe run directory"):
+        return _train_probe(cfg, run_dir, base, restart, data_root, log)
+
+
+def _train_probe(
+    cfg: ProbeConfig,
+    run_dir: Path,
+    base: BaseProvider,
+    restart: bool,
+    data_root: str | Path,
+    log: Log,
+) -> ProbeResult:
     if restart:
         clear_run(run_dir)
-    check_or_write_config(run_dir, cfg)
+    record = check_or_write_config(run_dir, cfg)
     label = cfg.label
     status = rundir.read_status(run_dir) or {}
-    if status.get("status") in ("finished", "diverged") and (run_dir / "probe.json").is_file():
+    if status.get("status") in rundir.FINAL_STATES and (run_dir / artifacts.PROBE_JSON).is_file():
         return _rerun_finished(cfg, run_dir, status, data_root, log)
     t = cfg.train
     if t.threads:
         torch.set_num_threads(t.threads)
-    device = pick_device(t.device)
+    device = resolve_device(t.device, setting="train.device")
     probed = build_probed_model(cfg, device, base)
     counts = probed.counts()
     artifacts.save_probe(run_dir, probed, cfg, 0)
@@ -315,17 +312,21 @@ def train_probe(
         f"{counts['trainable']:,} trainable params"
     )
     data = probe_data(cfg, probed.source, probed.tokenizer, data_root)
-    rundir.write_status(run_dir, {"status": "running", "step": 0, "method": probed.method.name})
-    state, steps, last, reason = "finished", 0, None, ""
+    meta = {"method": probed.method.name}
+    final: dict[str, Any] = {"status": "finished", "step": 0, **meta}
+    steps, last, reason = 0, None, ""
     if counts["trainable"] and t.steps:
-        state, steps, last, reason = _train_loop(cfg, run_dir, probed, data, log, label)
+        rundir.write_status(run_dir, {"status": "running", "step": 0, **meta})
+        result = _train_loop(cfg, run_dir, probed, data, record, log, meta)
+        final, steps = result.status, result.counters.step
+        last, reason = result.counters.last_loss, result.reason or ""
+    state = final["status"]
     artifacts.save_probe(run_dir, probed, cfg, steps)
     norms = _write_norms(probed, run_dir, label)
     results: dict[str, dict[str, Any]] = {}
     if state == "finished":
         probed.model.eval()
         results = evaluate_probe(probed.model, probed.tokenizer, data, cfg, run_dir)
-    final = {"status": state, "step": steps, "method": probed.method.name, "reason": reason}
     rundir.write_status(run_dir, final | {"final_loss": last, "params": counts})
     return ProbeResult(
         label, probed.method.name, state, str(run_dir), steps, counts, results, norms, last, reason
@@ -353,7 +354,8 @@ def _rerun_finished(
     todo = [t for t, k in keys.items() if k not in have] if status["status"] == "finished" else []
     if todo:
         log(f"[{cfg.label}] finished earlier; evaluating {', '.join(todo)}")
-        probed = artifacts.load_probed(run_dir, pick_device(cfg.train.device))
+        device = resolve_device(cfg.train.device, setting="train.device")
+        probed = artifacts.load_probed(run_dir, device)
         data = probe_data(cfg, probed.source, probed.tokenizer, data_root)
         have = {**have, **evaluate_probe(probed.model, probed.tokenizer, data, cfg, run_dir, todo)}
     else:
@@ -368,7 +370,7 @@ def _rerun_finished(
         {k: have[k] for k in keys.values() if k in have},
         _read_norms(run_dir, cfg.label),
         status.get("final_loss"),
-        status.get("reason", ""),
+        status.get("reason") or "",
     )
 
 

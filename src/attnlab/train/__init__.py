@@ -1,11 +1,9 @@
-"""From-scratch pretraining: the loop, AdamW + schedule, objectives, checkpoints, torchrun.
+"""From-scratch pretraining: the protocol (model, batches, objectives) on the shared run engine.
 
-``train(cfg, run_dir) -> RunResult`` is the Python API behind ``attnlab train``;
-``load_run_model(run_dir)`` gives back a trained model, its config and tokenizer.
+``train(cfg, run_dir) -> RunResult`` is the Python API behind ``attnlab train``; a trained model
+comes back with :func:`attnlab.runs.load.load_run_model`.
 """
 
-from attnlab.train.checkpoint import load_run_model
-from attnlab.train.progress import ProgressEvent
 from attnlab.train.trainer import RunResult, train
 
-__all__ = ["ProgressEvent", "RunResult", "load_run_model", "train"]
+__all__ = ["RunResult", "train"]

@@ -7,6 +7,8 @@ Schedule (step ``s`` counted from 0, ``W`` warmup steps, ``S`` total steps)::
 
 Weight decay applies to matrices and embeddings (``p.ndim >= 2``) and never to biases, norm gains or
 other vectors, as in GPT-2/nanoGPT: decaying a gain pulls it toward 0, not toward its neutral value 1.
+Only trainable tensors (``requires_grad``) are optimised, so the same grouping serves pretraining
+(every weight) and the frozen probe (the injected and LoRA tensors of a frozen base).
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
     """Two AdamW groups: ``weight_decay`` on >= 2-D trainable tensors, 0 on the rest.
 
     Uses ``model.param_groups(weight_decay)`` when the model defines it (it may know better, e.g.
-    about tied weights); otherwise applies the ``ndim >= 2`` rule. Tied parameters appear once.
+    about tied weights); otherwise applies the ``ndim >= 2`` rule, honouring a parameter marked
+    ``no_weight_decay``. Frozen tensors are left out; tied parameters appear once.
     """
     own = getattr(model, "param_groups", None)
     if callable(own):
@@ -32,7 +35,8 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
         if not p.requires_grad or id(p) in seen:
             continue
         seen.add(id(p))
-        (decay if p.ndim >= 2 else no_decay).append(p)
+        wd = p.ndim >= 2 and not getattr(p, "no_weight_decay", False)
+        (decay if wd else no_decay).append(p)
     groups = [{"params": decay, "weight_decay": weight_decay}]
     if no_decay:
         groups.append({"params": no_decay, "weight_decay": 0.0})

@@ -107,26 +107,6 @@ def setup(device_pref: str) -> Dist:
     )
 
 
-def resolve_device(pref: str, dist: Dist) -> torch.device:
-    """``auto`` = CUDA when present (this rank's GPU), else CPU; an explicit name is checked."""
-    if pref == "auto":
-        pref = "cuda" if torch.cuda.is_available() else "cpu"
-    try:
-        device = torch.device(pref)
-    except RuntimeError:
-        raise UserError(
-            f"train.device={pref!r} is not a device name; use auto, cpu or cuda"
-        ) from None
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            raise UserError(
-                "train.device='cuda' but no CUDA device is visible; use 'auto' or 'cpu'"
-            )
-        if device.index is None:
-            device = torch.device("cuda", dist.local_rank)
-    return device
-
-
 def _shard_units(model: nn.Module) -> list[nn.Module]:
     """The repeated blocks to shard one by one: the elements of the outermost ModuleLists."""
     units: list[nn.Module] = []

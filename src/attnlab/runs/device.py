@@ -1,0 +1,110 @@
+"""Which device and which arithmetic a run uses; the same rules for train, probe, eval and bench.
+
+``device = "auto"`` means: CUDA when a GPU is visible (this process's ``LOCAL_RANK`` GPU under
+``torchrun``), else Apple's MPS when it is usable and the job is a single process, else the CPU.
+An explicit name (``cpu``, ``cuda``, ``cuda:1``, ``mps``) is checked against what is present.
+
+``dtype`` (the compute precision of training):
+
+- ``auto``: bfloat16 autocast on a CUDA device that supports it, float32 everywhere else;
+- ``float32``: no autocast;
+- ``bfloat16``: autocast to bfloat16 (CUDA, CPU, MPS); weights and optimizer stay float32;
+- ``float16``: autocast to float16 with a ``torch.amp.GradScaler`` (dynamic loss scaling, so small
+  gradients do not underflow); CUDA only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import torch
+
+from attnlab.errors import UserError
+
+
+def mps_usable() -> bool:
+    mps = getattr(torch.backends, "mps", None)
+    return bool(mps is not None and mps.is_available())
+
+
+def resolve_device(
+    pref: str | torch.device | None = "auto",
+    *,
+    local_rank: int | None = None,
+    setting: str = "device",
+) -> torch.device:
+    """The device ``pref`` names (see the module docstring); ``local_rank`` is set under torchrun.
+
+    A device that is not present is a :class:`UserError` naming ``setting`` and what to use.
+    """
+    if pref is None or str(pref) == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda", local_rank or 0)
+        if local_rank is None and mps_usable():
+            return torch.device("mps")
+        return torch.device("cpu")
+    try:
+        device = torch.device(pref)
+    except (RuntimeError, ValueError):
+        raise UserError(
+            f"{setting}={str(pref)!r} is not a device name; use auto, cpu, cuda, cuda:N or mps"
+        ) from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise UserError(
+                f"{setting}={str(pref)!r} but no CUDA device is visible; use auto or cpu"
+            )
+        if device.index is None:
+            device = torch.device("cuda", local_rank or 0)
+        elif device.index >= torch.cuda.device_count():
+            raise UserError(
+                f"{setting}={str(pref)!r} but only {torch.cuda.device_count()} CUDA device(s) are "
+                "visible"
+            )
+    elif device.type == "mps" and not mps_usable():
+        raise UserError(f"{setting}='mps' but MPS is not usable here; use auto or cpu")
+    elif device.type not in ("cpu", "cuda", "mps"):
+        raise UserError(f"{setting}={str(pref)!r}: attnlab runs on cpu, cuda or mps")
+    return device
+
+
+@dataclass
+class Precision:
+    """Autocast dtype (None = full float32) and the float16 loss scaler."""
+
+    dtype: torch.dtype | None
+    device_type: str
+    scaler: torch.amp.GradScaler | None = None
+
+    @property
+    def name(self) -> str:
+        return "float32" if self.dtype is None else str(self.dtype).removeprefix("torch.")
+
+    @property
+    def compute_dtype(self) -> torch.dtype:
+        """The dtype matmuls run in (for the peak FLOP/s measurement)."""
+        return self.dtype or torch.float32
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        if self.dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device_type, dtype=self.dtype)
+
+
+def resolve_precision(pref: str, device: torch.device, setting: str = "train.dtype") -> Precision:
+    """The :class:`Precision` for ``pref`` (auto/float32/bfloat16/float16) on ``device``."""
+    cuda = device.type == "cuda"
+    if pref == "auto":
+        pref = "bfloat16" if cuda and torch.cuda.is_bf16_supported() else "float32"
+    if pref == "float32":
+        return Precision(None, device.type)
+    if pref == "float16":
+        if not cuda:
+            raise UserError(
+                f"{setting}='float16' needs a CUDA device (loss scaling); use 'bfloat16' or 'auto'"
+            )
+        return Precision(torch.float16, "cuda", torch.amp.GradScaler("cuda"))
+    if pref == "bfloat16":
+        return Precision(torch.bfloat16, device.type)
+    raise UserError(f"{setting}={pref!r}; choose auto, float32, bfloat16 or float16")

@@ -1,0 +1,85 @@
+"""A trained model back from its run directory: ``load_run_model(run_dir) -> (model, cfg, tok)``.
+
+Used by ``eval``, ``generate`` and the compare report. The weights come from the newest intact
+checkpoint (a damaged one is skipped with a warning naming it, :mod:`attnlab.runs.checkpoint`) and
+the model is built from the config *that checkpoint was trained with*, so a missing, torn or
+edited ``config.toml`` cannot pair weights with the wrong architecture. Checkpoints written before
+they carried their config fall back to ``config.toml``.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import torch
+
+from attnlab.errors import UserError
+from attnlab.runs import checkpoint, rundir
+
+
+def _config_of(run_dir: Path, ckpt: checkpoint.Checkpoint):
+    from attnlab.config import ConfigError, load_config, validate
+
+    record = ckpt.state.config
+    if record is not None:
+        try:
+            return validate(tomllib.loads(record.text))
+        except (tomllib.TOMLDecodeError, ConfigError) as e:
+            raise UserError(
+                f"the config recorded in {ckpt.path} cannot be read by this attnlab ({e})"
+            ) from None
+    cfg_path = run_dir / rundir.CONFIG_FILE
+    if not cfg_path.is_file():
+        raise UserError(
+            f"{run_dir} has no {rundir.CONFIG_FILE} and its checkpoint {ckpt.path.name} predates "
+            "checkpoints that record their config; restore config.toml from where the run started"
+        )
+    return load_config(str(cfg_path))
+
+
+def is_run_dir(path: str | Path) -> bool:
+    """A training run directory: it has ``config.toml`` or a ``checkpoints/`` directory."""
+    path = Path(path)
+    return (path / rundir.CONFIG_FILE).is_file() or (path / checkpoint.CHECKPOINTS).is_dir()
+
+
+def load_run_model(run_dir: str | Path, device: str | torch.device = "cpu"):
+    """(model in eval mode on ``device``, Config, tokenizer) of a run's newest intact checkpoint."""
+    from attnlab.data import load_tokenizer
+    from attnlab.model import build_model
+
+    run_dir = Path(run_dir)
+    if not is_run_dir(run_dir):
+        raise UserError(
+            f"{run_dir} is not a run directory (no config.toml, no checkpoints/); give the --out "
+            "of `attnlab train`"
+        )
+    ckpt = checkpoint.load_latest(run_dir, with_optim=False)
+    if ckpt is None:
+        every = ""
+        cfg_path = run_dir / rundir.CONFIG_FILE
+        if cfg_path.is_file():
+            from attnlab.config import load_config
+
+            with_cfg = load_config(str(cfg_path))
+            every = f" (checkpoints every train.checkpoint_every={with_cfg.train.checkpoint_every})"
+        raise UserError(
+            f"{run_dir} has no checkpoint yet{every}; let `attnlab train` run until its first "
+            "checkpoint, or pick another run"
+        )
+    cfg = _config_of(run_dir, ckpt)
+    model = build_model(cfg.model)
+    try:
+        model.load_state_dict(ckpt.model, strict=True)
+    except RuntimeError as e:
+        raise UserError(
+            f"checkpoint {ckpt.path} does not fit the model its config describes ({e}); was the "
+            "model code changed since training?"
+        ) from None
+    data_dir = Path(cfg.data.dir) if cfg.data.dir else None
+    if data_dir is not None and (data_dir / "meta.json").is_file():
+        tokenizer = load_tokenizer(cfg.data.tokenizer, data_dir=data_dir)
+    else:  # the data directory moved: fixed tokenizers (bytes, gpt2, ...) load by name
+        tokenizer = load_tokenizer(cfg.data.tokenizer)
+    return model.to(device).eval(), cfg, tokenizer

@@ -1,0 +1,433 @@
+"""The one training loop behind pretraining (``attnlab train``) and the frozen probe.
+
+A protocol supplies a :class:`TrainTask` (what model, which batches, what validation) and the loop
+does the rest, identically for both. One optimizer step ``s`` (0-based):
+
+1. ``lr = lr_at(s)`` (linear warmup, cosine to ``min_lr``; :mod:`attnlab.runs.optim`);
+2. for each of ``A`` micro-batches ``m``, under the run's precision (autocast, and a
+   ``GradScaler`` for float16): ``objective / A`` is backpropagated (gradient all-reduce only on
+   the last micro-batch under DDP/FSDP) and the reported loss is summed;
+3. the step loss (mean over micro-batches and ranks) and the pre-clip gradient norm go to the
+   :class:`~attnlab.runs.divergence.DivergenceMonitor` (NaN/inf, loss spike); a healthy step
+   clips, steps the optimizer and counts ``tokens_per_step`` tokens; a diverged one stops the run
+   with status ``diverged`` (an outcome, not a crash);
+4. every ``eval_every`` steps (and at the end if ``eval_at_end``) the task's validation loss, every
+   ``log_every`` steps a ``metrics.jsonl`` row, every ``checkpoint_every`` steps a checkpoint.
+
+Everything a step depends on is a function of the step index or lives in the checkpoint (weights,
+optimizer moments, the loss scaler, per-rank RNG states, counters, the divergence statistics), so
+a run killed at any point and started again reproduces the uninterrupted run bit for bit. Resuming
+checks the stored batch-schedule hash and the protocol checks the config
+(:func:`attnlab.runs.rundir.reconcile_config`) before anything is written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+import attnlab
+from attnlab.errors import UserError
+from attnlab.runs import checkpoint, rundir
+from attnlab.runs.device import Precision
+from attnlab.runs.distributed import Dist
+from attnlab.runs.divergence import DivergenceMonitor
+from attnlab.runs.optim import lr_at, set_lr
+from attnlab.runs.peak import mfu
+from attnlab.runs.progress import ProgressEvent, ProgressFn
+from attnlab.runs.records import ConfigRecord, RngRecord
+from attnlab.runs.rng import rng_state, set_rng_state
+
+
+@dataclass(frozen=True)
+class LoopSettings:
+    """The recipe's numbers, whatever the protocol calls them."""
+
+    max_steps: int
+    lr: float
+    min_lr: float
+    warmup_steps: int
+    grad_clip: float  # 0 = no clipping
+    accum: int  # micro-batches per optimizer step on each rank
+    tokens_per_step: int  # all ranks together
+    log_every: int
+    checkpoint_every: int
+    eval_every: int  # 0 = never during training
+    eval_at_end: bool = True
+    spike_factor: float = 0.0
+
+
+class TrainTask(ABC):
+    """A protocol's side of the loop. Set the attributes, implement the four methods."""
+
+    raw: nn.Module  # the unwrapped module (train/eval mode is switched on it)
+    model: nn.Module  # what forward/backward runs through (DDP-wrapped, compiled, or ``raw``)
+    optimizer: torch.optim.Optimizer
+    params: list[torch.Tensor]  # the trainable tensors (clipped together)
+    schedule_hash: str  # the stored batch schedule; a checkpoint from another one is refused
+    flops_per_token: float | None = None  # forward FLOPs per token, for MFU (None: not reported)
+
+    @abstractmethod
+    def micro_loss(self, step: int, micro: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(objective to backpropagate, loss to report) of micro-batch ``micro`` of ``step``.
+
+        Called under the run's autocast; the loop divides the objective by ``accum``."""
+
+    @abstractmethod
+    def evaluate(self) -> float | None:
+        """The validation loss now (the same fixed sequences every time), or None for none."""
+
+    @abstractmethod
+    def state_dicts(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        """(model tensors to checkpoint, optimizer state dict); called on every rank."""
+
+    @abstractmethod
+    def load_state_dicts(self, ckpt: checkpoint.Checkpoint) -> None:
+        """Put a checkpoint's tensors and optimizer state back (:class:`UserError` if unfit)."""
+
+
+@dataclass
+class Counters:
+    """What a checkpoint carries besides tensors, RNG states and the monitor."""
+
+    step: int = 0
+    tokens: int = 0
+    elapsed: float = 0.0  # wall seconds across sessions, evaluation and checkpoints included
+    train_time: float = 0.0  # seconds spent in optimizer steps only
+    best_val_loss: float | None = None
+    last_val_loss: float | None = None
+    last_loss: float | None = None
+
+
+@dataclass
+class LoopResult:
+    """How :meth:`Loop.run` ended: ``status`` is the final ``status.json`` content."""
+
+    state: str  # finished | diverged | running (stopped early)
+    status: dict[str, Any]
+    counters: Counters
+    resumed_from: int | None = None
+    reason: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@contextlib.contextmanager
+def _grad_sync(model: nn.Module, enabled: bool) -> Iterator[None]:
+    """Skip the gradient all-reduce on all but the last micro-batch (DDP ``no_sync``, FSDP2)."""
+    if enabled:
+        yield
+    elif hasattr(model, "no_sync"):
+        with model.no_sync():
+            yield
+    elif hasattr(model, "set_requires_gradient_sync"):
+        model.set_requires_gradient_sync(False)
+        try:
+            yield
+        finally:
+            model.set_requires_gradient_sync(True)
+    else:
+        yield
+
+
+def _as_float(t: torch.Tensor) -> float:
+    full = getattr(t, "full_tensor", None)  # a DTensor under FSDP2
+    return float((full() if callable(full) else t).item())
+
+
+def _rng_list(rng: list[RngRecord] | RngRecord | None) -> list[dict[str, Any]]:
+    if rng is None:
+        return []
+    items = rng if isinstance(rng, list) else [rng]
+    return [r.model_dump() for r in items]
+
+
+class Loop:
+    """One session of training ``task`` into ``run_dir`` (rank 0 writes every file)."""
+
+    def __init__(
+        self,
+        task: TrainTask,
+        settings: LoopSettings,
+        *,
+        run_dir: Path,
+        dist: Dist,
+        device: torch.device,
+        precision: Precision,
+        config: ConfigRecord,
+        meta: dict[str, Any] | None = None,
+        progress: ProgressFn | None = None,
+    ) -> None:
+        self.task, self.s = task, settings
+        self.run_dir, self.dist, self.device, self.precision = run_dir, dist, device, precision
+        self.config = config
+        self.meta = dict(meta or {})
+        self.progress = progress if dist.is_main else None
+        self.counters = Counters()
+        self.monitor = DivergenceMonitor(settings.spike_factor)
+        self.resumed_from: int | None = None
+        self.peak_flops = 0.0
+
+    # -------------------------------------------------------------------------------- resume
+
+    def resume(self) -> int | None:
+        """Load the newest intact checkpoint (rank 0 picks it, every rank reads it); returns its
+        step, or None for a fresh start."""
+        path = None
+        ckpt = None
+        if self.dist.is_main:
+            ckpt = checkpoint.load_latest(self.run_dir)
+            path = None if ckpt is None else str(ckpt.path)
+        path = self.dist.broadcast(path)
+        if path is None:
+            return None
+        if ckpt is None:
+            ckpt = checkpoint.read_checkpoint(Path(path))
+        st = ckpt.state
+        if st.schedule_hash and st.schedule_hash != self.task.schedule_hash:
+            raise UserError(
+                f"the batch schedule changed since {ckpt.path} was written (hash "
+                f"{st.schedule_hash[:16]} -> {self.task.schedule_hash[:16]}): the data directory "
+                "was re-prepared or the recipe's batch shape changed. Restore the data, or rerun "
+                "with --restart to train from step 0"
+            )
+        self.task.load_state_dicts(ckpt)
+        self.counters = Counters(
+            step=ckpt.step,
+            tokens=st.tokens,
+            elapsed=st.elapsed,
+            train_time=st.train_time,
+            best_val_loss=st.best_val_loss,
+            last_val_loss=st.last_val_loss,
+            last_loss=st.last_loss,
+        )
+        if st.monitor:
+            self.monitor.load_state_dict(st.monitor)
+        scaler_state = (st.model_extra or {}).get("grad_scaler")
+        if self.precision.scaler is not None and scaler_state:
+            self.precision.scaler.load_state_dict(scaler_state)
+        rngs = _rng_list(st.rng)
+        if len(rngs) == self.dist.world:
+            set_rng_state(rngs[self.dist.rank])
+        self.resumed_from = ckpt.step
+        return ckpt.step
+
+    # -------------------------------------------------------------------------------- pieces
+
+    def _train_step(self, step: int) -> tuple[float, float]:
+        """One optimizer step's forward/backward passes; returns (loss, pre-clip grad norm)."""
+        A, scaler, task = self.s.accum, self.precision.scaler, self.task
+        loss_sum = torch.zeros((), dtype=torch.float32, device=self.device)
+        for m in range(A):
+            with _grad_sync(task.model, m == A - 1), self.precision.autocast():
+                objective, loss = task.micro_loss(step, m)
+                objective = objective / A
+            (scaler.scale(objective) if scaler else objective).backward()
+            loss_sum += loss.detach().float()
+        mean = self.dist.mean(loss_sum / A)
+        if scaler:
+            scaler.unscale_(task.optimizer)
+        clip = self.s.grad_clip if self.s.grad_clip > 0 else math.inf
+        grad_norm = torch.nn.utils.clip_grad_norm_(task.params, clip)
+        return float(mean.item()), _as_float(grad_norm)
+
+    def _optimizer_step(self) -> None:
+        scaler, opt = self.precision.scaler, self.task.optimizer
+        if scaler:
+            scaler.step(opt)  # skipped (and the scale lowered) when gradients overflowed
+            scaler.update()
+        else:
+            opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    def _save(self) -> None:
+        model_sd, optim_sd = self.task.state_dicts()
+        rngs = self.dist.all_gather(rng_state())
+        if self.dist.is_main:
+            c = self.counters
+            state: dict[str, Any] = {
+                "tokens": c.tokens,
+                "elapsed": c.elapsed,
+                "train_time": c.train_time,
+                "best_val_loss": c.best_val_loss,
+                "last_val_loss": c.last_val_loss,
+                "last_loss": c.last_loss,
+                "monitor": self.monitor.state_dict(),
+                "rng": rngs,
+                "schedule_hash": self.task.schedule_hash,
+                "world_size": self.dist.world,
+                "torch_version": torch.__version__,
+                "attnlab_version": attnlab.__version__,
+            }
+            if self.precision.scaler is not None:
+                state["grad_scaler"] = self.precision.scaler.state_dict()
+            checkpoint.write_checkpoint(
+                self.run_dir, c.step, model_sd, optim_sd, state, config=self.config
+            )
+        self.dist.barrier()
+
+    def status(self, state: str, **extra: Any) -> dict[str, Any]:
+        """Write (rank 0) and return ``status.json`` with the loop's counters and ``meta``."""
+        c = self.counters
+        out = {
+            "status": state,
+            "step": c.step,
+            "max_steps": self.s.max_steps,
+            "reason": None,
+            "last_loss": c.last_loss,
+            "final_val_loss": c.last_val_loss,
+            "best_val_loss": c.best_val_loss,
+            "tokens": c.tokens,
+            "elapsed": c.elapsed,
+            "tokens_per_s": c.tokens / c.train_time if c.train_time > 0 else 0.0,
+            "schedule_hash": self.task.schedule_hash,
+            "peak_flops": self.peak_flops,
+            "resumed_from": self.resumed_from,
+            **self.meta,
+            "updated": time.time(),
+            **extra,
+        }
+        if self.dist.is_main:
+            rundir.write_status(self.run_dir, out)
+        return out
+
+    def _emit(self, kind: str, **kw: Any) -> None:
+        if self.progress is not None:
+            c = self.counters
+            self.progress(
+                ProgressEvent(
+                    kind=kind,  # type: ignore[arg-type]
+                    step=c.step,
+                    max_steps=self.s.max_steps,
+                    tokens=c.tokens,
+                    elapsed=c.elapsed,
+                    **kw,
+                )
+            )
+
+    # ---------------------------------------------------------------------------------- run
+
+    def run(
+        self, *, peak_flops: float = 0.0, stop_after: int | None = None, start: str = ""
+    ) -> LoopResult:
+        """Train to ``max_steps`` (or until divergence); ``stop_after`` (tests) returns after
+        that many steps as if the process had been killed. An exception marks the run
+        ``failed`` in ``status.json`` and propagates."""
+        self.peak_flops = peak_flops
+        metrics = None
+        if self.dist.is_main:
+            metrics = rundir.MetricsLog(self.run_dir, keep_through_step=self.counters.step)
+        try:
+            self.status("running")
+            return self._loop(metrics, stop_after, start)
+        except BaseException as e:
+            reason = (
+                "interrupted" if isinstance(e, KeyboardInterrupt) else f"{type(e).__name__}: {e}"
+            )
+            self.status("failed", reason=reason)
+            raise
+        finally:
+            if metrics is not None:
+                metrics.close()
+
+    def _loop(
+        self, metrics: rundir.MetricsLog | None, stop_after: int | None, start: str
+    ) -> LoopResult:
+        s, c, task = self.s, self.counters, self.task
+        task.raw.train()
+        self._emit("start", message=start)
+        session_start = time.perf_counter() - c.elapsed
+        log_tokens, log_time = 0, 0.0
+        state, reason = "finished", None
+        while c.step < s.max_steps:
+            step = c.step
+            lr = lr_at(
+                step, lr=s.lr, min_lr=s.min_lr, warmup_steps=s.warmup_steps, max_steps=s.max_steps
+            )
+            set_lr(task.optimizer, lr)
+            t0 = time.perf_counter()
+            loss, grad_norm = self._train_step(step)
+            # with loss scaling an overflowing gradient is routine: the scaler skips that step
+            reason = self.monitor.check(loss, None if self.precision.scaler else grad_norm)
+            if reason is not None:
+                task.optimizer.zero_grad(set_to_none=True)
+                state = "diverged"
+                c.elapsed = time.perf_counter() - session_start
+                if metrics is not None:
+                    metrics.append(
+                        {
+                            "step": step + 1,
+                            "loss": loss,
+                            "lr": lr,
+                            "grad_norm": grad_norm,
+                            "tokens": c.tokens,
+                            "elapsed": c.elapsed,
+                            "diverged": reason,
+                        }
+                    )
+                break
+            self._optimizer_step()
+            dt = time.perf_counter() - t0
+            c.step, c.tokens, c.last_loss = step + 1, c.tokens + s.tokens_per_step, loss
+            c.train_time += dt
+            log_tokens += s.tokens_per_step
+            log_time += dt
+            val = None
+            if (s.eval_every and c.step % s.eval_every == 0) or (
+                s.eval_at_end and c.step == s.max_steps
+            ):
+                val = task.evaluate()
+                if val is not None:
+                    c.last_val_loss = val
+                    c.best_val_loss = val if c.best_val_loss is None else min(c.best_val_loss, val)
+            c.elapsed = time.perf_counter() - session_start
+            remaining = (s.max_steps - c.step) * (c.train_time / max(c.step, 1))
+            tps = log_tokens / log_time if log_time > 0 else 0.0
+            is_log = c.step % s.log_every == 0 or c.step == 1 or c.step == s.max_steps
+            if metrics is not None and (is_log or val is not None):
+                row: dict[str, Any] = {
+                    "step": c.step,
+                    "loss": loss,
+                    "lr": lr,
+                    "grad_norm": grad_norm,
+                    "tokens": c.tokens,
+                    "tokens_per_s": tps,
+                }
+                if task.flops_per_token:
+                    row["mfu"] = mfu(task.flops_per_token, tps, self.peak_flops, self.dist.world)
+                row["elapsed"] = c.elapsed
+                if val is not None:
+                    row["val_loss"] = val
+                metrics.append(row)
+            if is_log:
+                log_tokens, log_time = 0, 0.0
+            self._emit(
+                "eval" if val is not None else "step",
+                loss=loss,
+                val_loss=val,
+                lr=lr,
+                tokens_per_s=tps or None,
+                eta_s=remaining,
+            )
+            if c.step % s.checkpoint_every == 0 or c.step == s.max_steps:
+                self._save()
+                self.status("running")
+            if stop_after is not None and c.step >= stop_after and c.step < s.max_steps:
+                self._emit("end", message="stopped early")
+                return LoopResult("running", self.status("running"), c, self.resumed_from)
+        c.elapsed = time.perf_counter() - session_start
+        if state == "diverged":
+            final = self.status("diverged", reason=reason, step=c.step + 1)
+            self._emit("end", message=f"diverged: {reason}")
+        else:
+            final = self.status("finished")
+            self._emit("end", val_loss=c.last_val_loss, eta_s=0.0, message="finished")
+        return LoopResult(state, final, c, self.resumed_from, reason)

@@ -1,0 +1,295 @@
+"""The run directory's small files: the config, ``status.json`` and ``metrics.jsonl``.
+
+Every protocol (pretraining, probe) writes the same three: its config file (``config.toml``, or
+``probe.toml`` for a probe), ``status.json`` (replaced atomically, so a reader never sees half of
+it) and ``metrics.jsonl`` (append-only while training; on resume it is cut back to the
+checkpoint's step, so the rows of an interrupted-and-resumed run are the rows of an uninterrupted
+one). Readers validate what they read (:mod:`attnlab.runs.records`): a damaged status or metrics
+line is reported with its file and line and skipped, never a traceback.
+
+**Which config a run has.** The newest intact checkpoint carries the config it was trained with
+(:mod:`attnlab.runs.checkpoint`); that copy, not the config file, decides whether a rerun may
+resume. A config file that is missing, empty, torn or edited is rewritten from it with a warning;
+a given config that trains something else is refused with the differing keys.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import tomllib
+import warnings
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from attnlab.errors import UserError
+from attnlab.runs.atomic import atomic_write_json, atomic_write_text, dumps_json
+from attnlab.runs.records import (
+    ConfigRecord,
+    MetricsRow,
+    RunFileError,
+    RunFileWarning,
+    Status,
+    parse_json_text,
+    read_json_file,
+)
+
+CONFIG_FILE = "config.toml"
+STATUS_FILE = "status.json"
+METRICS_FILE = "metrics.jsonl"
+FINAL_STATES = ("finished", "diverged")
+# Config sections that do not change what is trained: a rerun may differ in them.
+UNCHECKED_SECTIONS = ("eval", "experiment")
+
+
+def _warn(message: str) -> None:
+    warnings.warn(message, RunFileWarning, stacklevel=3)
+
+
+# ------------------------------------------------------------------------------------ status
+
+
+def read_status(run_dir: str | Path, *, strict: bool = False) -> dict[str, Any] | None:
+    """The run's ``status.json`` as a dict, or None when there is none.
+
+    A damaged file (not JSON, wrong shape) raises :class:`RunFileError` with ``strict``; otherwise
+    it is reported as a :class:`RunFileWarning` and read as None (the caller then treats the run
+    as unstarted, and ``attnlab train`` rewrites the file from the checkpoints).
+    """
+    path = Path(run_dir) / STATUS_FILE
+    if not path.is_file():
+        return None
+    try:
+        return read_json_file(Status, path).model_dump(exclude_unset=True)
+    except RunFileError as e:
+        if strict:
+            raise
+        _warn(f"{e}; ignoring it (rerunning the same command rewrites it)")
+        return None
+
+
+def write_status(run_dir: str | Path, status: Mapping[str, Any]) -> None:
+    """Validate and atomically replace ``status.json``."""
+    Status.model_validate(dict(status))
+    atomic_write_json(Path(run_dir) / STATUS_FILE, dict(status), indent=1)
+
+
+# ----------------------------------------------------------------------------------- metrics
+
+
+def _metric_lines(path: Path) -> tuple[list[tuple[int, dict[str, Any]]], list[tuple[int, str]]]:
+    """(line number, row) of every valid line and (line number, problem) of every damaged one.
+
+    A last line without a newline is a write cut short by a kill: dropped without complaint.
+    """
+    rows: list[tuple[int, dict[str, Any]]] = []
+    bad: list[tuple[int, str]] = []
+    data = path.read_bytes()
+    lines = data.split(b"\n")
+    torn = lines.pop() if lines else b""  # after the final newline: empty, or a torn write
+    for number, raw in enumerate(lines, start=1):
+        if not raw.strip():
+            continue
+        try:
+            text = raw.decode("utf-8")
+            rows.append((number, _row(text)))
+        except UnicodeDecodeError:
+            bad.append((number, "not UTF-8 text (binary garbage?)"))
+        except RunFileError as e:
+            bad.append((number, str(e).strip()))
+    if torn.strip():
+        try:
+            text = torn.decode("utf-8")
+        except UnicodeDecodeError:
+            bad.append((len(lines) + 1, "not UTF-8 text (binary garbage?)"))
+        else:
+            with contextlib.suppress(RunFileError):
+                rows.append((len(lines) + 1, _row(text)))
+    return rows, bad
+
+
+def _row(text: str) -> dict[str, Any]:
+    """A validated row with the keys it was written with (so ``"val_loss" in row`` works)."""
+    return parse_json_text(MetricsRow, text, "the line").model_dump(exclude_unset=True)
+
+
+def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
+    """Every valid row of ``metrics.jsonl``. Damaged lines are skipped with a
+    :class:`RunFileWarning` naming the file and line."""
+    path = Path(run_dir) / METRICS_FILE
+    if not path.is_file():
+        return []
+    rows, bad = _metric_lines(path)
+    for number, problem in bad:
+        _warn(
+            f"{path} line {number} is not a metrics row ({problem}); skipped. Rerunning "
+            "`attnlab train` on the run drops it, or delete the line"
+        )
+    return [r for _, r in rows]
+
+
+class MetricsLog:
+    """Append-only ``metrics.jsonl``; opening it keeps the rows through ``keep_through_step``
+    (rewritten atomically) and drops damaged lines with a warning."""
+
+    def __init__(self, run_dir: str | Path, keep_through_step: int) -> None:
+        self.path = Path(run_dir) / METRICS_FILE
+        kept: list[dict[str, Any]] = []
+        if self.path.is_file():
+            rows, bad = _metric_lines(self.path)
+            kept = [r for _, r in rows if r["step"] <= keep_through_step]
+            last_kept = max((n for n, r in rows if r["step"] <= keep_through_step), default=0)
+            for number, problem in bad:
+                where = "after" if number > last_kept else "before"
+                _warn(
+                    f"{self.path} line {number} is not a metrics row ({problem}); dropped "
+                    f"({where} the checkpoint at step {keep_through_step}"
+                    + (", so training recomputes it)" if where == "after" else ")")
+                )
+        atomic_write_text(self.path, "".join(dumps_json(r) + "\n" for r in kept))
+        self._f = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (closed in close())
+
+    def append(self, row: Mapping[str, Any]) -> None:
+        MetricsRow.model_validate(dict(row))
+        self._f.write(dumps_json(dict(row)) + "\n")
+        self._f.flush()
+
+    def close(self) -> None:
+        self._f.close()
+
+
+# ------------------------------------------------------------------------------------ config
+
+
+def _flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, Mapping):
+            out.update(_flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def parse_config_text(text: str) -> dict[str, Any] | None:
+    """A config file's TOML as a dict; None when it is empty or not TOML (torn)."""
+    if not text.strip():
+        return None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError:
+        return None
+
+
+def config_diff(
+    saved: Mapping[str, Any],
+    given: Mapping[str, Any],
+    unchecked: Iterable[str] = UNCHECKED_SECTIONS,
+) -> list[str]:
+    """``key: saved -> given`` for every dotted key that differs, outside ``unchecked`` (top-level
+    sections or keys that do not change what is trained)."""
+    skip = set(unchecked)
+    a, b = _flatten(saved), _flatten(given)
+    return [
+        f"{key}: {a.get(key)!r} -> {b.get(key)!r}"
+        for key in sorted(set(a) | set(b))
+        if key.split(".", 1)[0] not in skip and a.get(key) != b.get(key)
+    ]
+
+
+def _config_state(path: Path) -> tuple[str, dict[str, Any] | None]:
+    """(what is wrong with the config file, or "", its parsed content)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return "missing", None
+    except (OSError, UnicodeDecodeError) as e:
+        return f"unreadable ({e})", None
+    if not text.strip():
+        return "empty", None
+    parsed = parse_config_text(text)
+    return ("torn (not valid TOML)", None) if parsed is None else ("", parsed)
+
+
+def _trained_config(run_dir: Path) -> tuple[ConfigRecord | None, str]:
+    """The config recorded in the newest checkpoint whose ``state.json`` is intact, and its name."""
+    from attnlab.runs.checkpoint import newest_state
+
+    newest = newest_state(run_dir)
+    if newest is None or newest[1].config is None:
+        return None, ""
+    return newest[1].config, newest[0].name
+
+
+def config_conflicts(
+    run_dir: str | Path,
+    given_text: str,
+    *,
+    file: str = CONFIG_FILE,
+    unchecked: Iterable[str] = UNCHECKED_SECTIONS,
+) -> list[str]:
+    """``key: trained -> given`` lines for every trained-relevant difference between ``given_text``
+    and the config ``run_dir`` was trained with (its newest checkpoint's record, else its readable
+    config file); empty when resuming is safe. Reads only."""
+    run_dir = Path(run_dir)
+    given = parse_config_text(given_text)
+    if given is None:
+        raise UserError(f"the config to train is empty or not TOML:\n{given_text[:200]}")
+    trained, _ = _trained_config(run_dir)
+    if trained is not None:
+        reference = parse_config_text(trained.text)
+        if reference is None:
+            raise RunFileError(f"the config recorded in the checkpoints of {run_dir} is not TOML")
+        return config_diff(reference, given, unchecked)
+    _, on_disk = _config_state(run_dir / file)
+    return [] if on_disk is None else config_diff(on_disk, given, unchecked)
+
+
+def reconcile_config(
+    run_dir: str | Path,
+    given_text: str,
+    *,
+    file: str = CONFIG_FILE,
+    unchecked: Iterable[str] = UNCHECKED_SECTIONS,
+) -> None:
+    """Refuse to resume ``run_dir`` with a config that trains something else; repair its file.
+
+    The reference is the config recorded in the newest intact checkpoint: a config file that is
+    missing, empty, torn or different from it is rewritten from it (a :class:`RunFileWarning`
+    says so). Without one (no checkpoint yet, or checkpoints from before they carried their
+    config) the config file is the reference when it is readable. Call with the run locked.
+    """
+    run_dir = Path(run_dir)
+    path = run_dir / file
+    diff = config_conflicts(run_dir, given_text, file=file, unchecked=unchecked)
+    trained, trained_at = _trained_config(run_dir)
+    if diff:
+        what = (
+            f"was trained with a different config (recorded in its checkpoint {trained_at})"
+            if trained
+            else f"was started with a different config (its {file})"
+        )
+        raise UserError(
+            f"{run_dir} {what}; resuming would mix two runs. Differences (saved -> given):\n  "
+            + "\n  ".join(diff)
+            + "\nUse another --out, or --restart to delete this run's progress and start over"
+        )
+    problem, on_disk = _config_state(path)
+    if trained is not None:
+        reference = parse_config_text(trained.text) or {}
+        if problem or config_diff(reference, on_disk or {}, unchecked):
+            why = problem or "edited (it does not match the checkpoint)"
+            _warn(
+                f"{path} was {why}; rewriting it from the config recorded in checkpoint "
+                f"{trained_at}, which trained this run's weights"
+            )
+            atomic_write_text(path, trained.text)
+    elif problem not in ("", "missing"):
+        _warn(f"{path} was {problem} and no checkpoint records a config; writing the given one")
+        atomic_write_text(path, given_text)
+
+
+def write_config(run_dir: str | Path, text: str, file: str = CONFIG_FILE) -> None:
+    """Atomically replace the run's config file."""
+    atomic_write_text(Path(run_dir) / file, text)
