@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import random
-import sys
-import types
 from pathlib import Path
 
 import pytest
@@ -113,25 +111,40 @@ def test_targets_resolve_or_explain(hf_dir, tmp_path):
         load_language_model(f"hf:{hf_dir}", device="cpu", max_length=10_000)
 
 
-def test_probe_dir_uses_the_probe_loader_or_explains(monkeypatch, tmp_path, hf_dir):
+def test_directory_kinds_come_from_the_registry(monkeypatch, tmp_path):
+    from attnlab.eval import targets
+
     probe = tmp_path / "probe"
     probe.mkdir()
     (probe / "probe.json").write_text("{}")
-    fake = types.ModuleType("attnlab.probe")
-    monkeypatch.setitem(sys.modules, "attnlab.probe", fake)
-    with pytest.raises(UserError, match="load_probed_model is not available"):
+    monkeypatch.setattr(targets, "_KINDS", {})
+    monkeypatch.setattr(targets, "_discovered", True)  # no entry points either
+    with pytest.raises(UserError, match=r"recognised once attnlab\.probe is imported"):
         load_language_model(probe)
-    seen = {}
+    seen = []
 
-    def load_probed_model(path, device="cpu"):
-        seen["path"] = path
-        return tiny_hf_model("llama"), byte_hf_tokenizer()
+    def load(path, device):
+        seen.append((path, device))
+        return HFCausalLM(
+            tiny_hf_model("llama"), byte_hf_tokenizer(), device=device, results_dir=path
+        )
 
-    fake.load_probed_model = load_probed_model
+    targets.register_target_kind(targets.TargetKind("probe", ("probe.json",), load))
     lm = load_language_model(probe, device="cpu")
-    assert isinstance(lm, HFCausalLM) and seen["path"] == probe and lm.results_dir == probe
+    assert isinstance(lm, HFCausalLM) and seen[-1] == (probe, torch.device("cpu"))
+    assert lm.results_dir == probe
+    load_language_model(f"probe:{probe}", device="cpu")  # the explicit prefix
+    assert seen[-1][0] == probe
     res = evaluate(lm, ["arc:" + str(FIXTURES / "arc.jsonl")], limit=2)
     assert load_results(probe / "eval" / "results.json")["tasks"]["arc:arc"] == res["arc:arc"]
+
+
+def test_the_probe_package_registers_its_directories():
+    from attnlab.eval.targets import target_kinds
+    from attnlab.probe import PROBE_TARGET
+
+    assert target_kinds()["probe"] is PROBE_TARGET
+    assert "probe.json" in PROBE_TARGET.markers
 
 
 def test_evaluate_run_merges_results_per_task(run_dir, capsys):

@@ -1,0 +1,54 @@
+"""The run engine sits below the protocols, and evaluation does not import the probe (no cycle)."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import attnlab
+
+SRC = Path(attnlab.__file__).parent
+
+
+def _imports(package: str) -> dict[str, set[str]]:
+    """``attnlab.*`` modules each file of ``package`` imports (top level or inside functions)."""
+    out = {}
+    for path in sorted((SRC / package).rglob("*.py")):
+        names = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names.add(node.module)
+            elif isinstance(node, ast.Import):
+                names.update(a.name for a in node.names)
+        out[str(path.relative_to(SRC))] = {n for n in names if n.startswith("attnlab")}
+    return out
+
+
+def _offenders(package: str, forbidden: tuple[str, ...]) -> list[str]:
+    return [
+        f"{file} imports {name}"
+        for file, names in _imports(package).items()
+        for name in sorted(names)
+        if any(name == f or name.startswith(f + ".") for f in forbidden)
+    ]
+
+
+def test_eval_imports_neither_probe_nor_the_trainer():
+    assert _offenders("eval", ("attnlab.probe", "attnlab.train")) == []
+
+
+def test_the_engine_imports_no_protocol():
+    protocols = ("attnlab.train", "attnlab.probe", "attnlab.eval", "attnlab.bench")
+    more = ("attnlab.experiments", "attnlab.commands", "attnlab.cli")
+    assert _offenders("runs", protocols + more) == []
+
+
+def test_importing_eval_loads_no_probe_or_trainer_module():
+    code = (
+        "import sys, attnlab.eval, attnlab.eval.targets; "
+        "print(sorted(m for m in sys.modules if m.startswith(('attnlab.probe', 'attnlab.train'))))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
