@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import warnings
@@ -33,15 +34,19 @@ def _warn(message, category, filename, lineno, file=None, line=None) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from attnlab.runs.progress import console_reporter
-    from attnlab.train import train
+    from attnlab.runs import lock
 
     cfg = config_from_args(args)
     main = int(os.environ.get("RANK", "0")) == 0
-    reporter = None if args.quiet or not main else console_reporter(cfg.train.log_every)
-    with warnings.catch_warnings():
-        warnings.showwarning = _warn
-        result = train(cfg, args.out, progress=reporter, resume=not args.restart)
+    # lock before the slow imports, so a second process on the same --out fails at once
+    with lock.locked(args.out) if main else contextlib.nullcontext():
+        from attnlab.runs.progress import console_reporter
+        from attnlab.train import train
+
+        reporter = None if args.quiet or not main else console_reporter(cfg.train.log_every)
+        with warnings.catch_warnings():
+            warnings.showwarning = _warn
+            result = train(cfg, args.out, progress=reporter, resume=not args.restart)
     if not main:
         return 0
     val = "n/a" if result.final_val_loss is None else f"{result.final_val_loss:.4f}"

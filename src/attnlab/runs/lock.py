@@ -50,6 +50,8 @@ def acquire(directory: str | os.PathLike, what: str = "run directory") -> None:
     except ImportError:  # not POSIX: no advisory locks, nothing to enforce
         return
     directory = Path(directory)
+    if directory.exists() and not directory.is_dir():
+        raise UserError(f"{directory} is a file; give a directory for the {what}")
     try:
         directory.mkdir(parents=True, exist_ok=True)
         key = directory.resolve()
