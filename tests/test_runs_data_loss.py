@@ -141,12 +141,12 @@ def test_two_train_processes_on_one_run_dir(tmp_path, data_dir, offset):
         tmp_path / "cfg.toml",
         data_dir.parent / "corpus.jsonl",
         data_dir,
-        max_steps=30,
+        max_steps=12,
         batch_size=4,
         warmup_steps=2,
         log_every=1,
-        eval_every=10,
-        checkpoint_every=10,
+        eval_every=6,
+        checkpoint_every=6,
         eval_batches=2,
         threads=1,
     )
@@ -163,9 +163,9 @@ def test_two_train_processes_on_one_run_dir(tmp_path, data_dir, offset):
     assert tomllib.loads((run / "config.toml").read_text())["train"]["lr"] == float(lrs[win])
     _, state = ck.newest_state(run)
     assert tomllib.loads(state.config.text)["train"]["lr"] == float(lrs[win])
-    assert [r["step"] for r in read_metrics(run)] == list(range(1, 31))
+    assert [r["step"] for r in read_metrics(run)] == list(range(1, 13))
     status = read_status(run, strict=True)
-    assert status["status"] == "finished" and status["step"] == 30
+    assert status["status"] == "finished" and status["step"] == 12
 
 
 COMPARE = """
@@ -205,9 +205,9 @@ def _experiment(path: Path, data_dir: Path, steps: int) -> Path:
     return path
 
 
-@pytest.mark.parametrize("offset", [0.0, 0.5])
+@pytest.mark.parametrize("offset", [0.0, pytest.param(0.5, marks=pytest.mark.slow)])
 def test_two_compare_processes_on_one_out_dir(tmp_path, data_dir, offset):
-    exp = _experiment(tmp_path / "exp.toml", data_dir, steps=30)
+    exp = _experiment(tmp_path / "exp.toml", data_dir, steps=10)
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "attnlab", "compare", str(exp), "--out", str(out), "--quiet"]
     procs, outs = _race(cmd, cmd, offset)
@@ -217,11 +217,11 @@ def test_two_compare_processes_on_one_out_dir(tmp_path, data_dir, offset):
     assert f"in use by process {procs[win].pid} " in outs[1 - win][1]
     rows = json.loads((out / "results.json").read_text())["runs"]
     assert [(r["variant"], r["status"], r["steps"]) for r in rows] == [
-        ("baseline", "finished", 30),
-        ("skip", "finished", 30),
+        ("baseline", "finished", 10),
+        ("skip", "finished", 10),
     ]
     for r in rows:
-        assert [m["step"] for m in read_metrics(Path(r["run_dir"]))][-1] == 30
+        assert [m["step"] for m in read_metrics(Path(r["run_dir"]))][-1] == 10
 
 
 # -------------------------------------------------------------------------- hashed checkpoints
