@@ -96,16 +96,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_defaults(target: str) -> dict:
-    """``eval`` settings of a run's own config.toml (empty for other targets)."""
+    """``eval`` settings of a run's own config (empty for other targets)."""
+    from attnlab.runs.load import is_run_dir, run_config
+
     path = Path(target.removeprefix("run:"))
     if path.parent.name == "checkpoints":
         path = path.parent.parent
-    cfg_path = path / "config.toml"
-    if not cfg_path.is_file():
+    if not path.is_dir() or not is_run_dir(path):
         return {}
-    from attnlab.config import load_config
-
-    ev = load_config(cfg_path).eval
+    cfg = run_config(path)
+    if cfg is None:
+        return {}
+    ev = cfg.eval
     return {"tasks": ev.tasks, "limit": ev.limit, "stride": ev.stride, "batch_size": ev.batch_size}
 
 
@@ -132,6 +134,7 @@ def run(args: argparse.Namespace) -> int:
     tasks = args.tasks or defaults.get("tasks")
     if not tasks:
         raise UserError("give --tasks, e.g. --tasks perplexity:DATA_DIR,cloze:FILE.jsonl")
+    import attnlab.probe  # noqa: F401 (registers probe directories as evaluation targets)
     from attnlab.eval.evaluate import evaluate
     from attnlab.eval.registry import split_tasks, task_key
     from attnlab.eval.results import print_table, results_path

@@ -299,8 +299,10 @@ def execute(
     else:
         try:
             result = train(r.config, r.run_dir, progress=progress, resume=True)
-        except (KeyboardInterrupt, DirectoryLockedError):
-            raise  # another process owns that run: its files are not ours to mark
+        except KeyboardInterrupt:
+            raise
+        except DirectoryLockedError as e:  # another process owns that run: write nothing in it
+            return RunOutcome(r.variant, r.seed, "failed", False, str(e), time.perf_counter() - t0)
         except Exception as e:
             reason = _record_failure(r.run_dir, e, traceback.format_exc())
             return RunOutcome(r.variant, r.seed, "failed", True, reason, time.perf_counter() - t0)

@@ -38,6 +38,34 @@ def _config_of(run_dir: Path, ckpt: checkpoint.Checkpoint):
     return load_config(str(cfg_path))
 
 
+def run_config(run_dir: str | Path):
+    """The run's Config: its ``config.toml`` when that is intact, else the config recorded in its
+    newest intact checkpoint (the file may be missing or torn), else None."""
+    from attnlab.config import ConfigError, load_config, validate
+
+    run_dir = Path(run_dir)
+    cfg_path = run_dir / rundir.CONFIG_FILE
+    if cfg_path.is_file() and rundir.parse_config_text(_text(cfg_path)) is not None:
+        try:
+            return load_config(str(cfg_path))
+        except ConfigError:
+            pass
+    newest = checkpoint.newest_state(run_dir)
+    if newest is None or newest[1].config is None:
+        return None
+    try:
+        return validate(tomllib.loads(newest[1].config.text))
+    except (tomllib.TOMLDecodeError, ConfigError):
+        return None
+
+
+def _text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
 def is_run_dir(path: str | Path) -> bool:
     """A training run directory: it has ``config.toml`` or a ``checkpoints/`` directory."""
     path = Path(path)
