@@ -142,6 +142,39 @@ def test_adapter_files_hold_only_the_new_tensors_and_reattach(env, tmp_path):
         load_probed_model(bad)
 
 
+def test_probe_shares_the_loops_divergence_monitor_and_precision(env, tmp_path):
+    spike = load_probe_config(
+        None, [*_overrides(env, method="preproj+skip"), "train.spike_factor=0.5"]
+    )
+    res = train_probe(spike, tmp_path / "spike", data_root=env["data"], log=_quiet)
+    assert res.status == "diverged" and "spike_factor=0.5" in res.reason
+    status = json.loads((tmp_path / "spike" / "status.json").read_text())
+    assert status["status"] == "diverged" and status["reason"] == res.reason
+    last = [json.loads(x) for x in (tmp_path / "spike" / "metrics.jsonl").read_text().splitlines()]
+    assert last[-1]["diverged"] == res.reason
+    fp16 = load_probe_config(None, [*_overrides(env), "train.dtype=float16"])
+    with pytest.raises(UserError, match=r"float16.*needs a CUDA device \(loss scaling\)"):
+        train_probe(fp16, tmp_path / "fp16", data_root=env["data"], log=_quiet)
+
+
+def test_a_damaged_adapter_file_is_rebuilt_from_the_checkpoint(env, tmp_path):
+    from attnlab.probe.artifacts import AdapterWarning
+
+    cfg = load_probe_config(None, _overrides(env, method="preproj+skip+lora"))
+    run = Path(train_probe(cfg, tmp_path / "run", data_root=env["data"], log=_quiet).run_dir)
+    trained = {n: p.detach().clone() for n, p in load_probed(run).trainable()}
+    for name in ("adapter.safetensors", "lora/adapter_model.safetensors"):
+        path = run / name
+        data = bytearray(path.read_bytes())
+        data[-40:] = bytes(b ^ 0xFF for b in data[-40:])
+        path.write_bytes(bytes(data))
+        with pytest.warns(AdapterWarning, match=rf"{name}.*sha256.*checkpoint step_0000004"):
+            probed = load_probed(run)
+        for n, p in probed.trainable():
+            assert torch.equal(p, trained[n]), n
+        path.write_bytes(bytes(b ^ 0xFF if i >= len(data) - 40 else b for i, b in enumerate(data)))
+
+
 def test_experiment_writes_one_table(env, tmp_path):
     exp = tmp_path / "exp.toml"
     exp.write_text(
