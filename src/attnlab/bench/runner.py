@@ -23,7 +23,7 @@ from attnlab.bench.training import TrainingRow, measure_training
 from attnlab.bench.variants import DEFAULT_VARIANTS, VARIANTS
 from attnlab.config import Config, ConfigError, apply_overrides, validate
 from attnlab.errors import UserError
-from attnlab.runs.device import resolve_device
+from attnlab.runs.device import resolve_device, resolve_precision
 
 SECTIONS: tuple[str, ...] = ("training", "inference", "memory")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -61,7 +61,7 @@ class BenchSpec:
         dev = resolve_device(self.device, setting="--device")
         if dev.type not in ("cpu", "cuda"):
             raise UserError(f"--device {self.device}: choose cpu or cuda[:N]")
-        dtype = self.dtype or ("bfloat16" if dev.type == "cuda" else "float32")
+        dtype = self.dtype or resolve_precision("auto", dev).name  # the trainer's default
         if dtype not in DTYPES:
             raise UserError(f"--dtype {dtype}: choose one of {', '.join(DTYPES)}")
         if cfg.model.family != "decoder":

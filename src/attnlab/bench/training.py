@@ -20,15 +20,15 @@ from torch import Tensor
 
 from attnlab.bench.subjects import Subject
 from attnlab.bench.timing import Samples, interleaved, paired_ratio, synchronize
+from attnlab.runs.device import Precision
 from attnlab.runs.optim import param_groups
 
 
 def autocast(device: torch.device | str, dtype: torch.dtype) -> contextlib.AbstractContextManager:
-    """Mixed precision as the trainer does it: fp32 weights, matmuls in ``dtype``."""
+    """Mixed precision as the trainer does it (:class:`attnlab.runs.device.Precision`): fp32
+    weights, matmuls in ``dtype`` (no loss scaling: a timing step's gradients are not kept)."""
     device = torch.device(device)
-    if dtype == torch.float32:
-        return contextlib.nullcontext()
-    return torch.autocast(device.type, dtype=dtype)
+    return Precision(None if dtype == torch.float32 else dtype, device.type).autocast()
 
 
 def random_batch(
