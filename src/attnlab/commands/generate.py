@@ -18,13 +18,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-k", type=int, default=None, metavar="K")
     p.add_argument("--seed", type=int, default=0, help="sampling seed")
     p.add_argument("--no-cache", action="store_true", help="recompute the prefix every token")
-    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ... (default cpu)")
+    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, mps or auto (default cpu)")
 
 
 def run(args: argparse.Namespace) -> int:
     import torch
 
     from attnlab.model import generate
+    from attnlab.runs.device import resolve_device
     from attnlab.runs.load import load_run_model
 
     if args.max_new_tokens < 1:
@@ -33,9 +34,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--temperature must be >= 0 (0 = greedy)")
     if args.top_k is not None and args.top_k < 1:
         raise UserError("--top-k must be at least 1")
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
-        raise UserError(f"--device {args.device}: no CUDA device is visible; use --device cpu")
-    model, cfg, tok = load_run_model(args.run_dir, device=args.device)
+    device = resolve_device(args.device, setting="--device")
+    model, cfg, tok = load_run_model(args.run_dir, device=device)
     if cfg.model.family != "decoder":
         raise UserError(
             f"{args.run_dir} holds a model.family={cfg.model.family!r} model; `generate` continues "
@@ -53,8 +53,8 @@ def run(args: argparse.Namespace) -> int:
             f"exceeds the model's {limit} learned positions; use --max-new-tokens "
             f"{max(1, limit - len(ids))} or a shorter prompt"
         )
-    gen = torch.Generator(device=args.device).manual_seed(args.seed)
-    prompt = torch.tensor([ids], dtype=torch.long, device=args.device)
+    gen = torch.Generator(device=device).manual_seed(args.seed)
+    prompt = torch.tensor([ids], dtype=torch.long, device=device)
     out = generate(
         model,
         prompt,
