@@ -20,7 +20,7 @@ from typing import Any, Literal, get_args
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from attnlab.errors import UserError
-from attnlab.schema import Activation, PartOptions, Section, default_options, slot_field, slot_of
+from attnlab.schema import PartOptions, Section, default_options, slot_field, slot_of
 
 
 class ConfigError(UserError, ValueError):
@@ -412,15 +412,28 @@ def _resolve_extends(raw: dict[str, Any], seen: tuple[str, ...] = ()) -> dict[st
     return deep_merge(_preset_dict(parent, seen), raw)
 
 
-def deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
-    """Recursively merge ``over`` into a copy of ``base`` (tables merge, values replace)."""
+def deep_merge(
+    base: Mapping[str, Any], over: Mapping[str, Any], _path: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """Recursively merge ``over`` into a copy of ``base`` (tables merge, values replace). A slot
+    table (``model.<slot>``) whose ``kind`` changes is replaced, not merged: the old part's
+    options do not belong to the new part."""
     out = dict(base)
     for k, v in over.items():
-        if isinstance(v, Mapping) and isinstance(out.get(k), Mapping):
-            out[k] = deep_merge(out[k], v)
+        old = out.get(k)
+        if isinstance(v, Mapping) and isinstance(old, Mapping):
+            here = (*_path, k)
+            if _is_slot(here) and "kind" in v and v["kind"] != old.get("kind"):
+                out[k] = dict(v)
+            else:
+                out[k] = deep_merge(old, v, here)
         else:
             out[k] = v
     return out
+
+
+def _is_slot(path: tuple[str, ...] | list[str]) -> bool:
+    return len(path) == 2 and path[0] == "model" and path[1] in SLOT_FIELDS
 
 
 def source_dict(name_or_path: str | Path) -> dict[str, Any]:
@@ -440,7 +453,10 @@ def resolve_plugin_paths(raw: dict[str, Any], base_dir: str | Path) -> dict[str,
         return raw
     from attnlab.parts.plugins import resolve_spec
 
-    return {**raw, "plugins": [resolve_spec(p, base_dir) if isinstance(p, str) else p for p in specs]}
+    return {
+        **raw,
+        "plugins": [resolve_spec(p, base_dir) if isinstance(p, str) else p for p in specs],
+    }
 
 
 def parse_override(item: str) -> tuple[list[str], Any]:
@@ -464,14 +480,21 @@ def parse_override(item: str) -> tuple[list[str], Any]:
 
 
 def apply_overrides(raw: dict[str, Any], overrides: Iterable[str]) -> dict[str, Any]:
-    """Apply ``dotted.key=value`` strings to a deep copy of a raw config dict."""
+    """Apply ``dotted.key=value`` strings to a deep copy of a raw config dict.
+
+    ``model.<slot>.kind=...`` overrides apply first, and one that changes the part starts its
+    table afresh (the old part's options do not belong to the new one); the other overrides of
+    that table then apply on top."""
     out = copy.deepcopy(dict(raw))
-    for item in overrides:
-        path, value = parse_override(item)
+    parsed = [parse_override(item) for item in overrides]
+    kinds = [(p, v) for p, v in parsed if p[-1] == "kind" and _is_slot(p[:-1])]
+    for path, value in kinds + [(p, v) for p, v in parsed if (p, v) not in kinds]:
         node = out
-        for part in path[:-1]:
+        for i, part in enumerate(path[:-1]):
             nxt = node.get(part)
-            if not isinstance(nxt, dict):
+            if not isinstance(nxt, dict) or (
+                (path, value) in kinds and i == len(path) - 2 and nxt.get("kind") != value
+            ):
                 nxt = {}
                 node[part] = nxt
             node = nxt
@@ -541,7 +564,6 @@ RENAMED = {
     "model.query.fused": "model.attention.fuse_qkv",
     "model.query.anchored_mean": "model.query.mean (with kind = 'anchored')",
     "model.mixer.nonlinear": "[model.mixer] kind = 'nonlinear'",
-    "model.ffn.kind": "",
 }
 
 
@@ -562,19 +584,24 @@ def explain(
         dotted = ".".join(map(str, loc)) or "(root)"
         kind = e["type"]
         if kind == "extra_forbidden":
-            renamed = RENAMED.get(dotted) or RENAMED.get(".".join(map(str, loc[-2:])))
+            parent = ".".join(map(str, loc[:-1]))
             cls = schema_at(root, loc[:-1], raw)
             valid = list(cls.model_fields)
-            near = difflib.get_close_matches(str(loc[-1]), valid, n=1, cutoff=0.4)
-            if renamed:
-                hint = f" it is now {renamed}."
+            olds = {
+                k.rsplit(".", 1)[-1]: v for k, v in RENAMED.items() if k.rsplit(".", 1)[0] == parent
+            }
+            near = difflib.get_close_matches(str(loc[-1]), [*valid, *olds], n=1, cutoff=0.4)
+            hint = ""
+            if near and near[0] in olds:
+                hint = f" did you mean '{parent}.{near[0]}'? it is now {olds[near[0]]}."
+                if near[0] == loc[-1]:
+                    hint = f" it is now {olds[near[0]]}."
             elif near:
                 hint = f" did you mean '{'.'.join(map(str, (*loc[:-1], near[0])))}'?"
-            else:
-                hint = ""
-            where = f" of {cls.slot or 'this'} part {raw_kind(raw, loc[:-1])!r}" if issubclass(
-                cls, PartOptions
-            ) else ""
+            where = ""
+            if issubclass(cls, PartOptions) and len(loc) >= 2:
+                where = f" of {loc[-2]} part {raw_kind(raw, loc[:-1], cls)!r}"
+                hint += _other_kinds_hint(root, loc, raw)
             lines.append(
                 f"unknown key '{dotted}'{where}.{hint} Valid keys here: {', '.join(valid)}"
             )
@@ -591,10 +618,31 @@ def explain(
     return f"{title}:\n  - " + "\n  - ".join(lines)
 
 
-def raw_kind(raw: Mapping[str, Any] | None, loc: tuple[Any, ...]) -> str:
+def raw_kind(raw: Mapping[str, Any] | None, loc: tuple[Any, ...], cls: Any = None) -> str:
     table = _raw_at(raw, loc)
     kind = table.get("kind") if isinstance(table, Mapping) else None
+    if kind is None and len(loc) >= 1:
+        from attnlab.parts import registry
+        from attnlab.parts.slots import SLOTS
+
+        if str(loc[-1]) in SLOTS:
+            return registry.default_kind(str(loc[-1]))
     return str(kind) if kind is not None else "default"
+
+
+def _other_kinds_hint(root: type[BaseModel], loc: tuple[Any, ...], raw: Any) -> str:
+    """For an option the chosen part lacks: the kinds of that slot that have it."""
+    from attnlab.parts import registry
+    from attnlab.parts.slots import SLOTS
+
+    slot, key = str(loc[-2]), str(loc[-1])
+    if slot not in SLOTS:
+        return ""
+    have = [s.kind for s in registry.specs(slot) if key in s.options.model_fields]
+    if not have:
+        return ""
+    kinds = " or ".join(repr(k) for k in have)
+    return f" '{key}' is an option of {slot} kind {kinds}: set {'.'.join(map(str, loc[:-1]))}.kind."
 
 
 def load_config_plugins(raw: dict[str, Any], base_dir: str | Path | None = None) -> dict[str, Any]:

@@ -76,9 +76,7 @@ class SlotMarker:
 
 def slot_field(slot: str) -> Any:
     """The annotation of a config field that holds the options of one part in ``slot``."""
-    return Annotated[
-        SerializeAsAny[PartOptions], WrapValidator(_dispatch(slot)), SlotMarker(slot)
-    ]
+    return Annotated[SerializeAsAny[PartOptions], WrapValidator(_dispatch(slot)), SlotMarker(slot)]
 
 
 def slot_of(field: Any) -> str | None:

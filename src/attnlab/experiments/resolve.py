@@ -263,7 +263,7 @@ def _match(
     if not isinstance(knob_value(probe.to_dict(), knob), int):
         raise ConfigError(
             f"variant {name!r}: match_by = {knob!r} is not an integer config key; use e.g. "
-            "model.ffn.hidden, model.mixer.hidden or model.moe_values.expert_hidden"
+            "model.ffn.hidden, model.mixer.hidden or model.value.expert_hidden"
         )
     cache: dict[int, int] = {}
 

@@ -22,8 +22,7 @@ from attnlab.model.kv_cache import KVCache
 from attnlab.model.linear import DecodeLayout, matmul_split, param_key, split_columns, uses_layout
 from attnlab.model.norms import RMSNorm
 from attnlab.model.positions import Rotary
-from attnlab.parts import Dims, ScoreContext
-from attnlab.parts import registry
+from attnlab.parts import Dims, ScoreContext, registry
 from attnlab.parts.registry import build
 
 
@@ -55,7 +54,9 @@ class Attention(DecodeLayout, nn.Module):
             dropout=cfg.attention.dropout,
             scale_multiplier=self.query.scale_multiplier,
         )
-        readout = cfg.readout if not cross else registry.get("readout", "heads").options()
+        readout = (
+            cfg.readout if not cross else registry.get("readout", "heads").options(kind="heads")
+        )
         self.readout = build(readout, dims, "readout")
         dims = dims.with_(mixer_in=type(self.readout).width(readout, dims))
         self.mixer = build(cfg.mixer, dims, "mixer")
@@ -147,4 +148,3 @@ class Attention(DecodeLayout, nn.Module):
         else:
             heads, probs = self.core(q, k, v, sctx)
         return self.mixer(self.readout(u, heads)), probs
-

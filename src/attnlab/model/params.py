@@ -83,8 +83,10 @@ def count(cfg: ModelConfig, cache_bytes_per_element: int = 2) -> ParamReport:
     total = sum(by_part.values())
     emb = sum(by_part.get(k, 0) for k in EMBEDDING_PARTS)
     parts = parts_of(model)
-    active = total - emb - sum(
-        sum(p.numel() for p in part.parameters()) - part.active_params() for part in parts
+    active = (
+        total
+        - emb
+        - sum(sum(p.numel() for p in part.parameters()) - part.active_params() for part in parts)
     )
     notes: list[str] = []
     stack = model.decoder if model.decoder is not None else model.encoder

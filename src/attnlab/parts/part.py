@@ -19,8 +19,11 @@ declaration                what reads it
 ``supports_kv_cache``      ``generate``: whether cached decoding is exact with this part
 ``needs_attention_matrix`` the attention core: whether the T x T matrix must be formed
 ``layer_stats``            reports: per-layer numbers read from the trained weights
+``forward_stats``          reports: per-layer summaries of one recorded forward pass
 ``attention_maps_label``   reports: draw this variant's attention maps, with this label
 ``notes``                  ``attnlab params``: sentences about sizing choices
+``probe_name``             ``attnlab probe``: the part's name in method strings
+``width_option``           ``compare``'s parameter matching: the option that sets its width
 =========================  =====================================================================
 """
 
@@ -144,6 +147,10 @@ class Part(nn.Module):
     needs_attention_matrix: ClassVar[bool] = False
     #: report label of a variant whose attention maps are worth drawing (None: not this part)
     attention_maps_label: ClassVar[str | None] = None
+    #: the name of this part in probe method strings (None = its kind), e.g. "preproj"
+    probe_name: ClassVar[str | None] = None
+    #: the integer option that sets this part's width, which parameter matching may resize
+    width_option: ClassVar[str | None] = None
 
     def __init__(self, opts: PartOptions, dims: Dims) -> None:
         super().__init__()
@@ -197,6 +204,23 @@ class Part(nn.Module):
     @classmethod
     def layer_stats_doc(cls, opts: PartOptions, d_model: int) -> dict[str, str]:
         """One sentence per ``layer_stats`` key: what it measures and its value at init."""
+        return {}
+
+    def record(self, on: bool) -> None:
+        """Keep (``on``) or stop keeping what ``forward_stats`` reports of each forward."""
+        self._recording = on
+
+    @property
+    def recording(self) -> bool:
+        return self.__dict__.get("_recording", False)
+
+    def forward_stats(self) -> dict[str, Tensor]:
+        """Summaries of the last forward while recording, e.g. mean head weights [H+1]."""
+        return {}
+
+    @classmethod
+    def forward_stats_doc(cls) -> dict[str, tuple[str, list[str] | None]]:
+        """Per ``forward_stats`` key: (a sentence for the report, bar labels or None)."""
         return {}
 
     def extra_repr(self) -> str:

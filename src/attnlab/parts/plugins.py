@@ -129,7 +129,9 @@ def _import(spec: str) -> object:
         loc = [str(path.parent)] if path.name == "__init__.py" else None
         mspec = importlib.util.spec_from_file_location(name, path, submodule_search_locations=loc)
         if mspec is None or mspec.loader is None:
-            raise PluginError(f"plugin file {spec!r} cannot be imported as Python; is it a .py file?")
+            raise PluginError(
+                f"plugin file {spec!r} cannot be imported as Python; is it a .py file?"
+            )
         module = importlib.util.module_from_spec(mspec)
         sys.modules[name] = module
         try:
@@ -178,7 +180,9 @@ def _failed(spec: str) -> str:
     return f"plugin {spec!r} failed to import; fix the error it raised:\n    {where}"
 
 
-def load_plugins(specs: list[str] | tuple[str, ...], base_dir: str | Path | None = None) -> list[str]:
+def load_plugins(
+    specs: list[str] | tuple[str, ...], base_dir: str | Path | None = None
+) -> list[str]:
     """Load every spec; returns the resolved specs (what a config records)."""
     return [load_plugin(s, base_dir).spec for s in specs]
 

@@ -94,7 +94,9 @@ def register(slot: str, kind: str) -> Callable[[P], P]:
                 f"from attnlab.parts.{base.__name__}"
             )
         if not (isinstance(cls.Options, type) and issubclass(cls.Options, PartOptions)):
-            raise PartError(f"{cls.__qualname__}.Options must derive from attnlab.parts.PartOptions")
+            raise PartError(
+                f"{cls.__qualname__}.Options must derive from attnlab.parts.PartOptions"
+            )
         source = _current_source(cls)
         with _lock:
             old = _parts[slot].get(kind)

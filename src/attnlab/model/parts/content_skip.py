@@ -41,12 +41,12 @@ class ContentSkip(SideBranchPart):
         return float(self.w_skip.weight.detach().float().norm())
 
     def layer_stats(self) -> dict[str, float]:
-        return {"skip_norm": self.norm()}
+        return {"content_skip_norm": self.norm()}
 
     @classmethod
     def layer_stats_doc(cls, opts: Options, d_model: int) -> dict[str, str]:
         return {
-            "skip_norm": (
+            "content_skip_norm": (
                 "Per-layer Frobenius norm ||W_skip||_F (seed 000's Figure 2). W_skip (d x d) "
                 f"starts at N(0, σ²), a norm of about σ·d = {opts.init_std * d_model:.2g}; a layer "
                 "whose norm grew far beyond that uses the skip path."

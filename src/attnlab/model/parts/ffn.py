@@ -31,6 +31,7 @@ class MLP(FFNPart):
 
     cost = "params 2*d*h (+ h + d); FLOPs 4*d*h per token"
     Options = FFNOptions
+    width_option = "hidden"
     activation = "gelu"
 
     def __init__(self, opts: FFNOptions, dims: Dims) -> None:
@@ -72,6 +73,7 @@ class GLU(FFNPart):
 
     cost = "params 3*d*h (+ 2h + d); FLOPs 6*d*h per token"
     Options = FFNOptions
+    width_option = "hidden"
     activation = "silu"
 
     def __init__(self, opts: FFNOptions, dims: Dims) -> None:

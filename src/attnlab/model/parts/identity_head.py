@@ -46,8 +46,7 @@ class IdentityHead(ReadoutPart):
         self.n_heads = dims.heads_out
         self.w_vid = Linear(dims.d_model, dims.head_dim, bias=dims.bias)
         self.head_weights = Linear(dims.d_model, self.n_heads + 1, bias=True)
-        self.last_head_weights: Tensor | None = None
-        self.record = False
+        self._last: Tensor | None = None
 
     @torch.no_grad()
     def init_weights(self, init: Init) -> None:
@@ -63,6 +62,22 @@ class IdentityHead(ReadoutPart):
         v_id = self.w_vid(u).unsqueeze(2)  # [B, T, 1, dh]
         allh = torch.cat([heads.transpose(1, 2), v_id], dim=2)  # [B, T, H+1, dh]
         w = self.head_weights(u)  # [B, T, H+1]
-        if self.record:
-            self.last_head_weights = w.detach()
+        if self.recording:
+            self._last = w.detach()
         return (allh * w.unsqueeze(-1)).reshape(B, T, (H + 1) * dh)
+
+    def forward_stats(self) -> dict[str, Tensor]:
+        if self._last is None:
+            return {}
+        return {"head_weights": self._last[0].float().mean(0)}
+
+    @classmethod
+    def forward_stats_doc(cls) -> dict[str, tuple[str, list[str] | None]]:
+        return {
+            "head_weights": (
+                "Identity-head weights (data-dependent weights over the H attention heads and "
+                "the identity head, averaged over the sequence's tokens; at initialisation all "
+                "weight is on the identity head)",
+                ["identity"],
+            )
+        }

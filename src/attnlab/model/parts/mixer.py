@@ -53,6 +53,7 @@ class NonlinearMixer(MixerPart):
     """o -> W_b act(W_a o)."""
 
     param_label = "nonlinear_mixer"
+    width_option = "hidden"
     cost = "params m*(n_in + d); FLOPs 2*m*(n_in + d) per token (m sized to the removed MLP)"
 
     class Options(PartOptions):
@@ -100,5 +101,3 @@ class NonlinearMixer(MixerPart):
             f"({self.n_in * self.w_b.out_features}) + the removed MLP block ({self._removed}), "
             "rounded to a whole hidden width"
         ]
-
-

@@ -98,7 +98,10 @@ class MoEValues(ValuePart):
     """
 
     param_label = "moe_values"
-    cost = "params d*E + E*(d*h + h*d_kv); active d*E + k*(d*h + h*d_kv); FLOPs 2dE + 2k(dh + h d_kv)"
+    width_option = "expert_hidden"
+    cost = (
+        "params d*E + E*(d*h + h*d_kv); active d*E + k*(d*h + h*d_kv); FLOPs 2dE + 2k(dh + h d_kv)"
+    )
 
     class Options(PartOptions):
         n_experts: int = Field(8, ge=1)

@@ -164,6 +164,7 @@ class AnchoredQuery(QueryPart):
     (u W_Q + f(u)) / 2. On a pretrained model W_Q is the base's own and only f is trained."""
 
     cost = "params d*d_q + 2*d*r + O(d) (pretrained: 2*d*r + O(d)); FLOPs 2*d*d_q + 4*d*r"
+    probe_name = "anchored-query"
 
     class Options(BottleneckOptions):
         mean: bool = Field(
