@@ -88,6 +88,24 @@ VARIANTS: dict[str, Variant] = {
 DEFAULT_VARIANTS: tuple[str, ...] = tuple(VARIANTS)
 
 
+def add_variant(text: str) -> str:
+    """Register a command-line variant ``NAME:KEY=VALUE[,KEY=VALUE]`` (``model.`` optional on
+    the keys) for this process and return its name."""
+    name, sep, body = text.partition(":")
+    name = name.strip()
+    items = [o.strip() for o in body.split(",") if o.strip()]
+    if not sep or not name or not items or any("=" not in o for o in items):
+        raise UserError(
+            f"--variant {text!r} must look like NAME:KEY=VALUE[,KEY=VALUE], e.g. "
+            "'gated:query.kind=gated'"
+        )
+    keys = tuple(o.removeprefix("model.") for o in items)
+    if name in VARIANTS and VARIANTS[name].overrides != keys:
+        raise UserError(f"--variant {name!r}: a variant of that name exists; choose another name")
+    VARIANTS[name] = Variant(name, "--variant " + ", ".join(items), keys)
+    return name
+
+
 def parse_names(text: str, known: dict[str, object] | tuple[str, ...], what: str) -> list[str]:
     """Split a comma list, expand ``all``/``none``, and refuse unknown names with the nearest."""
     names = list(known)

@@ -55,6 +55,39 @@ def variant_parts(variant: dict[str, Any]) -> list[tuple[type[Part], Any]]:
     return out
 
 
+def parts_section(record) -> list[str]:
+    """Per variant: the part in every slot that differs from the baseline's defaults, the
+    parameters counted in each part's declared row, and the forward FLOPs per token."""
+    from attnlab.config import validate
+    from attnlab.model.params import count
+
+    reps, kinds = {}, {}
+    for v in record["variants"]:
+        cfg = validate(v["config"])
+        reps[v["name"]] = count(cfg.model)
+        kinds[v["name"]] = ", ".join(
+            f"{slot}={opts.kind}"
+            for slot, opts in cfg.model.slots().items()
+            if opts.kind != registry.default_kind(slot)
+        )
+    names = list(reps)
+    labels = list(dict.fromkeys(k for r in reps.values() for k in r.by_part))
+    rows = [["parts", *(kinds[n] or "—" for n in names)]]
+    rows += [[lab, *(f"{reps[n].by_part.get(lab, 0):,}" for n in names)] for lab in labels]
+    rows.append(["non-embedding", *(f"{reps[n].non_embedding:,}" for n in names)])
+    rows.append(["FLOPs/token (fwd)", *(f"{reps[n].flops_per_token:,}" for n in names)])
+    return [
+        "## Parameters by part",
+        "",
+        "Each part's parameters, counted in the row the part declares (`attnlab params`), and "
+        "the forward FLOPs per token at the model's context length, with each part's declared "
+        "cost.",
+        "",
+        _table(["", *names], rows),
+        "",
+    ]
+
+
 def _declares(cls: type[Part], method: str) -> bool:
     return getattr(cls, method) is not getattr(Part, method)
 

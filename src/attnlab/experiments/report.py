@@ -17,7 +17,11 @@ import numpy as np
 import attnlab
 from attnlab.experiments import plots
 from attnlab.experiments.curves import Band, band, relative_curve
-from attnlab.experiments.part_sections import attention_section, layer_stats_section
+from attnlab.experiments.part_sections import (
+    attention_section,
+    layer_stats_section,
+    parts_section,
+)
 from attnlab.experiments.results import RunRow, collect, val_curve, write_results
 from attnlab.experiments.runner import read_record
 from attnlab.experiments.stats import PairedTest, mean_std, paired_test, relative_improvement
@@ -408,6 +412,7 @@ def build_report(out_dir: str | Path) -> Path:
     p = plots.params_vs_loss(points, base, out / PLOTS / "params_vs_loss.png")
     fig_lines += [f"![parameters vs loss]({p.relative_to(out).as_posix()})", ""]
     lines += fig_lines
+    lines += parts_section(record)
     lines += layer_stats_section(out, record, rows, notes)
     lines += attention_section(out, record, rows, notes)
     problems = [r for r in rows if r.status in ("diverged", "failed", "running", "missing")]

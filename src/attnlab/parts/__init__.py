@@ -2,9 +2,8 @@
 
 A part is a small ``nn.Module`` registered in one of the block's named slots::
 
-    from pydantic import Field
-    from attnlab.parts import Dims, SideBranchPart, register
     from attnlab.model.linear import Linear
+    from attnlab.parts import Dims, Field, SideBranchPart, register
 
     @register("side_branch", "low_rank_skip")
     class LowRankSkip(SideBranchPart):
@@ -25,6 +24,8 @@ and selected by config: ``[model.side_branch] kind = "low_rank_skip"`` with ``pl
 ["my_ideas.py"]`` (or ``--plugin my_ideas.py``). ``attnlab parts`` lists every registered part.
 The built-in parts (``attnlab/model/parts/``) are registered through this same API.
 """
+
+from pydantic import Field
 
 from attnlab.parts.part import Dims, Init, Part, default_init
 from attnlab.parts.plugins import PluginError, PluginRecord, load_plugin, load_plugins
@@ -52,6 +53,7 @@ __all__ = [
     "Dims",
     "FFNPart",
     "FeatureMapPart",
+    "Field",
     "FusedRows",
     "Init",
     "KeyPart",

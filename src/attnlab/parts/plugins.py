@@ -175,9 +175,17 @@ def load_plugin(spec: str, base_dir: str | Path | None = None) -> PluginRecord:
 
 
 def _failed(spec: str) -> str:
-    tb = traceback.format_exc(limit=-3).strip().splitlines()
-    where = "\n    ".join(tb[-6:])
-    return f"plugin {spec!r} failed to import; fix the error it raised:\n    {where}"
+    """The plugin's own error: its frames (file:line and code) and the exception, without the
+    import machinery's frames."""
+    etype, err, tb = sys.exc_info()
+    frames = [
+        f
+        for f in traceback.extract_tb(tb)
+        if "importlib" not in f.filename and "/attnlab/" not in f.filename
+    ]
+    where = "".join(f"\n    {f.filename}:{f.lineno}: {(f.line or '').strip()}" for f in frames[-4:])
+    name = etype.__name__ if etype else "error"
+    return f"plugin {spec!r} failed to import; fix the error it raised:{where}\n    {name}: {err}"
 
 
 def load_plugins(

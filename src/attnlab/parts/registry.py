@@ -50,6 +50,7 @@ _parts: dict[str, dict[str, PartSpec]] = {name: {} for name in SLOTS}
 _lock = threading.RLock()
 _source = threading.local()
 _builtins_loaded = False
+_builtins_loading = False
 
 
 @contextlib.contextmanager
@@ -97,6 +98,8 @@ def register(slot: str, kind: str) -> Callable[[P], P]:
             raise PartError(
                 f"{cls.__qualname__}.Options must derive from attnlab.parts.PartOptions"
             )
+        if not _builtins_loading:
+            _load_builtins()  # built-in names are taken first: a plugin never pre-empts one
         source = _current_source(cls)
         with _lock:
             old = _parts[slot].get(kind)
@@ -120,17 +123,21 @@ def register(slot: str, kind: str) -> Callable[[P], P]:
 
 
 def _load_builtins() -> None:
-    global _builtins_loaded
-    if _builtins_loaded:
+    global _builtins_loaded, _builtins_loading
+    if _builtins_loaded or _builtins_loading:
         return
     with _lock:
         if _builtins_loaded:
             return
         import attnlab.model.parts as pkg
 
-        with registering_as(BUILTIN):
-            for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda i: i.name):
-                importlib.import_module(f"{pkg.__name__}.{info.name}")
+        _builtins_loading = True
+        try:
+            with registering_as(BUILTIN):
+                for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda i: i.name):
+                    importlib.import_module(f"{pkg.__name__}.{info.name}")
+        finally:
+            _builtins_loading = False
         _builtins_loaded = True
     from attnlab.parts.plugins import load_entry_points
 

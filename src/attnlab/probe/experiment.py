@@ -109,10 +109,11 @@ def run_experiment(
     restart: bool = False,
     data_root: str | Path = "data",
     log: Callable[[str], None] | None = None,
+    plugins: Iterable[str] = (),
 ) -> list[ProbeResult]:
     """Train and evaluate every method of the experiment file ``path`` into ``out_dir``."""
     log = log or (lambda m: print(m, file=sys.stderr, flush=True))
-    name, configs = load_experiment(path, overrides)
+    name, configs = load_experiment(path, overrides, plugins)
     out_dir = Path(out_dir)
     shared = SharedBase(configs[0])
     results: list[ProbeResult] = []
