@@ -135,7 +135,7 @@ def case_preproj_gated(rounds: int, batch: int) -> dict:
     from attnlab.model import build_model
     from attnlab.model.pre_projection import PreProjection
 
-    cfg = load_config("tiny", [*TARGET, "model.pre_projection.enabled=true",
+    cfg = load_config("tiny", [*TARGET, "model.feature_map.kind=pre_projection",
                                "model.pre_projection.gated=true"])  # fmt: skip
     torch.manual_seed(0)
     model = build_model(cfg.model)
@@ -172,7 +172,7 @@ def case_explicit_scale(rounds: int, batch: int) -> list[dict]:
     current = AttentionCore._explicit
     for label, extra in (
         ("explicit path", "model.attention.backend=math"),
-        ("virtual heads", "model.virtual_heads.enabled=true"),
+        ("virtual heads", "model.score.kind=virtual_heads"),
     ):
         cfg = load_config("tiny", [*TARGET, extra])
         torch.manual_seed(0)

@@ -22,6 +22,33 @@ def tiny(*overrides: str) -> ModelConfig:
     return load_config(None, [*TINY, *overrides]).model
 
 
+def make_part(slot: str, kind: str, dims=None, /, **options):
+    """The registered part ``kind`` of ``slot`` built for ``dims`` (a :class:`attnlab.parts.Dims`,
+    or keyword widths d_model, n_heads, n_kv_heads, head_dim, bias), with ``options``."""
+    from attnlab.parts import Dims, registry
+
+    widths = {
+        k: options.pop(k)
+        for k in ("d_model", "n_heads", "n_kv_heads", "head_dim", "bias")
+        if k in options
+    }
+    if dims is None:
+        widths.setdefault("d_model", 32)
+        widths.setdefault("n_heads", 1)
+        widths.setdefault("n_kv_heads", widths["n_heads"])
+        widths.setdefault("head_dim", widths["d_model"] // widths["n_heads"])
+        dims = Dims(**widths, heads_out=widths["n_heads"])
+    opts = registry.get(slot, kind).options(kind=kind, **options)
+    return registry.build(opts, dims, slot)
+
+
+def slot_part(cfg: ModelConfig, slot: str):
+    """The part ``cfg`` puts in ``slot``, built alone for the config's dims."""
+    from attnlab.parts import Dims, registry
+
+    return registry.build(getattr(cfg, slot), Dims.from_config(cfg), slot)
+
+
 def perturbed(*flags: str):
     """The model of ``tiny(*flags)`` in eval mode with every weight moved off its init by
     N(0, 0.1), so parts that start as identities or zeros really take part."""

@@ -94,7 +94,10 @@ def test_wrong_literal_names_the_allowed_values() -> None:
         ("model.d_model=32.5", ["model.d_model", "integer"]),
         ("model.d_model=0", ["model.d_model", "greater than or equal to 1"]),
         ("model.dropout=1.5", ["model.dropout", "less than 1"]),
-        ("model.query.ratio=-1", ["model.query.ratio", "greater than 0"]),
+        (
+            "model.query.ratio=-1",
+            ["model.query.ratio", "'ratio' is an option of query kind 'nonlinear' or 'anchored'"],
+        ),
         ("eval.tasks=3", ["eval.tasks", "list"]),
     ],
 )
@@ -118,7 +121,10 @@ IMPOSSIBLE = {
         ["model.query.kind=nonlinear", "model.attention.head_dim=4"],
         "model.query.kind='nonlinear'",
     ),
-    "scale_form_not_nonlinear": (["model.query.scale_form=true"], "scale_form only applies"),
+    "scale_form_not_nonlinear": (
+        ["model.query.scale_form=true"],
+        "'scale_form' is an option of query kind 'nonlinear'",
+    ),
     "scale_form_qk_norm": (
         [
             "model.query.kind=nonlinear",
@@ -128,8 +134,8 @@ IMPOSSIBLE = {
         "qk_norm",
     ),
     "virtual_heads_flash": (
-        ["model.virtual_heads.enabled=true", "model.attention.backend=flash"],
-        "flash kernel never",
+        ["model.score.kind=virtual_heads", "model.attention.backend=flash"],
+        "fused kernel never",
     ),
     "alibi_flash": (
         ["model.position.kind=alibi", "model.attention.backend=flash"],
@@ -175,33 +181,33 @@ IMPOSSIBLE = {
     ),
     "moe_top_k": (
         [
-            "model.moe_values.enabled=true",
-            "model.moe_values.n_experts=2",
-            "model.moe_values.top_k=3",
+            "model.value.kind=moe",
+            "model.value.n_experts=2",
+            "model.value.top_k=3",
         ],
         "exceeds",
     ),
     "moe_encoder": (
         [
-            "model.moe_values.enabled=true",
+            "model.value.kind=moe",
             "model.family=encoder",
             "model.attention.mask=bidirectional",
         ],
         "decoder' only",
     ),
     "virtual_2d_causal": (
-        ["model.virtual_heads.enabled=true", "model.virtual_heads.conv=2d"],
+        ["model.score.kind=virtual_heads", "model.score.conv=2d"],
         "conv='2d'",
     ),
     "virtual_heads_not_multiple_of_kv": (
         [
-            "model.virtual_heads.enabled=true",
-            "model.virtual_heads.n_virtual=3",
+            "model.score.kind=virtual_heads",
+            "model.score.n_virtual=3",
             "model.attention.n_kv_heads=2",
         ],
         "must be a multiple",
     ),
-    "nonlinear_mixer_with_mlp": (["model.mixer.nonlinear=true"], "mixer.nonlinear"),
+    "nonlinear_mixer_with_mlp": (["model.mixer.kind=nonlinear"], "model.mixer.kind='nonlinear'"),
     "parallel_post_ln": (
         ["model.residual_kind=parallel", "model.norm_position=post"],
         "pre-norm blocks only",
@@ -236,8 +242,36 @@ def test_impossible_combination_is_refused_with_its_reason(name: str) -> None:
 
 
 def test_several_problems_are_reported_together() -> None:
-    msg = refused("model.attention.mask=sliding", "model.query.scale_form=true")
+    msg = refused(
+        "model.attention.mask=sliding",
+        "model.query.kind=nonlinear",
+        "model.query.scale_form=true",
+        "model.attention.qk_norm=true",
+    )
     assert msg.count("impossible combination") == 2
+
+
+def test_a_part_option_is_validated_by_the_parts_own_options_class() -> None:
+    msg = refused("model.query.kind=nonlinear", "model.query.ratio=-1")
+    assert "'model.query.ratio' = -1" in msg and "greater than 0" in msg
+    msg = refused("model.query.kind=nonlinear", "model.query.activation=tanh")
+    assert "'model.query.activation' = 'tanh' is not allowed" in msg
+
+
+def test_switching_a_slots_kind_drops_the_old_parts_options() -> None:
+    cfg = load_config("gpt2-124m-nonlinear-query", ["model.query.kind=identity"]).model
+    assert cfg.query.kind == "identity" and "ratio" not in cfg.query.model_dump()
+    cfg = load_config(
+        "gpt2-124m-nonlinear-query", ["model.query.ratio=0.25", "model.query.kind=anchored"]
+    ).model
+    assert cfg.query.kind == "anchored" and cfg.query.ratio == 0.25
+
+
+def test_keys_of_earlier_versions_name_what_replaced_them() -> None:
+    msg = refused("model.content_skip.enabled=true")
+    assert "it is now [model.side_branch] kind = 'content_skip'" in msg
+    msg = refused("model.query.fused=false")
+    assert "it is now model.attention.fuse_qkv" in msg
 
 
 def test_2d_virtual_heads_refused_outside_an_encoder() -> None:
@@ -246,8 +280,8 @@ def test_2d_virtual_heads_refused_outside_an_encoder() -> None:
         "model.family=encoder_decoder",
         "model.n_decoder_layers=2",
         "model.attention.mask=bidirectional",
-        "model.virtual_heads.enabled=true",
-        "model.virtual_heads.conv=2d",
+        "model.score.kind=virtual_heads",
+        "model.score.conv=2d",
     )
 
 
@@ -258,11 +292,11 @@ def test_2d_virtual_heads_allowed_in_an_encoder() -> None:
             *SMALL,
             "model.family=encoder",
             "model.attention.mask=bidirectional",
-            "model.virtual_heads.enabled=true",
-            "model.virtual_heads.conv=2d",
+            "model.score.kind=virtual_heads",
+            "model.score.conv=2d",
         ],
     )
-    assert cfg.model.virtual_heads.conv == "2d"
+    assert cfg.model.score.conv == "2d"
 
 
 # ------------------------------------------------------------------------------------- --set
@@ -326,7 +360,8 @@ def test_preset_extends_its_parent() -> None:
     p410 = load_config("pythia-410m-preproj-skip")  # two levels: -> pythia-410m -> pythia-160m
     assert (p410.model.d_model, p410.model.n_layers, p410.model.attention.n_heads) == (1024, 24, 16)
     assert p410.model.residual_kind == "parallel" and p410.model.position.rope_fraction == 0.25
-    assert p410.model.pre_projection.enabled and p410.model.content_skip.enabled
+    assert p410.model.feature_map.kind == "pre_projection"
+    assert p410.model.side_branch.kind == "content_skip"
     assert "extends" not in source_dict("pythia-410m-preproj-skip")
 
 

@@ -20,7 +20,7 @@ PLOTS = (
     "val_loss.png",
     "relative_improvement.png",
     "params_vs_loss.png",
-    "content_skip_norms.png",
+    "content_skip_norm.png",
     "attention_skip-id.png",
     "attention_baseline.png",
     "head_weights_skip-id.png",
@@ -68,7 +68,7 @@ limit = 1
 name = "baseline"
 [[variants]]
 name = "skip-id"
-set = ["model.content_skip.enabled=true", "model.identity_head.enabled=true"]
+set = ["model.side_branch.kind=content_skip", "model.readout.kind=identity_head"]
 """
 
 
@@ -135,7 +135,7 @@ def test_report_and_every_plot_exist(done):
         assert p.is_file() and p.stat().st_size > 1000, name
         assert f"plots/{name}" in report
     assert "## Summary" in report and "p (paired t)" in report
-    assert "## Content-skip norms" in report and "identity" in report
+    assert "## Content skip norm" in report and "identity" in report
     skip_id_line = next(line for line in report.splitlines() if line.startswith("| skip-id |"))
     assert "2/2" in skip_id_line and "%" in skip_id_line
 

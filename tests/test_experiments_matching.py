@@ -43,7 +43,7 @@ def test_matched_mlp_width_is_the_brute_force_optimum(tmp_path):
             name = "baseline"
             [[variants]]
             name = "preproj-skip"
-            set = ["model.pre_projection.enabled=true", "model.content_skip.enabled=true"]
+            set = ["model.feature_map.kind=pre_projection", "model.side_branch.kind=content_skip"]
             [[variants]]
             name = "mlp-matched"
             match_params = "preproj-skip"
@@ -79,8 +79,8 @@ def test_match_by_another_width(tmp_path):
             name = "baseline"
             [[variants]]
             name = "no-mlp"
-            set = ["model.mlp=false", "model.residual=false", "model.identity_head.enabled=true",
-                   "model.mixer.nonlinear=true"]
+            set = ["model.mlp=false", "model.residual=false", "model.readout.kind=identity_head",
+                   "model.mixer.kind=nonlinear"]
             match_params = "baseline"
             match_by = "model.mixer.hidden"
             """

@@ -63,14 +63,14 @@ def test_overrides_do_not_leak_between_variants(tmp_path):
             """
             [[variants]]
             name = "a"
-            set = ["model.content_skip.enabled=true", "model.ffn.ratio=2.0"]
+            set = ["model.side_branch.kind=content_skip", "model.ffn.ratio=2.0"]
             [[variants]]
             name = "b"
             """,
         )
     )
     b = exp.variants["b"].config.model
-    assert not b.content_skip.enabled and b.ffn.ratio == 4.0
+    assert b.side_branch.kind == "none" and b.ffn.ratio == 4.0
 
 
 def test_runs_are_seed_major_with_seed_labels(tmp_path):
@@ -128,7 +128,7 @@ def test_an_impossible_variant_fails_before_anything_trains(tmp_path):
     path = write(
         tmp_path,
         '[[variants]]\nname = "a"\n[[variants]]\nname = "mixer"\n'
-        'set = ["model.mixer.nonlinear=true"]\n',
+        'set = ["model.mixer.kind=nonlinear"]\n',
     )
     with pytest.raises(ConfigError, match=r"(?s)variant 'mixer'.*impossible combination"):
         load_experiment(path)
@@ -162,7 +162,7 @@ def test_match_params_target_must_not_be_matched_itself(tmp_path):
 def test_match_params_without_an_mlp_asks_for_match_by(tmp_path):
     path = write(
         tmp_path,
-        '[[variants]]\nname = "a"\nset = ["model.content_skip.enabled=true"]\n'
+        '[[variants]]\nname = "a"\nset = ["model.side_branch.kind=content_skip"]\n'
         '[[variants]]\nname = "m"\nset = ["model.mlp=false"]\nmatch_params = "a"\n',
     )
     with pytest.raises(Exception, match="match_by"):

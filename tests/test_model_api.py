@@ -38,15 +38,15 @@ def test_init_stds_follow_the_recipe() -> None:
     checks = [
         (model.embed.weight, 0.02),
         (model.abs_pos.table.weight, 0.02),
-        (blk.attention.key.weight, 0.02),
+        (blk.attention.key.w_k.weight, 0.02),
         (blk.attention.query.f.w1.weight, 0.02),
         (blk.ffn.w_in.weight, 0.02),
-        (blk.attention.mixer.weight, out_std),
+        (blk.attention.mixer.w_o.weight, out_std),
         (blk.ffn.w_out.weight, out_std),
     ]
     for w, std in checks:
         assert float(w.detach().std()) == pytest.approx(std, rel=0.15)
-    assert torch.count_nonzero(blk.attention.key.bias) == 0
+    assert torch.count_nonzero(blk.attention.key.w_k.bias) == 0
     assert (
         torch.equal(blk.norm1.weight, torch.ones(64)) and torch.count_nonzero(blk.norm1.bias) == 0
     )
@@ -55,15 +55,15 @@ def test_init_stds_follow_the_recipe() -> None:
 
 
 def test_anchored_final_gain_starts_at_zero_and_reset_keeps_part_inits() -> None:
-    model = build_model(tiny("model.query.kind=anchored", "model.identity_head.enabled=true"))
+    model = build_model(tiny("model.query.kind=anchored", "model.readout.kind=identity_head"))
     with torch.no_grad():
         for p in model.parameters():
             p.fill_(0.5)
     model.reset_parameters()
     attn = model.decoder.blocks[0].attention
     assert torch.count_nonzero(attn.query.f.ln.weight) == 0
-    assert attn.identity_head.head_weights.bias.tolist() == [0, 0, 0, 0, 1]
-    assert torch.count_nonzero(attn.identity_head.head_weights.weight) == 0
+    assert attn.readout.head_weights.bias.tolist() == [0, 0, 0, 0, 1]
+    assert torch.count_nonzero(attn.readout.head_weights.weight) == 0
 
 
 # ---------------------------------------------------------------------------------- param groups
@@ -71,7 +71,7 @@ def test_anchored_final_gain_starts_at_zero_and_reset_keeps_part_inits() -> None
 
 def test_weight_decay_only_on_matrices_and_embeddings() -> None:
     model = build_model(
-        tiny("model.bias=true", "model.norm.kind=scalenorm", "model.virtual_heads.enabled=true")
+        tiny("model.bias=true", "model.norm.kind=scalenorm", "model.score.kind=virtual_heads")
     )
     decay, no_decay = model.param_groups(0.1)
     assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
@@ -81,7 +81,7 @@ def test_weight_decay_only_on_matrices_and_embeddings() -> None:
     assert d_ids | n_ids == {id(p) for p in model.parameters()}
     for name, p in model.named_parameters():
         assert (id(p) in d_ids) == (p.dim() >= 2), name  # biases, norm gains, ScaleNorm's scalar
-    assert id(model.decoder.blocks[0].attention.virtual.weight) in d_ids  # a 3-D kernel
+    assert id(model.decoder.blocks[0].attention.score.weight) in d_ids  # a 3-D kernel
 
 
 def test_stacked_expert_biases_are_not_decayed() -> None:

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch.nn.attention import SDPBackend
 
 from attnlab.config import AttentionConfig
 from attnlab.model import build_model
 from attnlab.model.attention import AttentionCore
 from attnlab.model.masks import allowed_keys, stack_mask
+from attnlab.parts import ScoreContext
 from model_helpers import TINY, _float64, tiny  # noqa: F401 (autouse fixture)
 
 
@@ -135,9 +137,9 @@ def test_sdpa_path_equals_explicit_path(name: str) -> None:
     Tk = allowed.shape[1] if allowed is not None else (7 if Tq == 1 else Tq)
     q, k, v = _qkv(Hkv=Hkv, Tq=Tq, Tk=Tk)
     bias = torch.randn(4, Tq, Tk) if case.pop("bias", False) else None
-    kw = dict(allowed=allowed, is_causal=case.pop("is_causal", False), bias=bias)
-    fused, _ = AttentionCore(8, backend="auto")(q, k, v, **kw)
-    explicit, probs = AttentionCore(8, backend="math")(q, k, v, **kw)
+    ctx = ScoreContext(allowed, case.pop("is_causal", False), bias)
+    fused, _ = AttentionCore(8, backend="auto")(q, k, v, ctx)
+    explicit, probs = AttentionCore(8, backend="math")(q, k, v, ctx)
     torch.testing.assert_close(fused, explicit, atol=1e-12, rtol=0)
     # the explicit probabilities are softmax(q k^T / sqrt(d_h) + bias) over the allowed keys
     if Hkv != 4:
@@ -146,7 +148,7 @@ def test_sdpa_path_equals_explicit_path(name: str) -> None:
     ok = allowed
     if ok is None:
         ok = torch.ones(Tq, Tk, dtype=torch.bool)
-        if kw["is_causal"]:
+        if ctx.is_causal:
             ok = ok.tril(Tk - Tq)
     want = torch.softmax(logits.masked_fill(~ok, float("-inf")), -1)
     torch.testing.assert_close(probs, want, atol=1e-12, rtol=0)
@@ -198,7 +200,7 @@ def test_gqa_equals_mha_with_repeated_kv_heads(n_kv: int, position: str) -> None
     ids = torch.randint(0, 64, (2, 9))
     torch.testing.assert_close(gqa(ids).logits, mha(ids).logits, atol=1e-12, rtol=0)
     att = gqa.decoder.blocks[0].attention
-    assert att.key.out_features == att.value.out_features == n_kv * 8
+    assert att.key.w_k.out_features == att.value.w_v.out_features == n_kv * 8
 
 
 @pytest.mark.parametrize("n_kv", [1, 2, 4])
@@ -235,3 +237,43 @@ def test_a_model_cast_to_bf16_runs_and_stays_close_to_float32(position: str) -> 
         want = ref(ids).logits
     assert out.dtype == torch.bfloat16
     torch.testing.assert_close(out.float(), want, atol=0.05, rtol=0.05)
+
+
+@pytest.mark.parametrize(
+    "backend,kernels",
+    [
+        ("flash", {SDPBackend.FLASH_ATTENTION}),
+        (
+            "sdpa",
+            {
+                SDPBackend.FLASH_ATTENTION,
+                SDPBackend.EFFICIENT_ATTENTION,
+                SDPBackend.CUDNN_ATTENTION,
+            },
+        ),
+        ("auto", None),
+    ],
+)
+def test_backend_selects_the_sdpa_kernels_it_names(monkeypatch, backend, kernels) -> None:
+    """model.attention.backend is real: 'flash' allows only FlashAttention, 'sdpa' only fused
+    kernels (never the math fallback), 'auto' leaves torch's choice alone; same output."""
+    import torch.nn.functional as F
+    from torch.nn.attention import _cur_sdpa_kernel_backends
+
+    seen = []
+    real = F.scaled_dot_product_attention
+
+    def spy(*a, **kw):
+        seen.append(set(_cur_sdpa_kernel_backends()))
+        return real(*a, **kw)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", spy)
+    q, k, v = _qkv(Hkv=4, Tq=6, Tk=6)
+    ctx = ScoreContext(None, True)
+    out, _ = AttentionCore(8, backend=backend)(q.float(), k.float(), v.float(), ctx)
+    ref, _ = AttentionCore(8, backend="math")(q.float(), k.float(), v.float(), ctx)
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=0)
+    if kernels is None:
+        assert SDPBackend.MATH in seen[0]  # torch's default set, untouched
+    else:
+        assert seen == [kernels]

@@ -112,7 +112,7 @@ def _moe(loops: int, *flags: str):
     pytest.importorskip("attnlab.model.moe")
     return load_config(
         "tiny-moe-values",
-        [*TINY, "model.n_layers=1", f"model.moe_values.loops={loops}", *flags],
+        [*TINY, "model.n_layers=1", f"model.loops={loops}", *flags],
     ).model
 
 

@@ -11,9 +11,8 @@ import torch.nn.functional as F
 
 from attnlab.config import load_config
 from attnlab.model import build_model
-from attnlab.model.identity_head import IdentityHead
-from attnlab.model.mixing import NonlinearMixer, removed_mlp_params
-from model_helpers import _float64  # noqa: F401 (autouse fixture)
+from attnlab.model.parts.mixer import NonlinearMixer, removed_mlp_params
+from model_helpers import _float64, make_part  # noqa: F401 (autouse fixture)
 
 SHRINK = [
     "model.d_model=32",
@@ -26,8 +25,8 @@ SHRINK = [
 # the full idea (preset) and the first rung of the ablation ladder (identity head, residual + MLP kept)
 VARIANTS = {
     "preset": ("tiny-identity-head", []),
-    "with_residual_and_mlp": ("tiny", ["model.identity_head.enabled=true"]),
-    "residual_no_mlp": ("tiny", ["model.identity_head.enabled=true", "model.mlp=false"]),
+    "with_residual_and_mlp": ("tiny", ["model.readout.kind=identity_head"]),
+    "residual_no_mlp": ("tiny", ["model.readout.kind=identity_head", "model.mlp=false"]),
 }
 
 
@@ -50,12 +49,12 @@ def mlp_only_reference(model, cfg, ids: torch.Tensor) -> torch.Tensor:
     for blk in model.decoder.blocks:
         attn = blk.attention
         u = blk.norm1(x)
-        v_id = _lin(attn.identity_head.w_vid, u)
+        v_id = _lin(attn.readout.w_vid, u)
         mixed_in = torch.cat([torch.zeros(B, T, attn.H * attn.dh), v_id], dim=-1)
         if isinstance(attn.mixer, NonlinearMixer):
             y = _lin(attn.mixer.w_b, F.gelu(_lin(attn.mixer.w_a, mixed_in)))
         else:
-            y = _lin(attn.mixer, mixed_in)
+            y = _lin(attn.mixer.w_o, mixed_in)
         x = x + y if cfg.residual else y
         if cfg.mlp:
             f = _lin(blk.ffn.w_out, F.gelu(_lin(blk.ffn.w_in, blk.norm2(x))))
@@ -84,7 +83,7 @@ def test_at_init_perturbing_token_j_changes_only_output_j(name: str) -> None:
         assert changed.tolist() == [t == j for t in range(10)], j
     # once the head weights move off the identity head, tokens do mix (the test is not vacuous)
     for blk in model.decoder.blocks:
-        torch.nn.init.normal_(blk.attention.identity_head.head_weights.weight, 0, 0.3)
+        torch.nn.init.normal_(blk.attention.readout.head_weights.weight, 0, 0.3)
     alt = ids.clone()
     alt[0, 0] = (alt[0, 0] + 1) % 64
     assert ((model(alt).logits - model(ids).logits).abs().amax(-1)[0, 1:] > 1e-9).all()
@@ -93,14 +92,14 @@ def test_at_init_perturbing_token_j_changes_only_output_j(name: str) -> None:
 def test_head_weights_init_puts_everything_on_the_identity_head() -> None:
     model, _ = build("preset")
     for blk in model.decoder.blocks:
-        hw = blk.attention.identity_head.head_weights
+        hw = blk.attention.readout.head_weights
         assert torch.count_nonzero(hw.weight) == 0
         assert hw.bias.tolist() == [0.0, 0.0, 0.0, 0.0, 1.0]
         assert blk.ffn is None and blk.norm2 is None  # MLP blocks removed
 
 
 def test_identity_head_formula_off_init() -> None:
-    head = IdentityHead(d=12, n_heads=3, head_dim=4, bias=True)
+    head = make_part("readout", "identity_head", d_model=12, n_heads=3, head_dim=4, bias=True)
     with torch.no_grad():
         for p in head.parameters():
             p.copy_(torch.randn_like(p))

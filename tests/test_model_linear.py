@@ -88,9 +88,9 @@ def test_disabled_layout_does_nothing() -> None:
     [
         [],
         ["model.bias=true"],
-        ["model.query.kind=nonlinear", "model.query.fused=true"],
+        ["model.query.kind=nonlinear", "model.attention.fuse_qkv=true"],
         ["model.query.kind=anchored", "model.bias=true"],
-        ["model.pre_projection.enabled=true", "model.content_skip.enabled=true"],
+        ["model.feature_map.kind=pre_projection", "model.side_branch.kind=content_skip"],
         ["model.ffn.kind=swiglu", "model.attention.n_kv_heads=2"],
     ],
 )

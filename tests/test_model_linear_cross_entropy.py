@@ -75,7 +75,7 @@ def test_bf16_autocast_matches_the_autocast_logits_path() -> None:
         [],
         ["model.tie_embeddings=false"],
         ["model.family=encoder", "model.attention.mask=bidirectional"],
-        ["model.moe_values.enabled=true", "model.mlp=false"],
+        ["model.value.kind=moe", "model.mlp=false"],
     ],
 )
 def test_model_loss_and_grads_are_the_same_with_return_logits_false(flags: list[str]) -> None:

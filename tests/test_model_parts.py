@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from attnlab.model import build_model
-from attnlab.model.ffn import GLU, MLP, make_ffn
 from attnlab.model.norms import LayerNorm, RMSNorm, ScaleNorm, make_norm
+from attnlab.model.parts.ffn import GLU, MLP
 from attnlab.model.positions import (
     ALiBi,
     LearnedPositions,
@@ -20,7 +20,7 @@ from attnlab.model.positions import (
     T5RelativeBias,
     alibi_slopes,
 )
-from model_helpers import TINY, _float64, tiny  # noqa: F401 (autouse fixture)
+from model_helpers import TINY, _float64, slot_part, tiny  # noqa: F401 (autouse fixture)
 
 
 def _randomise(module: torch.nn.Module) -> None:
@@ -93,7 +93,7 @@ _ACT = {
 @pytest.mark.parametrize("bias", [False, True])
 def test_ffn_matches_formula(kind: str, bias: bool) -> None:
     cfg = tiny(f"model.ffn.kind={kind}", "model.ffn.ratio=2.5", f"model.bias={str(bias).lower()}")
-    ffn = make_ffn(cfg)
+    ffn = slot_part(cfg, "ffn")
     _randomise(ffn)
     d, h = 32, 80
     x = torch.randn(2, 3, d)
@@ -120,7 +120,7 @@ def test_ffn_matches_formula(kind: str, bias: bool) -> None:
 
 def test_ffn_hidden_override_wins_over_ratio() -> None:
     cfg = tiny("model.ffn.hidden=7", "model.ffn.ratio=4")
-    assert make_ffn(cfg).w_in.out_features == 7
+    assert slot_part(cfg, "ffn").w_in.out_features == 7
     assert tiny("model.ffn.ratio=4.75").ffn_hidden == 152  # round(4.75 * 32)
 
 
@@ -284,8 +284,10 @@ def test_t5_bias_looks_up_the_bucket_of_key_minus_query() -> None:
 @pytest.mark.parametrize("kind", ["alibi", "t5"])
 def test_logit_bias_reaches_the_attention_probabilities(kind: str) -> None:
     """With W_Q = 0 the logits are the position bias alone: probs = softmax(bias) over j <= i."""
-    model = build_model(tiny(f"model.position.kind={kind}", "model.query.fused=false")).eval()
-    _randomise(model.decoder.blocks[0].attention.key)
+    model = build_model(
+        tiny(f"model.position.kind={kind}", "model.attention.fuse_qkv=false")
+    ).eval()
+    _randomise(model.decoder.blocks[0].attention.key.w_k)
     with torch.no_grad():
         model.decoder.blocks[0].attention.query.w_q.weight.zero_()
     T = 7

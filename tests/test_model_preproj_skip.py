@@ -10,10 +10,8 @@ import torch.nn.functional as F
 
 from attnlab.config import load_config
 from attnlab.model import build_model
-from attnlab.model.content_skip import ContentSkip
 from attnlab.model.params import count
-from attnlab.model.pre_projection import PreProjection
-from model_helpers import _float64  # noqa: F401 (autouse fixture)
+from model_helpers import _float64, slot_part  # noqa: F401 (autouse fixture)
 
 TINY = [
     "model.d_model=32",
@@ -35,7 +33,7 @@ PYTHIA = [
     "model.position.rope_fraction=0.25",
 ]
 SHAPES = {"gpt2": GPT2, "pythia": PYTHIA, "post_ln": [*GPT2, "model.norm_position=post"]}
-METHOD = ["model.pre_projection.enabled=true", "model.content_skip.enabled=true"]
+METHOD = ["model.feature_map.kind=pre_projection", "model.side_branch.kind=content_skip"]
 
 
 def tiny(*overrides: str):
@@ -57,8 +55,8 @@ def ids(B: int = 2, T: int = 9) -> torch.Tensor:
 
 @pytest.mark.parametrize("act", ["silu", "gelu"])
 def test_pre_projection_matches_formula(act: str) -> None:
-    cfg = tiny("model.pre_projection.enabled=true", f"model.pre_projection.activation={act}")
-    pp = PreProjection(32, cfg.pre_projection)
+    cfg = tiny("model.feature_map.kind=pre_projection", f"model.feature_map.activation={act}")
+    pp = slot_part(cfg, "feature_map")
     perturb(pp, 0.3)
     assert pp.w_up.weight.shape == (40, 32) and pp.w_down.weight.shape == (32, 40)  # e = 1.25
     x = torch.randn(3, 4, 32)
@@ -69,8 +67,8 @@ def test_pre_projection_matches_formula(act: str) -> None:
 
 
 def test_gated_pre_projection_matches_formula() -> None:
-    cfg = tiny("model.pre_projection.enabled=true", "model.pre_projection.gated=true")
-    pp = PreProjection(32, cfg.pre_projection)
+    cfg = tiny("model.feature_map.kind=pre_projection", "model.feature_map.gated=true")
+    pp = slot_part(cfg, "feature_map")
     perturb(pp, 0.3)
     x = torch.randn(3, 4, 32)
     gate = F.silu(x @ pp.w_gate.weight.T)
@@ -80,7 +78,7 @@ def test_gated_pre_projection_matches_formula() -> None:
 
 
 def test_content_skip_is_w_skip_x_and_its_norm_is_frobenius() -> None:
-    skip = ContentSkip(32, tiny("model.content_skip.enabled=true").content_skip)
+    skip = slot_part(tiny("model.side_branch.kind=content_skip"), "side_branch")
     perturb(skip, 1.0)
     W = skip.w_skip.weight
     x = torch.randn(2, 5, 32)
@@ -95,18 +93,18 @@ def test_init_is_near_identity_with_the_configured_stds() -> None:
     model = build_model(tiny(*METHOD, "model.d_model=64"))
     blk = model.decoder.blocks[0]
     for w, std in [
-        (blk.pre_projection.w_up.weight, 0.01),
-        (blk.pre_projection.w_down.weight, 0.01),
-        (blk.content_skip.w_skip.weight, 1e-4),
+        (blk.feature_map.w_up.weight, 0.01),
+        (blk.feature_map.w_down.weight, 0.01),
+        (blk.side_branch.w_skip.weight, 1e-4),
     ]:
         assert float(w.detach().mean()).__abs__() < std / 5
         assert float(w.detach().std()) == pytest.approx(std, rel=0.1)
     # ... while ordinary linears keep init_std 0.02
-    assert float(blk.attention.key.weight.detach().std()) == pytest.approx(0.02, rel=0.1)
-    cfg = tiny(*METHOD, "model.pre_projection.init_std=0.05", "model.content_skip.init_std=0")
+    assert float(blk.attention.key.w_k.weight.detach().std()) == pytest.approx(0.02, rel=0.1)
+    cfg = tiny(*METHOD, "model.feature_map.init_std=0.05", "model.side_branch.init_std=0")
     blk = build_model(cfg).decoder.blocks[0]
-    assert float(blk.pre_projection.w_up.weight.detach().std()) == pytest.approx(0.05, rel=0.15)
-    assert torch.count_nonzero(blk.content_skip.w_skip.weight) == 0
+    assert float(blk.feature_map.w_up.weight.detach().std()) == pytest.approx(0.05, rel=0.15)
+    assert torch.count_nonzero(blk.side_branch.w_skip.weight) == 0
 
 
 # ------------------------------------------------------------------------------- the block wiring
@@ -125,7 +123,7 @@ def test_block_wiring_by_hand(shape: str) -> None:
     def attn(u: torch.Tensor) -> torch.Tensor:
         return blk.attention(u, ctx)[0]
 
-    P, S = blk.pre_projection, blk.content_skip
+    P, S = blk.feature_map, blk.side_branch
     if shape == "gpt2":
         xt = P(blk.norm1(x))
         h = x + attn(xt) + S(xt)
@@ -145,19 +143,17 @@ def test_block_wiring_by_hand(shape: str) -> None:
 def test_zeroed_w_down_and_w_skip_reproduce_the_baseline_exactly(shape: str, gated: bool):
     base = build_model(tiny(*SHAPES[shape]))
     perturb(base)
-    variant = build_model(
-        tiny(*SHAPES[shape], *METHOD, f"model.pre_projection.gated={gated}".lower())
-    )
+    variant = build_model(tiny(*SHAPES[shape], *METHOD, f"model.feature_map.gated={gated}".lower()))
     missing, unexpected = variant.load_state_dict(base.state_dict(), strict=False)
     assert not unexpected
-    assert missing and all(".pre_projection." in k or ".content_skip." in k for k in missing)
+    assert missing and all(".feature_map." in k or ".side_branch." in k for k in missing)
     x = ids()
     before = variant(x).logits
     assert not torch.allclose(before, base(x).logits, atol=1e-9)  # the new parts do act
     with torch.no_grad():
         for blk in variant.decoder.blocks:
-            blk.pre_projection.w_down.weight.zero_()
-            blk.content_skip.w_skip.weight.zero_()
+            blk.feature_map.w_down.weight.zero_()
+            blk.side_branch.w_skip.weight.zero_()
     torch.testing.assert_close(variant(x).logits, base(x).logits, atol=0, rtol=0)
 
 
@@ -166,8 +162,8 @@ def test_content_skip_alone_and_pre_projection_alone_also_reduce_to_the_baseline
     perturb(base)
     x = ids()
     for flag, zero in [
-        ("model.content_skip.enabled=true", lambda b: b.content_skip.w_skip.weight),
-        ("model.pre_projection.enabled=true", lambda b: b.pre_projection.w_down.weight),
+        ("model.side_branch.kind=content_skip", lambda b: b.side_branch.w_skip.weight),
+        ("model.feature_map.kind=pre_projection", lambda b: b.feature_map.w_down.weight),
     ]:
         variant = build_model(tiny(*PYTHIA, flag))
         variant.load_state_dict(base.state_dict(), strict=False)

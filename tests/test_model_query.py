@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from attnlab.model import build_model
-from attnlab.model.query import AnchoredQuery, IdentityQuery, LinearQuery, NonlinearQuery
+from attnlab.model.parts.query import AnchoredQuery, IdentityQuery, LinearQuery, NonlinearQuery
 from model_helpers import tiny
 
 
@@ -114,7 +114,9 @@ def _capture_q_and_block_input(model, layer: int = 0):
 
 @pytest.mark.parametrize("fused", [True, False])
 def test_nonlinear_query_inside_the_model_is_u_plus_f_over_two(fused: bool) -> None:
-    model = build_model(tiny("model.query.kind=nonlinear", f"model.query.fused={fused}".lower()))
+    model = build_model(
+        tiny("model.query.kind=nonlinear", f"model.attention.fuse_qkv={fused}".lower())
+    )
     perturb(model)
     seen, hooks = _capture_q_and_block_input(model, layer=1)
     model(ids())
@@ -152,7 +154,9 @@ def test_scale_form_equals_explicit_half_without_qk_norm(position: str) -> None:
 
 @pytest.mark.parametrize("fused", [True, False])
 def test_identity_query_is_norm_of_x(fused: bool) -> None:
-    model = build_model(tiny("model.query.kind=identity", f"model.query.fused={fused}".lower()))
+    model = build_model(
+        tiny("model.query.kind=identity", f"model.attention.fuse_qkv={fused}".lower())
+    )
     perturb(model)
     block = model.decoder.blocks[0]
     assert isinstance(block.attention.query, IdentityQuery)
@@ -194,7 +198,7 @@ def test_anchored_query_model_equals_the_linear_baseline_at_init() -> None:
 def test_anchored_mean_form_is_half_the_linear_query_at_init() -> None:
     base = build_model(tiny())
     perturb(base)
-    anchored = build_model(tiny("model.query.kind=anchored", "model.query.anchored_mean=true"))
+    anchored = build_model(tiny("model.query.kind=anchored", "model.query.mean=true"))
     anchored.load_state_dict(base.state_dict(), strict=False)
     u = torch.randn(2, 4, 32)
     lin = base.decoder.blocks[0].attention.query
@@ -231,8 +235,8 @@ def _fused_pair(kind: str, bias: bool, n_kv: int):
         f"model.bias={bias}".lower(),
         f"model.attention.n_kv_heads={n_kv}",
     ]
-    fused = build_model(tiny(*flags, "model.query.fused=true"))
-    plain = build_model(tiny(*flags, "model.query.fused=false"))
+    fused = build_model(tiny(*flags, "model.attention.fuse_qkv=true"))
+    plain = build_model(tiny(*flags, "model.attention.fuse_qkv=false"))
     perturb(fused)
     plain.load_state_dict(fused.state_dict())
     assert fused.decoder.blocks[0].attention.fused and not plain.decoder.blocks[0].attention.fused
@@ -262,7 +266,7 @@ def test_fused_projection_is_one_matmul_of_the_documented_width() -> None:
     for kind, width in [("linear", 32), ("identity", 0), ("nonlinear", 16), ("anchored", 48)]:
         attn = build_model(tiny(f"model.query.kind={kind}", "model.attention.n_kv_heads=2"))
         attn = attn.decoder.blocks[0].attention
-        assert attn.query.width == width
+        assert attn.query.fused_width == width
         rows = sum(w.shape[0] for w, _ in attn.query.fused_weights())
         assert rows == width
         q, k, v = attn.project_qkv(torch.randn(1, 3, 32))

@@ -11,7 +11,7 @@ import torch
 from attnlab.model import generate
 from model_helpers import _float64, bump, perturbed  # noqa: F401 (autouse fixture)
 
-METHOD = ["model.pre_projection.enabled=true", "model.content_skip.enabled=true"]
+METHOD = ["model.feature_map.kind=pre_projection", "model.side_branch.kind=content_skip"]
 PYTHIA = [
     "model.residual_kind=parallel",
     "model.bias=true",
@@ -20,16 +20,16 @@ PYTHIA = [
     "model.position.rope_fraction=0.25",
 ]
 NONLINEAR = ["model.query.kind=nonlinear"]
-IDENTITY_HEAD = ["model.identity_head.enabled=true"]
-VIRTUAL = ["model.virtual_heads.enabled=true"]
+IDENTITY_HEAD = ["model.readout.kind=identity_head"]
+VIRTUAL = ["model.score.kind=virtual_heads"]
 SLIDING = ["model.attention.mask=sliding", "model.attention.window=3"]
 MOE = [
     "model.n_layers=1",
     "model.mlp=false",
-    "model.moe_values.enabled=true",
-    "model.moe_values.n_experts=4",
-    "model.moe_values.top_k=2",
-    "model.moe_values.loops=3",
+    "model.value.kind=moe",
+    "model.value.n_experts=4",
+    "model.value.top_k=2",
+    "model.loops=3",
 ]
 
 VARIANTS: dict[str, list[str]] = {
@@ -37,7 +37,7 @@ VARIANTS: dict[str, list[str]] = {
     "bias": ["model.bias=true", "model.tie_embeddings=false"],
     "math_backend": ["model.attention.backend=math"],
     "nonlinear_query": NONLINEAR,
-    "nonlinear_query_unfused": [*NONLINEAR, "model.query.fused=false"],
+    "nonlinear_query_unfused": [*NONLINEAR, "model.attention.fuse_qkv=false"],
     "nonlinear_query_scale_form": [*NONLINEAR, "model.query.scale_form=true"],
     "nonlinear_query_relu2_rope": [
         *NONLINEAR,
@@ -48,11 +48,11 @@ VARIANTS: dict[str, list[str]] = {
     "anchored_query": ["model.query.kind=anchored"],
     "anchored_query_mean_gqa": [
         "model.query.kind=anchored",
-        "model.query.anchored_mean=true",
+        "model.query.mean=true",
         "model.attention.n_kv_heads=2",
     ],
     "preproj_skip": METHOD,
-    "preproj_gated_skip": [*METHOD, "model.pre_projection.gated=true"],
+    "preproj_gated_skip": [*METHOD, "model.feature_map.gated=true"],
     "preproj_skip_pythia": [*PYTHIA, *METHOD],
     "learned": ["model.position.kind=learned"],
     "sinusoidal": ["model.position.kind=sinusoidal"],
@@ -69,15 +69,15 @@ VARIANTS: dict[str, list[str]] = {
         *IDENTITY_HEAD,
         "model.residual=false",
         "model.mlp=false",
-        "model.mixer.nonlinear=true",
+        "model.mixer.kind=nonlinear",
     ],
     "identity_head_with_residual": IDENTITY_HEAD,
     "virtual_heads_logits": VIRTUAL,
-    "virtual_heads_probs": [*VIRTUAL, "model.virtual_heads.on=probs"],
+    "virtual_heads_probs": [*VIRTUAL, "model.score.on=probs"],
     "virtual_heads_8_from_4_k2": [
         *VIRTUAL,
-        "model.virtual_heads.n_virtual=8",
-        "model.virtual_heads.kernel_size=2",
+        "model.score.n_virtual=8",
+        "model.score.kernel_size=2",
     ],
     "virtual_heads_alibi_identity_head": [*VIRTUAL, *IDENTITY_HEAD, "model.position.kind=alibi"],
     "gqa": ["model.attention.n_kv_heads=2"],
@@ -95,7 +95,7 @@ VARIANTS: dict[str, list[str]] = {
     "scalenorm_relu2": ["model.norm.kind=scalenorm", "model.ffn.kind=relu2"],
     "sliding": SLIDING,
     "sliding_alibi": [*SLIDING, "model.position.kind=alibi"],
-    "sliding_virtual_probs": [*SLIDING, *VIRTUAL, "model.virtual_heads.on=probs"],
+    "sliding_virtual_probs": [*SLIDING, *VIRTUAL, "model.score.on=probs"],
     "local_global": [
         "model.attention.mask=local_global",
         "model.attention.window=2",

@@ -8,19 +8,24 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attnlab.config import MoEValuesConfig
+from attnlab.config import load_config
 from attnlab.errors import UserError
-from attnlab.model.moe import MoEValues, load_balancing_loss, router_z_loss
+from attnlab.model.parts.moe_values import MoEValues, load_balancing_loss, router_z_loss
+from attnlab.parts import Dims
 
 torch.set_num_threads(1)
 
 
 def make(d=8, d_out=12, E=4, k=2, h=16, bias=True, activation="gelu", seed=0, **kw):
     torch.manual_seed(seed)
-    cfg = MoEValuesConfig(
-        enabled=True, n_experts=E, top_k=k, expert_hidden=h, activation=activation, **kw
+    opts = MoEValues.Options(
+        kind="moe", n_experts=E, top_k=k, expert_hidden=h, activation=activation, **kw
     )
-    return MoEValues(d, d_out, cfg, bias=bias)
+    return MoEValues(opts, moe_dims(d, d_out, bias))
+
+
+def moe_dims(d: int, d_out: int, bias: bool) -> Dims:
+    return Dims(d_model=d, n_heads=1, n_kv_heads=1, head_dim=d_out, bias=bias)
 
 
 def naive(m: MoEValues, u: torch.Tensor) -> torch.Tensor:
@@ -260,8 +265,7 @@ def test_active_and_total_params_exact():
 
 def test_hidden_defaults_to_d_model_and_init():
     torch.manual_seed(0)
-    cfg = MoEValuesConfig(enabled=True, n_experts=8, top_k=2)
-    m = MoEValues(64, 32, cfg, bias=True)
+    m = MoEValues(MoEValues.Options(kind="moe", n_experts=8, top_k=2), moe_dims(64, 32, True))
     assert m.w_in.shape == (8, 64, 64) and m.w_out.shape == (8, 64, 32)
     assert abs(m.w_in.std().item() - 0.02) < 2e-3
     assert abs(m.router.weight.std().item() - 0.02) < 4e-3
@@ -269,9 +273,11 @@ def test_hidden_defaults_to_d_model_and_init():
 
 
 def test_top_k_above_n_experts_is_user_error():
-    cfg = MoEValuesConfig(n_experts=2, top_k=3)  # not enabled: the config validator does not check
+    opts = MoEValues.Options(kind="moe", n_experts=2, top_k=3)  # built directly: no config check
     with pytest.raises(UserError, match="top_k=3"):
-        MoEValues(8, 8, cfg, bias=False)
+        MoEValues(opts, moe_dims(8, 8, False))
+    with pytest.raises(UserError, match="top_k=3 exceeds"):
+        load_config("tiny-moe-values", ["model.value.top_k=3", "model.value.n_experts=2"])
 
 
 def test_single_expert_is_a_plain_mlp():
@@ -292,8 +298,8 @@ def test_impl_choice_and_alignment_error():
     assert m._use_grouped(x, torch.float32)  # 12 fp32 = 48 bytes: aligned
     with pytest.raises(UserError, match="multiple of 16 bytes"):
         m._use_grouped(x, torch.bfloat16)  # 12 bf16 = 24 bytes
-    with pytest.raises(UserError, match="choose 'auto', 'loop' or 'grouped'"):
-        MoEValues(8, 8, MoEValuesConfig(), bias=False, impl="dense")
+    with pytest.raises(UserError, match=r"'model\.value\.impl' = 'dense' is not allowed"):
+        load_config("tiny-moe-values", ["model.value.impl=dense"])
 
 
 def test_grouped_path_compiles_as_one_graph_in_bf16():

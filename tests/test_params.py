@@ -8,7 +8,7 @@ import torch
 
 from attnlab.config import load_config
 from attnlab.model import build_model
-from attnlab.model.params import EMBEDDING_PARTS, count, part_of
+from attnlab.model.params import EMBEDDING_PARTS, count, labels
 
 
 @pytest.fixture(scope="module")
@@ -104,11 +104,11 @@ VARIANTS = {
     "identity_query": ("tiny", ["model.query.kind=identity"]),
     "preproj_skip_gated": (
         "pythia-160m-preproj-skip",
-        ["model.pre_projection.gated=true", "model.vocab_size=64"],
+        ["model.feature_map.gated=true", "model.vocab_size=64"],
     ),
     "identity_head": ("tiny-identity-head", []),
     "moe_values": ("tiny-moe-values", []),
-    "virtual_heads": ("tiny-virtual-heads", ["model.virtual_heads.n_virtual=8"]),
+    "virtual_heads": ("tiny-virtual-heads", ["model.score.n_virtual=8"]),
     "t5_gqa_qknorm": (
         "tiny",
         ["model.position.kind=t5", "model.attention.n_kv_heads=2", "model.attention.qk_norm=true"],
@@ -130,10 +130,9 @@ VARIANTS = {
 def test_count_equals_the_parameters_of_a_built_model(name: str) -> None:
     preset, flags = VARIANTS[name]
     cfg = load_config(preset, [*TINY, *flags]).model
-    if cfg.moe_values.enabled:
-        pytest.importorskip("attnlab.model.moe")
     rep = count(cfg)
     model = build_model(cfg)
+    rows = labels(model)
     unique = {id(p): p for p in model.parameters()}  # tied weights once
     assert rep.total == sum(p.numel() for p in unique.values())
     by_part: dict[str, int] = {}
@@ -141,7 +140,7 @@ def test_count_equals_the_parameters_of_a_built_model(name: str) -> None:
     for pname, p in model.named_parameters():
         if id(p) not in seen:
             seen.add(id(p))
-            part = part_of(pname, cfg)
+            part = rows[pname]
             by_part[part] = by_part.get(part, 0) + p.numel()
     assert by_part == rep.by_part
     assert "other" not in rep.by_part, "every parameter belongs to a named part"
@@ -151,20 +150,23 @@ def test_count_equals_the_parameters_of_a_built_model(name: str) -> None:
 
 
 def test_moe_active_params_are_fewer_than_total() -> None:
-    pytest.importorskip("attnlab.model.moe")
     cfg = load_config("tiny-moe-values").model
     rep = count(cfg)
-    moe = cfg.moe_values
+    moe = cfg.value
     d, h = cfg.d_model, moe.expert_hidden or cfg.d_model
     per_expert = d * h + h * d
     assert rep.non_embedding - rep.active_non_embedding == (moe.n_experts - moe.top_k) * per_expert
     assert any("experts active" in n for n in rep.notes)
 
 
-def test_part_of_attribution() -> None:
-    cfg = load_config("tiny").model
-    assert part_of("decoder.blocks.0.attention.query.f.ln.weight", cfg) == "query"
-    assert part_of("decoder.blocks.3.pre_projection.w_up.weight", cfg) == "pre_projection"
-    assert part_of("decoder.blocks.0.cross_attention.key.weight", cfg) == "cross_attention"
-    assert part_of("decoder.final_norm.weight", cfg) == "norm"
-    assert part_of("embed.weight", cfg) == "embedding"
+def test_parameters_are_counted_in_the_row_their_part_declares() -> None:
+    flags = ["model.query.kind=nonlinear", "model.feature_map.kind=pre_projection"]
+    rows = labels(build_model(load_config("tiny", flags).model))
+    assert rows["decoder.blocks.0.attention.query.f.ln.weight"] == "query"
+    assert rows["decoder.blocks.1.feature_map.w_up.weight"] == "pre_projection"
+    assert rows["decoder.final_norm.weight"] == "norm"
+    assert rows["embed.weight"] == "embedding"  # a tied lm_head is counted once, here
+    seq2seq = ["model.family=encoder_decoder", "model.n_decoder_layers=1", "data.seq_len=16"]
+    rows = labels(build_model(load_config("tiny", seq2seq).model))
+    assert rows["decoder.blocks.0.cross_attention.key.w_k.weight"] == "cross_attention"
+    assert rows["decoder.blocks.0.attention.key.w_k.weight"] == "key"

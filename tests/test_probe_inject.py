@@ -31,10 +31,10 @@ def _logits(model, ids):
 def _zero_outputs(inj) -> None:
     with torch.no_grad():
         for layer in inj.layers:
-            if layer.pre_projection is not None:
-                layer.pre_projection.w_down.weight.zero_()
-            if layer.content_skip is not None:
-                layer.content_skip.w_skip.weight.zero_()
+            if layer.feature_map is not None:
+                layer.feature_map.w_down.weight.zero_()
+            if layer.side_branch is not None:
+                layer.side_branch.w_skip.weight.zero_()
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -44,14 +44,14 @@ def test_zeroed_parts_reproduce_the_base_and_each_part_is_live(kind):
     base = _logits(model, ids)
     inj = inject(model, FULL)
     layer = inj.layers[0]
-    assert not layer.anchored.ln.weight.any()  # anchored f starts at exactly 0
+    assert not layer.query.f.ln.weight.any()  # anchored f starts at exactly 0
     _zero_outputs(inj)
     torch.testing.assert_close(_logits(model, ids), base, atol=1e-5, rtol=0)
     # each part, switched on alone, changes the output (its hook is on the forward path)
     for part in (
-        "pre_projection.w_down.weight",
-        "content_skip.w_skip.weight",
-        "anchored.ln.weight",
+        "feature_map.w_down.weight",
+        "side_branch.w_skip.weight",
+        "query.f.ln.weight",
     ):
         p = layer.get_parameter(part)
         with torch.no_grad():
@@ -100,14 +100,14 @@ def test_pre_projection_feeds_q_k_v_and_anchored_f_touches_only_q(kind):
     inj = inject(model, FULL)
     layer = inj.layers[0]
     with torch.no_grad():
-        layer.anchored.ln.weight.normal_(0, 1.0)
-        layer.anchored.ln.bias.normal_(0, 1.0)
-        layer.pre_projection.w_down.weight.zero_()
+        layer.query.f.ln.weight.normal_(0, 1.0)
+        layer.query.f.ln.bias.normal_(0, 1.0)
+        layer.feature_map.w_down.weight.zero_()
     h_q = _capture(q_mod, seen, "q1")  # registered after the anchored hook: sees its result
     _logits(model, ids)
     u, qkv1 = seen["q1"][0], seen["q1"][1].detach()
     torch.testing.assert_close(u, x_hat)  # with W_down = 0, x~ = x^
-    f = layer.anchored(u)
+    f = layer.query.f(u)
     d, H = qkv0.shape[-1], model.config.num_attention_heads
     if kind == "gpt_neox":  # [..., H, 3 d_h] = per head [q_h | k_h | v_h]
         a, b = qkv0.view(*qkv0.shape[:-1], H, -1), qkv1.view(*qkv1.shape[:-1], H, -1)
@@ -122,7 +122,7 @@ def test_pre_projection_feeds_q_k_v_and_anchored_f_touches_only_q(kind):
         torch.testing.assert_close(qkv1, qkv0 + f)
 
     with torch.no_grad():  # now a live pre-projection: the q/k/v projection reads x~ != x^
-        layer.pre_projection.w_down.weight.normal_(0, 0.3)
+        layer.feature_map.w_down.weight.normal_(0, 0.3)
     _logits(model, ids)
     torch.testing.assert_close(seen["q1"][0], layer.x_tilde(x_hat))
     assert (seen["q1"][0] - x_hat).abs().max() > 1e-3
@@ -138,17 +138,17 @@ def test_content_skip_adds_w_skip_x_tilde_to_the_attention_branch(kind):
     inj = inject(model, "preproj+skip")
     layer = inj.layers[0]
     with torch.no_grad():
-        layer.pre_projection.w_down.weight.normal_(0, 0.3)
+        layer.feature_map.w_down.weight.normal_(0, 0.3)
     seen: dict = {}
     q_mod = getattr(attn, spec.q_module)
     _capture(q_mod, seen, "q")
     _capture(attn, seen, "attn")
     with torch.no_grad():
-        w = layer.content_skip.w_skip.weight.clone()
-        layer.content_skip.w_skip.weight.zero_()
+        w = layer.side_branch.w_skip.weight.clone()
+        layer.side_branch.w_skip.weight.zero_()
         _logits(model, ids)
         without = seen["attn"][1][0].clone()
-        layer.content_skip.w_skip.weight.copy_(w.normal_(0, 0.5))
+        layer.side_branch.w_skip.weight.copy_(w.normal_(0, 0.5))
         _logits(model, ids)
     x_tilde = seen["q"][0]
     torch.testing.assert_close(seen["attn"][1][0] - without, x_tilde @ w.T, atol=1e-5, rtol=1e-5)
@@ -169,7 +169,7 @@ def test_pythia_parallel_residual_skip_joins_x_plus_attn_plus_mlp():
     out0 = (out0[0] if isinstance(out0, tuple) else out0).detach().clone()
     inj = inject(model, "skip")  # no pre-projection: x~ = x^
     with torch.no_grad():
-        w = inj.layers[0].content_skip.w_skip.weight.normal_(0, 0.5).clone()
+        w = inj.layers[0].side_branch.w_skip.weight.normal_(0, 0.5).clone()
     _logits(model, ids)
     out1 = seen["block0"][1]
     out1 = out1[0] if isinstance(out1, tuple) else out1
@@ -184,7 +184,8 @@ def test_injected_counts_are_exact_and_reproduce_seed_table_1():
     assert inj.num_parameters() == 2 * per_layer
     assert injected_count(inj.dims, parse_method(FULL)) == inj.num_parameters()
     # seed 000, Table 1 (Pythia shapes): 160M pre-proj 17.7M, skip 7.1M, total 24.8M; 410M 62.9M
-    p160, p410 = Dims(768, 12, 12, 64), Dims(1024, 24, 16, 64)
+    p160 = Dims(d_model=768, n_heads=12, n_kv_heads=12, head_dim=64, n_layers=12, pretrained=True)
+    p410 = Dims(d_model=1024, n_heads=16, n_kv_heads=16, head_dim=64, n_layers=24, pretrained=True)
     count = injected_count
     assert round(count(p160, parse_method("preproj")) / 1e6, 1) == 17.7
     assert round(count(p160, parse_method("skip")) / 1e6, 1) == 7.1

@@ -36,7 +36,7 @@ def test_lora_match_target():
     assert m.lora_match is not None and m.lora_match.name == "preproj+skip"
     assert m.name == "lora@preproj+skip"
     assert method_slug(m) == "lora-at-preproj-skip"
-    assert parse_method("preproj+lora@preproj+skip").injects == {"preproj"}
+    assert [c.name for c in parse_method("preproj+lora@preproj+skip").injects] == ["preproj"]
 
 
 @pytest.mark.parametrize(
@@ -76,8 +76,10 @@ def test_config_overrides_and_method_canonicalisation(tmp_path: Path):
 def test_unknown_key_names_the_nearest_spelling(tmp_path: Path):
     with pytest.raises(ConfigError, match=r"unknown key 'train.lr_max'.*did you mean 'train.lr'"):
         load_probe_config(None, ["train.lr_max=1e-3"])
-    with pytest.raises(ConfigError, match=r"unknown key 'pre_projection.expanson'"):
-        load_probe_config(None, ["pre_projection.expanson=2"])
+    with pytest.raises(ConfigError, match=r"unknown key 'parts.pre_projection.expanson'"):
+        load_probe_config(None, ["parts.pre_projection.expanson=2"])
+    with pytest.raises(ConfigError, match=r"it is now \[parts.pre_projection\]"):
+        load_probe_config(None, ["pre_projection.expansion=2"])
 
 
 def test_bad_values_fail_at_load_time():

@@ -102,9 +102,7 @@ def test_adapter_files_hold_only_the_new_tensors_and_reattach(env, tmp_path):
     run = Path(res.run_dir)
     adapter = load_file(run / "adapter.safetensors")
     assert sum(t.numel() for t in adapter.values()) == res.counts["injected"]
-    assert all(
-        ".pre_projection." in k or ".content_skip." in k or ".anchored." in k for k in adapter
-    )
+    assert all(".feature_map." in k or ".side_branch." in k or ".query." in k for k in adapter)
     lora = load_file(run / "lora" / "adapter_model.safetensors")
     assert sum(t.numel() for t in lora.values()) == res.counts["lora"]
     assert all("lora_" in k for k in lora)

@@ -191,7 +191,7 @@ steps = {steps}
 name = "baseline"
 [[variants]]
 name = "skip"
-set = ["model.content_skip.enabled=true"]
+set = ["model.side_branch.kind=content_skip"]
 """
 
 

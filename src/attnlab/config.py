@@ -17,24 +17,17 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from attnlab.errors import UserError
+from attnlab.schema import PartOptions, Section, default_options, slot_field, slot_of
 
 
 class ConfigError(UserError, ValueError):
     """A configuration that cannot be used; the message names the key, the cause and the fix."""
 
 
-class Section(BaseModel):
-    """Base of every config table: unknown keys are errors, assignment is validated."""
-
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
-
-
 # --------------------------------------------------------------------------------------------- model
-
-Activation = Literal["gelu", "relu", "relu2", "silu"]
 
 
 class NormConfig(Section):
@@ -66,94 +59,55 @@ class AttentionConfig(Section):
     global_every: int = Field(0, ge=0, description="local_global: every k-th token is global")
     n_global: int = Field(0, ge=0, description="local_global: the first n tokens are global")
     prefix_len: int = Field(0, ge=0, description="prefix: bidirectional over the first n tokens")
-    backend: Literal["auto", "sdpa", "flash", "math"] = "auto"
+    backend: Literal["auto", "sdpa", "flash", "math"] = Field(
+        "auto",
+        description="auto: torch picks the SDPA kernel; flash: FlashAttention only; sdpa: any "
+        "fused kernel, never the unfused fallback; math: attnlab's explicit (materialised) path",
+    )
+    fuse_qkv: bool = Field(
+        True, description="run the Q, K, V parts as one matmul when every one of them can"
+    )
     qk_norm: bool = False
     dropout: float = Field(0.0, ge=0, lt=1)
 
 
-class QueryConfig(Section):
-    """How the query is formed (SPEC 1.1): linear W_Q, identity, nonlinear or anchored."""
+FeatureMapSlot = slot_field("feature_map")
+QuerySlot = slot_field("query")
+KeySlot = slot_field("key")
+ValueSlot = slot_field("value")
+ScoreSlot = slot_field("score")
+ReadoutSlot = slot_field("readout")
+MixerSlot = slot_field("mixer")
+SideBranchSlot = slot_field("side_branch")
+FFNSlot = slot_field("ffn")
 
-    kind: Literal["linear", "identity", "nonlinear", "anchored"] = "linear"
-    ratio: float = Field(0.5, gt=0, description="r = ratio * d for the bottleneck f")
-    activation: Activation = "gelu"
-    scale_form: bool = Field(
-        False, description="nonlinear: realise the /2 by halving the softmax scale (authors' form)"
-    )
-    anchored_mean: bool = Field(False, description="anchored: (xW_Q + f)/2 instead of xW_Q + f")
-    fused: bool = Field(True, description="compute K, V and W1 with one matmul d -> 2 d_kv + r")
-
-
-class PreProjectionConfig(Section):
-    """x~ = x^ + W_down act(W_up x^) before Q, K, V (SPEC 1.2)."""
-
-    enabled: bool = False
-    expansion: float = Field(1.25, gt=0)
-    activation: Activation = "silu"
-    gated: bool = False
-    init_std: float = Field(0.01, ge=0)
-
-
-class ContentSkipConfig(Section):
-    """out = x + attn + W_skip x~ (SPEC 1.2)."""
-
-    enabled: bool = False
-    init_std: float = Field(1e-4, ge=0)
-
-
-class IdentityHeadConfig(Section):
-    """An extra head whose attention matrix is the identity, with data-dependent head weights."""
-
-    enabled: bool = False
-
-
-class MixerConfig(Section):
-    """Head mixing W_O; ``nonlinear`` makes it an MLP that absorbs the removed MLP blocks' params."""
-
-    nonlinear: bool = False
-    activation: Activation = "gelu"
-    hidden: int | None = Field(None, ge=1, description="None = sized to the removed MLP params")
-
-
-class MoEValuesConfig(Section):
-    """Universal (looped) layer whose values are a routed mixture of experts (SPEC 1.4)."""
-
-    enabled: bool = False
-    n_experts: int = Field(8, ge=1)
-    top_k: int = Field(2, ge=1)
-    expert_hidden: int | None = Field(None, ge=1, description="None = d_model")
-    activation: Activation = "gelu"
-    loops: int = Field(6, ge=1)
-    aux_loss_coef: float = Field(0.01, ge=0)
-    z_loss_coef: float = Field(1e-3, ge=0)
-
-
-class VirtualHeadsConfig(Section):
-    """A convolution over the T x T x H attention image making new heads (SPEC 1.5)."""
-
-    enabled: bool = False
-    kernel_size: int = Field(3, ge=1)
-    n_virtual: int | None = Field(None, ge=1, description="None = n_heads")
-    on: Literal["logits", "probs"] = "logits"
-    conv: Literal["1d", "2d"] = "1d"
-
-
-class FFNConfig(Section):
-    """Position-wise feed-forward: GELU/ReLU MLP, SwiGLU, GEGLU or ReLU^2."""
-
-    kind: Literal["gelu", "relu", "relu2", "swiglu", "geglu"] = "gelu"
-    ratio: float = Field(4.0, gt=0, description="hidden = ratio * d_model unless hidden is set")
-    hidden: int | None = Field(None, ge=1)
+#: the slot tables of a model config, in block order (see ``attnlab.parts.slots``)
+SLOT_FIELDS = (
+    "feature_map",
+    "query",
+    "key",
+    "value",
+    "score",
+    "readout",
+    "mixer",
+    "side_branch",
+    "ffn",
+)
 
 
 class ModelConfig(Section):
-    """The whole network: family, widths, and every block part."""
+    """The whole network: family, widths, structure, and the part in every slot of the block.
+
+    Each slot table names a registered part (``kind``) and holds that part's own options, e.g.
+    ``[model.query] kind = "nonlinear"; ratio = 0.5``. ``attnlab parts`` lists what can go where.
+    """
 
     family: Literal["decoder", "encoder", "encoder_decoder"] = "decoder"
     vocab_size: int = Field(50304, ge=2)
     d_model: int = Field(768, ge=1)
     n_layers: int = Field(12, ge=1)
     n_decoder_layers: int | None = Field(None, ge=1, description="encoder_decoder: decoder depth")
+    loops: int = Field(1, ge=1, description="run the layers this many times with shared weights")
     max_seq_len: int = Field(1024, ge=1)
     bias: bool = False
     tie_embeddings: bool = True
@@ -167,14 +121,15 @@ class ModelConfig(Section):
     norm: NormConfig = NormConfig()
     position: PositionConfig = PositionConfig()
     attention: AttentionConfig = AttentionConfig()
-    query: QueryConfig = QueryConfig()
-    pre_projection: PreProjectionConfig = PreProjectionConfig()
-    content_skip: ContentSkipConfig = ContentSkipConfig()
-    identity_head: IdentityHeadConfig = IdentityHeadConfig()
-    mixer: MixerConfig = MixerConfig()
-    moe_values: MoEValuesConfig = MoEValuesConfig()
-    virtual_heads: VirtualHeadsConfig = VirtualHeadsConfig()
-    ffn: FFNConfig = FFNConfig()
+    feature_map: FeatureMapSlot = default_options("feature_map")
+    query: QuerySlot = default_options("query")
+    key: KeySlot = default_options("key")
+    value: ValueSlot = default_options("value")
+    score: ScoreSlot = default_options("score")
+    readout: ReadoutSlot = default_options("readout")
+    mixer: MixerSlot = default_options("mixer")
+    side_branch: SideBranchSlot = default_options("side_branch")
+    ffn: FFNSlot = default_options("ffn")
 
     @property
     def head_dim(self) -> int:
@@ -186,12 +141,30 @@ class ModelConfig(Section):
 
     @property
     def ffn_hidden(self) -> int:
-        return self.ffn.hidden or int(round(self.ffn.ratio * self.d_model))
+        """Hidden width of the FFN (its ``hidden``, else ``ratio * d_model``)."""
+        width = getattr(self.ffn, "width", None)
+        if width is None:
+            raise ConfigError(f"model.ffn.kind={self.ffn.kind!r} has no hidden width option")
+        return width(self.d_model)
+
+    def slots(self) -> dict[str, PartOptions]:
+        """slot name -> the options of the part in it."""
+        return {name: getattr(self, name) for name in SLOT_FIELDS}
+
+    def part_classes(self) -> dict[str, type]:
+        """slot name -> the registered part class of its kind (None for an empty slot)."""
+        from attnlab.parts import registry
+
+        out = {}
+        for name, opts in self.slots().items():
+            spec = registry.get(name, opts.kind)
+            out[name] = None if spec.kind == "none" else spec.cls
+        return out
 
     @property
     def needs_attention_matrix(self) -> bool:
-        """True when a part reads the T x T probabilities, so no fused (flash) kernel can be used."""
-        return self.virtual_heads.enabled
+        """True when a part reads the T x T probabilities, so no fused (flash) kernel is used."""
+        return any(c is not None and c.needs_attention_matrix for c in self.part_classes().values())
 
     @model_validator(mode="after")
     def _check_combinations(self) -> ModelConfig:
@@ -206,29 +179,16 @@ class ModelConfig(Section):
                 f"model.attention.n_kv_heads={self.n_kv_heads} must divide "
                 f"model.attention.n_heads={a.n_heads} (GQA groups query heads over shared K/V)"
             )
-        hd = self.head_dim
-        if self.query.kind == "identity" and a.n_heads * hd != self.d_model:
+        if problems:  # the parts' own checks assume consistent head shapes
+            raise ValueError("\n".join(problems))
+        for opts in self.slots().values():
+            problems.extend(opts.check(self))
+        if self.needs_attention_matrix and a.backend in ("flash", "sdpa"):
+            names = [k for k, c in self.part_classes().items() if c and c.needs_attention_matrix]
             problems.append(
-                f"model.query.kind='identity' needs d_model == n_heads * head_dim "
-                f"({self.d_model} != {a.n_heads}*{hd}); q = Norm(x) has width d_model"
-            )
-        if self.query.kind == "nonlinear" and a.n_heads * hd != self.d_model:
-            problems.append(
-                "model.query.kind='nonlinear' anchors q to Norm(x), so it needs "
-                f"d_model == n_heads * head_dim ({self.d_model} != {a.n_heads}*{hd})"
-            )
-        if self.query.scale_form and self.query.kind != "nonlinear":
-            problems.append("model.query.scale_form only applies to model.query.kind='nonlinear'")
-        if self.query.scale_form and a.qk_norm:
-            problems.append(
-                "model.query.scale_form (halving the softmax scale) equals the explicit /2 only "
-                "while q enters the logits linearly; with model.attention.qk_norm it does not. "
-                "Set model.query.scale_form=false"
-            )
-        if self.needs_attention_matrix and a.backend == "flash":
-            problems.append(
-                "model.virtual_heads reads the full attention matrix, which a flash kernel never "
-                "forms; set model.attention.backend='auto' or 'math'"
+                f"model.{names[0]}.kind={getattr(self, names[0]).kind!r} reads the full attention "
+                f"matrix, which a fused kernel never forms; set model.attention.backend='auto' "
+                "or 'math'"
             )
         if a.backend == "flash" and self.position.kind in ("alibi", "t5"):
             problems.append(
@@ -255,34 +215,14 @@ class ModelConfig(Section):
                 "hide the right context. Use 'bidirectional', 'sliding' or 'local_global'"
             )
         if self.position.kind == "rope":
-            rot = int(hd * self.position.rope_fraction)
+            rot = int(self.head_dim * self.position.rope_fraction)
             if rot < 2 or rot % 2:
                 problems.append(
                     f"model.position.rope_fraction={self.position.rope_fraction} gives {rot} "
-                    f"rotary dims of head_dim={hd}; it must be an even number >= 2"
+                    f"rotary dims of head_dim={self.head_dim}; it must be an even number >= 2"
                 )
-        if self.position.kind == "learned" and self.max_seq_len < 1:
-            problems.append("model.position.kind='learned' needs model.max_seq_len")
         if self.family == "encoder_decoder" and self.n_decoder_layers is None:
             problems.append("model.family='encoder_decoder' needs model.n_decoder_layers")
-        if self.moe_values.enabled:
-            if self.moe_values.top_k > self.moe_values.n_experts:
-                problems.append(
-                    f"model.moe_values.top_k={self.moe_values.top_k} exceeds "
-                    f"model.moe_values.n_experts={self.moe_values.n_experts}"
-                )
-            if self.family != "decoder":
-                problems.append("model.moe_values is implemented for model.family='decoder' only")
-        if vh_2d_unsafe(self):
-            problems.append(
-                "model.virtual_heads.conv='2d' looks at later queries and keys; it is only "
-                "allowed in model.family='encoder'. Use conv='1d' in causal stacks"
-            )
-        if self.mixer.nonlinear and self.mlp and self.mixer.hidden is None:
-            problems.append(
-                "model.mixer.nonlinear sizes itself to the removed MLP blocks, but model.mlp=true "
-                "keeps them; set model.mlp=false or give model.mixer.hidden"
-            )
         if self.residual_kind == "parallel" and self.norm_position == "post":
             problems.append("model.residual_kind='parallel' is defined for pre-norm blocks only")
         if self.residual_kind == "parallel" and not self.mlp:
@@ -306,21 +246,9 @@ class ModelConfig(Section):
                 "model.attention.mask='prefix' is for decoder-only prefix LMs; an encoder-decoder "
                 "already reads its input bidirectionally"
             )
-        vh = self.virtual_heads
-        if vh.enabled and (vh.n_virtual or a.n_heads) % self.n_kv_heads:
-            problems.append(
-                f"model.virtual_heads.n_virtual={vh.n_virtual or a.n_heads} must be a multiple of "
-                f"the {self.n_kv_heads} K/V heads (each virtual head reads one K/V group's values)"
-            )
         if problems:
             raise ValueError("\n".join(problems))
         return self
-
-
-def vh_2d_unsafe(cfg: ModelConfig) -> bool:
-    """A 2-D conv over (query, key) reads later queries: only safe in a bidirectional encoder."""
-    vh = cfg.virtual_heads
-    return vh.enabled and vh.conv == "2d" and cfg.family != "encoder"
 
 
 # ---------------------------------------------------------------------------------------------- data
@@ -408,9 +336,11 @@ class ExperimentConfig(Section):
 
 
 class Config(Section):
-    """The whole configuration tree."""
+    """The whole configuration tree. ``plugins`` lists the modules or .py files whose parts the
+    config uses (loaded before the rest is validated; stored resolved to absolute paths)."""
 
-    model: ModelConfig = ModelConfig()
+    plugins: list[str] = Field(default_factory=list)
+    model: ModelConfig = Field(default_factory=lambda: ModelConfig())
     data: DataConfig = DataConfig()
     train: TrainConfig = TrainConfig()
     eval: EvalConfig = EvalConfig()
@@ -482,15 +412,28 @@ def _resolve_extends(raw: dict[str, Any], seen: tuple[str, ...] = ()) -> dict[st
     return deep_merge(_preset_dict(parent, seen), raw)
 
 
-def deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
-    """Recursively merge ``over`` into a copy of ``base`` (tables merge, values replace)."""
+def deep_merge(
+    base: Mapping[str, Any], over: Mapping[str, Any], _path: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """Recursively merge ``over`` into a copy of ``base`` (tables merge, values replace). A slot
+    table (``model.<slot>``) whose ``kind`` changes is replaced, not merged: the old part's
+    options do not belong to the new part."""
     out = dict(base)
     for k, v in over.items():
-        if isinstance(v, Mapping) and isinstance(out.get(k), Mapping):
-            out[k] = deep_merge(out[k], v)
+        old = out.get(k)
+        if isinstance(v, Mapping) and isinstance(old, Mapping):
+            here = (*_path, k)
+            if _is_slot(here) and "kind" in v and v["kind"] != old.get("kind"):
+                out[k] = dict(v)
+            else:
+                out[k] = deep_merge(old, v, here)
         else:
             out[k] = v
     return out
+
+
+def _is_slot(path: tuple[str, ...] | list[str]) -> bool:
+    return len(path) == 2 and path[0] == "model" and path[1] in SLOT_FIELDS
 
 
 def source_dict(name_or_path: str | Path) -> dict[str, Any]:
@@ -499,8 +442,21 @@ def source_dict(name_or_path: str | Path) -> dict[str, Any]:
     if s.endswith(".toml") or Path(s).exists():
         if not Path(s).is_file():
             raise ConfigError(f"config file {s!r} does not exist; give a preset name or a path")
-        return _resolve_extends(read_toml_file(s))
+        return _resolve_extends(resolve_plugin_paths(read_toml_file(s), Path(s).parent))
     return _preset_dict(s)
+
+
+def resolve_plugin_paths(raw: dict[str, Any], base_dir: str | Path) -> dict[str, Any]:
+    """A file's ``plugins`` with relative paths read from the file's directory."""
+    specs = raw.get("plugins")
+    if not isinstance(specs, list):
+        return raw
+    from attnlab.parts.plugins import resolve_spec
+
+    return {
+        **raw,
+        "plugins": [resolve_spec(p, base_dir) if isinstance(p, str) else p for p in specs],
+    }
 
 
 def parse_override(item: str) -> tuple[list[str], Any]:
@@ -524,14 +480,21 @@ def parse_override(item: str) -> tuple[list[str], Any]:
 
 
 def apply_overrides(raw: dict[str, Any], overrides: Iterable[str]) -> dict[str, Any]:
-    """Apply ``dotted.key=value`` strings to a deep copy of a raw config dict."""
+    """Apply ``dotted.key=value`` strings to a deep copy of a raw config dict.
+
+    ``model.<slot>.kind=...`` overrides apply first, and one that changes the part starts its
+    table afresh (the old part's options do not belong to the new one); the other overrides of
+    that table then apply on top."""
     out = copy.deepcopy(dict(raw))
-    for item in overrides:
-        path, value = parse_override(item)
+    parsed = [parse_override(item) for item in overrides]
+    kinds = [(p, v) for p, v in parsed if p[-1] == "kind" and _is_slot(p[:-1])]
+    for path, value in kinds + [(p, v) for p, v in parsed if (p, v) not in kinds]:
         node = out
-        for part in path[:-1]:
+        for i, part in enumerate(path[:-1]):
             nxt = node.get(part)
-            if not isinstance(nxt, dict):
+            if not isinstance(nxt, dict) or (
+                (path, value) in kinds and i == len(path) - 2 and nxt.get("kind") != value
+            ):
                 nxt = {}
                 node[part] = nxt
             node = nxt
@@ -539,42 +502,111 @@ def apply_overrides(raw: dict[str, Any], overrides: Iterable[str]) -> dict[str, 
     return out
 
 
-def fields_at(root: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
-    """Valid field names of the table at ``loc`` in the ``root`` schema; list indices are stepped
-    over and ``list[Model]`` / ``Model | None`` fields are followed into the model."""
-    cls = root
+def _raw_at(raw: Mapping[str, Any] | None, loc: tuple[Any, ...]) -> Any:
+    node: Any = raw
     for part in loc:
+        if isinstance(node, Mapping):
+            node = node.get(part)
+        elif isinstance(node, list) and isinstance(part, int) and part < len(node):
+            node = node[part]
+        else:
+            return None
+    return node
+
+
+def schema_at(
+    root: type[BaseModel], loc: tuple[Any, ...], raw: Mapping[str, Any] | None = None
+) -> type[BaseModel]:
+    """The model class of the table at ``loc`` in the ``root`` schema; list indices are stepped
+    over, ``list[Model]`` / ``Model | None`` fields are followed into the model, and a slot table
+    is the options class of the part its ``kind`` (read from ``raw``) names."""
+    cls = root
+    for i, part in enumerate(loc):
         if isinstance(part, int):
             continue
         field = cls.model_fields.get(str(part))
         if field is None:
             break
+        slot = slot_of(field)
+        if slot is not None:
+            from attnlab.parts import registry
+
+            table = _raw_at(raw, loc[: i + 1])
+            kind = table.get("kind") if isinstance(table, Mapping) else None
+            kind = kind if isinstance(kind, str) else registry.default_kind(slot)
+            if not registry.has(slot, kind):
+                break
+            cls = registry.get(slot, kind).options
+            continue
         ann = field.annotation
         args = get_args(ann) or (ann,)
         models = [a for a in args if isinstance(a, type) and issubclass(a, BaseModel)]
         if not models:
             break
         cls = models[0]
-    return list(cls.model_fields)
+    return cls
+
+
+def fields_at(
+    root: type[BaseModel], loc: tuple[Any, ...], raw: Mapping[str, Any] | None = None
+) -> list[str]:
+    """Valid field names of the table at ``loc`` (see :func:`schema_at`)."""
+    return list(schema_at(root, loc, raw).model_fields)
+
+
+#: keys of earlier attnlab versions -> what replaced them (named in the unknown-key message)
+RENAMED = {
+    "model.pre_projection": "[model.feature_map] kind = 'pre_projection'",
+    "model.content_skip": "[model.side_branch] kind = 'content_skip'",
+    "model.identity_head": "[model.readout] kind = 'identity_head'",
+    "model.virtual_heads": "[model.score] kind = 'virtual_heads'",
+    "model.moe_values": "[model.value] kind = 'moe' (and model.loops for the looped layer)",
+    "model.query.fused": "model.attention.fuse_qkv",
+    "model.query.anchored_mean": "model.query.mean (with kind = 'anchored')",
+    "model.mixer.nonlinear": "[model.mixer] kind = 'nonlinear'",
+}
 
 
 def explain(
-    err: ValidationError, root: type[BaseModel] | None = None, title: str = "invalid config"
+    err: ValidationError,
+    root: type[BaseModel] | None = None,
+    title: str = "invalid config",
+    raw: Mapping[str, Any] | None = None,
 ) -> str:
     """One readable line per problem: unknown keys with the nearest valid spelling, values with
     the allowed choices, impossible combinations with their reason. ``root`` is the schema the
-    error came from (default :class:`Config`); probe and experiment files reuse this."""
+    error came from (default :class:`Config`), ``raw`` the dict that was validated (it says which
+    part a slot table holds); probe and experiment files reuse this."""
     root = root or Config
     lines = []
     for e in err.errors():
-        loc = tuple(str(p) for p in e["loc"])
-        dotted = ".".join(loc) or "(root)"
+        loc = tuple(str(p) if not isinstance(p, int) else p for p in e["loc"])
+        dotted = ".".join(map(str, loc)) or "(root)"
         kind = e["type"]
         if kind == "extra_forbidden":
-            valid = fields_at(root, loc[:-1])
-            near = difflib.get_close_matches(loc[-1], valid, n=1, cutoff=0.4)
-            hint = f" did you mean '{'.'.join((*loc[:-1], near[0]))}'?" if near else ""
-            lines.append(f"unknown key '{dotted}'.{hint} Valid keys here: {', '.join(valid)}")
+            parent = ".".join(map(str, loc[:-1]))
+            cls = schema_at(root, loc[:-1], raw)
+            valid = list(cls.model_fields)
+            olds = {
+                k.rsplit(".", 1)[-1]: v for k, v in RENAMED.items() if k.rsplit(".", 1)[0] == parent
+            }
+            near = difflib.get_close_matches(str(loc[-1]), [*valid, *olds], n=1, cutoff=0.4)
+            hint = ""
+            if near and near[0] in olds:
+                hint = f" did you mean '{parent}.{near[0]}'? it is now {olds[near[0]]}."
+                if near[0] == loc[-1]:
+                    hint = f" it is now {olds[near[0]]}."
+            elif near:
+                hint = f" did you mean '{'.'.join(map(str, (*loc[:-1], near[0])))}'?"
+            where = ""
+            if issubclass(cls, PartOptions) and len(loc) >= 2:
+                where = f" of {loc[-2]} part {raw_kind(raw, loc[:-1], cls)!r}"
+                hint += _other_kinds_hint(root, loc, raw)
+            lines.append(
+                f"unknown key '{dotted}'{where}.{hint} Valid keys here: {', '.join(valid)}"
+            )
+        elif kind == "unknown_part":
+            lines.append(f"'{dotted}.kind': {e['ctx']['problem']}")
         elif kind == "literal_error":
             expected = e.get("ctx", {}).get("expected", "")
             lines.append(f"'{dotted}' = {e['input']!r} is not allowed; choose one of {expected}")
@@ -586,18 +618,81 @@ def explain(
     return f"{title}:\n  - " + "\n  - ".join(lines)
 
 
+def raw_kind(raw: Mapping[str, Any] | None, loc: tuple[Any, ...], cls: Any = None) -> str:
+    table = _raw_at(raw, loc)
+    kind = table.get("kind") if isinstance(table, Mapping) else None
+    if kind is None and len(loc) >= 1:
+        from attnlab.parts import registry
+        from attnlab.parts.slots import SLOTS
+
+        if str(loc[-1]) in SLOTS:
+            return registry.default_kind(str(loc[-1]))
+    return str(kind) if kind is not None else "default"
+
+
+def _other_kinds_hint(root: type[BaseModel], loc: tuple[Any, ...], raw: Any) -> str:
+    """For an option the chosen part lacks: the kinds of that slot that have it."""
+    from attnlab.parts import registry
+    from attnlab.parts.slots import SLOTS
+
+    slot, key = str(loc[-2]), str(loc[-1])
+    if slot not in SLOTS:
+        return ""
+    have = [s.kind for s in registry.specs(slot) if key in s.options.model_fields]
+    if not have:
+        return ""
+    kinds = " or ".join(repr(k) for k in have)
+    return f" '{key}' is an option of {slot} kind {kinds}: set {'.'.join(map(str, loc[:-1]))}.kind."
+
+
+def load_config_plugins(raw: dict[str, Any], base_dir: str | Path | None = None) -> dict[str, Any]:
+    """Load the plugins ``raw`` names (relative paths from ``base_dir``) and return ``raw`` with
+    them resolved; every config is validated after its plugins, in every process."""
+    specs = raw.get("plugins")
+    if specs is None:
+        return raw
+    if not isinstance(specs, list) or not all(isinstance(p, str) for p in specs):
+        raise ConfigError(
+            f"'plugins' must be a list of module names or .py file paths, got {specs!r}"
+        )
+    from attnlab.parts.plugins import load_plugins
+
+    out = dict(raw)
+    out["plugins"] = list(dict.fromkeys(load_plugins(specs, base_dir)))
+    return out
+
+
 def validate(raw: Mapping[str, Any]) -> Config:
-    """Turn a raw dict into a validated :class:`Config`, or raise :class:`ConfigError`."""
+    """Turn a raw dict into a validated :class:`Config` (loading its ``plugins`` first), or
+    raise :class:`ConfigError`."""
+    raw = load_config_plugins(dict(raw))
     try:
-        return Config.model_validate(dict(raw))
+        return Config.model_validate(raw)
     except ValidationError as e:
-        raise ConfigError(explain(e)) from None
+        raise ConfigError(explain(e, raw=raw)) from None
 
 
-def load_config(name_or_path: str | Path | None = None, overrides: Iterable[str] = ()) -> Config:
-    """Load a preset or TOML file (or the defaults when None), apply overrides, validate."""
+def with_plugins(raw: dict[str, Any], plugins: Iterable[str] = ()) -> dict[str, Any]:
+    """``raw`` with ``plugins`` (e.g. from ``--plugin``, relative to the working directory)
+    added to its own list."""
+    plugins = list(plugins)
+    if not plugins:
+        return raw
+    from attnlab.parts.plugins import resolve_spec
+
+    have = raw.get("plugins") or []
+    return {**raw, "plugins": [*have, *(resolve_spec(p) for p in plugins)]}
+
+
+def load_config(
+    name_or_path: str | Path | None = None,
+    overrides: Iterable[str] = (),
+    plugins: Iterable[str] = (),
+) -> Config:
+    """Load a preset or TOML file (or the defaults when None), add ``plugins`` (``--plugin``),
+    apply overrides, validate."""
     raw = source_dict(name_or_path) if name_or_path is not None else {}
-    return validate(apply_overrides(raw, overrides))
+    return validate(apply_overrides(with_plugins(raw, plugins), overrides))
 
 
 def dump_toml(cfg: Config) -> str:

@@ -252,11 +252,11 @@ def nanogpt_state_from_attnlab(model: nn.Module) -> dict[str, Tensor]:
         p, a = f"transformer.h.{i}", b.attention
         norm(f"{p}.ln_1", b.norm1)
         norm(f"{p}.ln_2", b.norm2)
-        lins = (a.query.w_q, a.key, a.value)
+        lins = (a.query.w_q, a.key.w_k, a.value.w_v)
         sd[f"{p}.attn.c_attn.weight"] = torch.cat([lin.weight for lin in lins])
-        if a.key.bias is not None:
+        if a.key.w_k.bias is not None:
             sd[f"{p}.attn.c_attn.bias"] = torch.cat([lin.bias for lin in lins])
-        linear(f"{p}.attn.c_proj", a.mixer)
+        linear(f"{p}.attn.c_proj", a.mixer.w_o)
         linear(f"{p}.mlp.c_fc", b.ffn.w_in)
         linear(f"{p}.mlp.c_proj", b.ffn.w_out)
     norm("transformer.ln_f", dec.final_norm)

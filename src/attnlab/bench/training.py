@@ -91,10 +91,15 @@ def attention_note(subject: Subject, batch: int, seq_len: int) -> str:
     """Memory of the attention core: O(T) (fused SDPA) or the materialised [B, H, T, T] cost."""
     if not subject.materialises_attention:
         return "SDPA, O(T)"
-    heads = subject.config.model.attention.n_heads if subject.config else 0
-    vh = subject.config.model.virtual_heads if subject.config else None
-    if vh is not None and vh.enabled and vh.n_virtual:
-        heads = max(heads, vh.n_virtual)
+    heads = 0
+    if subject.config is not None:
+        from attnlab.parts import Dims
+
+        m = subject.config.model
+        score = m.part_classes()["score"]
+        heads = m.attention.n_heads
+        if score is not None:
+            heads = max(heads, score.heads_out(m.score, Dims.from_config(m)))
     layers = subject.config.model.n_layers if subject.config else 0
     mib = batch * heads * seq_len * seq_len * 4 / 2**20
     return f"O(T^2 H): {mib:,.1f} MiB/layer x {layers}"

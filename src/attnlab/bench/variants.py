@@ -4,7 +4,8 @@ Each variant is the base config plus a few ``model.*`` overrides, so the compari
 width, depth, heads, context and vocabulary. ``{n_layers}`` in an override is the base depth (the
 MoE-values universal transformer loops one layer that many times, so its depth of computation
 matches). A variant that cannot apply to a base config (say ``identity_head`` on a parallel-residual
-Pythia block) is reported as skipped with the validator's reason, never silently changed.
+Pythia block) is reported as skipped with the validator's reason, never silently changed. Whether a
+variant forms the T x T matrix is read from its config (the parts declare it), not listed here.
 """
 
 from __future__ import annotations
@@ -18,12 +19,11 @@ from attnlab.errors import UserError
 
 @dataclass(frozen=True)
 class Variant:
-    """A named override set. ``attention`` says how its attention core runs (and its memory)."""
+    """A named override set of ``model.*`` keys."""
 
     name: str
     summary: str
     overrides: tuple[str, ...] = ()
-    materialises_attention: bool = False
 
     def resolved_overrides(self, base: Config) -> list[str]:
         return [o.format(n_layers=base.model.n_layers) for o in self.overrides]
@@ -39,28 +39,28 @@ VARIANTS: dict[str, Variant] = {
         Variant(
             "baseline_unfused",
             "linear W_Q; Q, K, V as three matmuls (no weight concatenation)",
-            ("query.fused=false",),
+            ("attention.fuse_qkv=false",),
         ),
         Variant(
             "nonlinear_query",
             "q = (u + f(u))/2, W1 fused with W_K, W_V (SPEC 1.1)",
-            ("query.kind=nonlinear", "query.fused=true"),
+            ("query.kind=nonlinear", "attention.fuse_qkv=true"),
         ),
         Variant(
             "nonlinear_query_unfused",
             "q = (u + f(u))/2, W1, W_K, W_V as separate matmuls",
-            ("query.kind=nonlinear", "query.fused=false"),
+            ("query.kind=nonlinear", "attention.fuse_qkv=false"),
         ),
         Variant("identity_query", "q = Norm(x), no W_Q", ("query.kind=identity",)),
         Variant(
             "preproj_skip",
             "x~ = x^ + W_down silu(W_up x^); out = x + attn + W_skip x~ (SPEC 1.2)",
-            ("pre_projection.enabled=true", "content_skip.enabled=true"),
+            ("feature_map.kind=pre_projection", "side_branch.kind=content_skip"),
         ),
         Variant(
             "identity_head",
             "identity head + head weights, no residual, no MLP, nonlinear mixer (SPEC 1.3)",
-            ("identity_head.enabled=true", "residual=false", "mlp=false", "mixer.nonlinear=true"),
+            ("readout.kind=identity_head", "residual=false", "mlp=false", "mixer.kind=nonlinear"),
         ),
         Variant(
             "moe_values",
@@ -68,26 +68,42 @@ VARIANTS: dict[str, Variant] = {
             (
                 "n_layers=1",
                 "mlp=false",
-                "moe_values.enabled=true",
-                "moe_values.loops={n_layers}",
+                "value.kind=moe",
+                "loops={n_layers}",
             ),
         ),
         Variant(
             "virtual_heads",
             "causal 1-D conv (K=3) over the attention logits (SPEC 1.5)",
-            ("virtual_heads.enabled=true",),
-            materialises_attention=True,
+            ("score.kind=virtual_heads",),
         ),
         Variant(
             "explicit_attention",
             "baseline through the explicit (math) attention path",
             ("attention.backend=math",),
-            materialises_attention=True,
         ),
     )
 }
 
 DEFAULT_VARIANTS: tuple[str, ...] = tuple(VARIANTS)
+
+
+def add_variant(text: str) -> str:
+    """Register a command-line variant ``NAME:KEY=VALUE[,KEY=VALUE]`` (``model.`` optional on
+    the keys) for this process and return its name."""
+    name, sep, body = text.partition(":")
+    name = name.strip()
+    items = [o.strip() for o in body.split(",") if o.strip()]
+    if not sep or not name or not items or any("=" not in o for o in items):
+        raise UserError(
+            f"--variant {text!r} must look like NAME:KEY=VALUE[,KEY=VALUE], e.g. "
+            "'gated:query.kind=gated'"
+        )
+    keys = tuple(o.removeprefix("model.") for o in items)
+    if name in VARIANTS and VARIANTS[name].overrides != keys:
+        raise UserError(f"--variant {name!r}: a variant of that name exists; choose another name")
+    VARIANTS[name] = Variant(name, "--variant " + ", ".join(items), keys)
+    return name
 
 
 def parse_names(text: str, known: dict[str, object] | tuple[str, ...], what: str) -> list[str]:

@@ -19,5 +19,29 @@ def add_config_arguments(p: argparse.ArgumentParser, positional: str = "config")
     )
 
 
+def add_plugin_argument(p: argparse.ArgumentParser) -> None:
+    """``--plugin`` on every command (the CLI also loads them before parsing)."""
+    p.add_argument(
+        "--plugin",
+        dest="plugins",
+        action="append",
+        default=[],
+        metavar="MODULE_OR_FILE",
+        help="import a module or .py file that registers parts (repeatable); recorded in the "
+        "run's config as plugins = [...]",
+    )
+
+
+def plugin_specs(argv: list[str]) -> list[str]:
+    """The ``--plugin`` values anywhere in ``argv`` (``--plugin X`` or ``--plugin=X``)."""
+    out = []
+    for i, a in enumerate(argv):
+        if a == "--plugin" and i + 1 < len(argv):
+            out.append(argv[i + 1])
+        elif a.startswith("--plugin="):
+            out.append(a.split("=", 1)[1])
+    return out
+
+
 def config_from_args(args: argparse.Namespace, positional: str = "config") -> Config:
-    return load_config(getattr(args, positional), args.overrides)
+    return load_config(getattr(args, positional), args.overrides, getattr(args, "plugins", []))

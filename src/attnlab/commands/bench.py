@@ -39,6 +39,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help=f"comma list or all/none (default all): {', '.join(VARIANTS)}",
     )
     p.add_argument(
+        "--variant",
+        dest="extra_variants",
+        action="append",
+        default=[],
+        metavar="NAME:KEY=VALUE[,KEY=VALUE]",
+        help="an extra variant: model overrides of the base config, e.g. "
+        "'gated:query.kind=gated' (a plugin's part with --plugin); repeatable, joins --variants",
+    )
+    p.add_argument(
         "--peers",
         default="all",
         metavar="LIST",
@@ -97,16 +106,18 @@ def _list() -> int:
 def _spec(args: argparse.Namespace):
     from attnlab.bench.peers import PEERS
     from attnlab.bench.runner import SECTIONS, BenchSpec
-    from attnlab.bench.variants import VARIANTS, parse_names
+    from attnlab.bench.variants import VARIANTS, add_variant, parse_names
     from attnlab.config import load_config
 
     if args.config and args.preset:
         raise UserError("give a config either as NAME_OR_FILE or with --preset, not both")
     name = args.config or args.preset or "tiny"
+    extra = [add_variant(text) for text in args.extra_variants]
+    variants = parse_names(args.variants, tuple(v for v in VARIANTS if v not in extra), "variant")
     return BenchSpec(
-        config=load_config(name, args.overrides),
+        config=load_config(name, args.overrides, args.plugins),
         config_name=name + "".join(f" --set {o}" for o in args.overrides),
-        variants=parse_names(args.variants, tuple(VARIANTS), "variant"),
+        variants=[*variants, *extra],
         peers=parse_names(args.peers, PEERS, "peer"),
         batch_size=args.batch_size,
         seq_len=args.seq_len,

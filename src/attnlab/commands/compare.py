@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.jobs < 1:
         raise UserError("--jobs must be at least 1")
-    exp = load_experiment(args.experiment, args.overrides)
+    exp = load_experiment(args.experiment, args.overrides, args.plugins)
     only = [n.strip() for item in args.only for n in item.split(",") if n.strip()]
     print_plan(exp, lambda line: print(line, file=sys.stderr, flush=True))
     if args.plan:

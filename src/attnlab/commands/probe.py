@@ -74,7 +74,12 @@ def run(args: argparse.Namespace) -> int:
         from attnlab.probe.experiment import result_row, run_experiment
 
         results = run_experiment(
-            args.config, out, overrides, restart=args.restart, data_root=args.data_root
+            args.config,
+            out,
+            overrides,
+            restart=args.restart,
+            data_root=args.data_root,
+            plugins=args.plugins,
         )
         _print_table([result_row(r) for r in results], f"frozen probe -> {out}/report.md")
         return 0 if all(r.status != "failed" for r in results) else 1
@@ -82,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
     from attnlab.probe.trainer import train_probe
     from attnlab.runs import lock
 
-    cfg = load_probe_config(args.config, overrides)
+    cfg = load_probe_config(args.config, overrides, args.plugins)
     with lock.locked(out, "probe directory"):  # the run and its report: one writer
         res = train_probe(cfg, out, restart=args.restart, data_root=args.data_root)
         write_experiment_report(out, cfg.label, cfg, [res])

@@ -1,21 +1,25 @@
-"""What a trained run's weights say, read from its final checkpoint:
+"""What a trained run's weights say, read from its final checkpoint, through the parts' own
+declarations (nothing here names a part):
 
-- content skip (seed 000, its Figure 2): ``||W_skip||_F`` of every layer;
+- layer statistics: every part's ``layer_stats()`` per layer (the content skip declares
+  ``||W_skip||_F``, seed 000's Figure 2);
 - attention maps: the per-layer probabilities ``[H, T, T]`` on one fixed validation sequence (the
-  first ``T`` tokens of the validation split, the same for every run of a data directory);
-- identity head (seed 004): the data-dependent head weights ``w = u W_w + b`` over the ``H + 1``
-  heads, averaged over the sequence's tokens, per layer.
+  first ``T`` tokens of the validation split, the same for every run of a data directory), with
+  every part's ``forward_stats()`` of that forward (the identity head declares its mean head
+  weights over the ``H + 1`` heads).
 
 Each costs one forward pass of a single sequence on the CPU.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
+
+from attnlab.parts import Part
 
 
 def _blocks(model) -> list:
@@ -23,24 +27,34 @@ def _blocks(model) -> list:
     return list(stack.blocks)
 
 
-def skip_norms(run_dir: str | Path) -> list[float] | None:
-    """Per-layer ``||W_skip||_F`` of a run's final checkpoint; None without a content skip."""
+def _parts(block) -> list[Part]:
+    return [m for m in block.modules() if isinstance(m, Part)]
+
+
+def layer_stats(run_dir: str | Path) -> dict[str, list[float]]:
+    """stat name -> one value per layer, from the final checkpoint's parts ({} if none)."""
     from attnlab.runs.load import load_run_model
 
-    model, cfg, _ = load_run_model(run_dir)
-    if not cfg.model.content_skip.enabled:
-        return None
-    return [b.content_skip.norm() for b in _blocks(model) if b.content_skip is not None]
+    model, _, _ = load_run_model(run_dir)
+    out: dict[str, list[float]] = {}
+    for block in _blocks(model):
+        for part in _parts(block):
+            for key, value in part.layer_stats().items():
+                out.setdefault(key, []).append(float(value))
+    return out
 
 
 @dataclass
 class AttentionProbe:
-    """Attention maps and identity-head weights of one run on one sequence."""
+    """Attention maps and the parts' recorded forward statistics of one run on one sequence."""
 
     maps: list[np.ndarray]  # per layer (per loop slot), [H, T, T]
-    head_weights: list[np.ndarray] | None  # per layer, [H + 1] mean over tokens (last = identity)
     text: str  # the sequence, decoded
-    virtual: bool
+    virtual: bool  # the maps are of heads a score part made
+    #: stat name -> one array per layer (e.g. "head_weights": [H + 1] mean over tokens)
+    forward_stats: dict[str, list[np.ndarray]] = field(default_factory=dict)
+    #: stat name -> (a sentence for the report, trailing bar labels)
+    docs: dict[str, tuple[str, list[str] | None]] = field(default_factory=dict)
 
 
 def probe_sequence(data_dir: str | Path, n_tokens: int) -> np.ndarray:
@@ -53,27 +67,30 @@ def probe_sequence(data_dir: str | Path, n_tokens: int) -> np.ndarray:
 
 @torch.no_grad()
 def attention_probe(run_dir: str | Path, n_tokens: int = 48) -> AttentionProbe:
-    """Run the final checkpoint on the fixed validation sequence with ``return_attn=True``."""
+    """Run the final checkpoint on the fixed validation sequence with ``return_attn=True``,
+    recording every part's forward statistics."""
     from attnlab.runs.load import load_run_model
 
     model, cfg, tokenizer = load_run_model(run_dir)
     n = min(n_tokens, cfg.data.seq_len, cfg.model.max_seq_len)
     ids = probe_sequence(cfg.data.dir, n)
-    weights: list[torch.Tensor] = []
-    hooks = []
-    for b in _blocks(model):
-        ih = getattr(b.attention, "identity_head", None)
-        if ih is not None:
-            hooks.append(
-                ih.head_weights.register_forward_hook(
-                    lambda _m, _i, out: weights.append(out.detach()[0].mean(0))
-                )
-            )
+    per_layer = [_parts(b) for b in _blocks(model)]
+    for parts in per_layer:
+        for p in parts:
+            p.record(True)
     try:
         out = model(torch.from_numpy(ids)[None], return_attn=True)
+        stats: dict[str, list[np.ndarray]] = {}
+        docs: dict[str, tuple[str, list[str] | None]] = {}
+        for parts in per_layer:
+            for p in parts:
+                for key, value in p.forward_stats().items():
+                    stats.setdefault(key, []).append(value.float().numpy())
+                    docs.update({k: d for k, d in type(p).forward_stats_doc().items() if k == key})
     finally:
-        for h in hooks:
-            h.remove()
+        for parts in per_layer:
+            for p in parts:
+                p.record(False)
     maps = [m[0].float().numpy() for m in (out.attn or [])]
     try:
         text = tokenizer.decode(ids.tolist())
@@ -81,7 +98,8 @@ def attention_probe(run_dir: str | Path, n_tokens: int = 48) -> AttentionProbe:
         text = " ".join(map(str, ids.tolist()))
     return AttentionProbe(
         maps=maps,
-        head_weights=[w.numpy() for w in weights] if weights else None,
         text=text,
-        virtual=cfg.model.virtual_heads.enabled,
+        virtual=any(p.slot == "score" for parts in per_layer for p in parts),
+        forward_stats=stats,
+        docs=docs,
     )

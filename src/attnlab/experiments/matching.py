@@ -81,10 +81,9 @@ def default_knob(model_cfg: Any) -> str:
     """The width resized by ``match_params`` when the variant does not say ``match_by``."""
     if model_cfg.mlp:
         return "model.ffn.hidden"
-    if model_cfg.mixer.nonlinear:
-        return "model.mixer.hidden"
-    if model_cfg.moe_values.enabled:
-        return "model.moe_values.expert_hidden"
+    for slot, cls in model_cfg.part_classes().items():
+        if cls is not None and cls.width_option:
+            return f"model.{slot}.{cls.width_option}"
     raise UserError(
         "match_params resizes the MLP (model.ffn.hidden), but this variant has model.mlp=false; "
         "give match_by = 'model.mixer.hidden' or another integer width key"

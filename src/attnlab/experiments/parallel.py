@@ -20,13 +20,18 @@ from attnlab.experiments.progress import ExperimentProgress
 from attnlab.experiments.resolve import RunPlan
 from attnlab.experiments.runner import RunOutcome, _record_failure, execute
 from attnlab.experiments.spec import EvaluateSpec
+from attnlab.parts.plugins import loaded
 
 _EVENTS: Any = None
 
 
-def _init_worker(events: Any, devices: Any, threads: int | None) -> None:
+def _init_worker(events: Any, devices: Any, threads: int | None, plugins: list[str]) -> None:
     global _EVENTS
     _EVENTS = events
+    # the parent's plugins first: the runs' configs hold their parts' options classes
+    from attnlab.parts.plugins import load_plugins
+
+    load_plugins(plugins)
     device = devices.get()
     if device is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = str(device)
@@ -92,7 +97,10 @@ def run_parallel(
     threads = None if gpus[0] is not None else max(1, (os.cpu_count() or 1) // jobs)
     outcomes: dict[tuple[str, int], RunOutcome] = {}
     with ProcessPoolExecutor(
-        jobs, mp_context=ctx, initializer=_init_worker, initargs=(events, devices, threads)
+        jobs,
+        mp_context=ctx,
+        initializer=_init_worker,
+        initargs=(events, devices, threads, [p.spec for p in loaded() if p.distribution is None]),
     ) as pool:
         futures = {pool.submit(_work, r, evaluate): r for r in runs}
         pending = set(futures)

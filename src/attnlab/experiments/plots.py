@@ -110,11 +110,9 @@ def params_vs_loss(
     return _save(fig, path)
 
 
-def skip_norm_bars(norms: Mapping[str, np.ndarray], path: Path) -> Path:
-    """Per-layer ``||W_skip||_F`` (seed 000's Figure 2): bars = mean over seeds, whiskers = range.
-
-    ``norms[variant]`` is ``[seeds, layers]``.
-    """
+def layer_stat_bars(norms: Mapping[str, np.ndarray], path: Path, title: str) -> Path:
+    """A per-layer statistic (e.g. the content skip's ``||W_skip||_F``, seed 000's Figure 2):
+    bars = mean over seeds, whiskers = range. ``norms[variant]`` is ``[seeds, layers]``."""
     fig = Figure(figsize=(max(6.0, 0.5 * max(a.shape[1] for a in norms.values()) + 3), 4.0))
     ax = fig.add_subplot()
     colors = _colors(list(norms))
@@ -133,8 +131,8 @@ def skip_norm_bars(norms: Mapping[str, np.ndarray], path: Path) -> Path:
             capsize=2,
         )
     ax.set_xlabel("layer")
-    ax.set_ylabel(r"$\|W_{skip}\|_F$")
-    ax.set_title("Content-skip norm per layer (final checkpoint)")
+    ax.set_ylabel(title)
+    ax.set_title(f"{title} per layer (final checkpoint)")
     ax.grid(alpha=0.3, axis="y")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return _save(fig, path)
@@ -176,14 +174,16 @@ def attention_grid(maps: Sequence[np.ndarray], title: str, path: Path, virtual: 
     return _save(fig, path)
 
 
-def head_weight_bars(weights: Sequence[np.ndarray], title: str, path: Path) -> Path:
-    """Mean identity-head weights per head (the last bar of each layer is the identity head)."""
+def head_weight_bars(
+    weights: Sequence[np.ndarray], title: str, path: Path, labels: Sequence[str]
+) -> Path:
+    """Per-head values of each layer (e.g. the mean identity-head weights; ``labels`` name the
+    bars, the last one drawn in black)."""
     n_layers = len(weights)
     n = len(weights[0])
     fig = Figure(figsize=(max(6.0, 0.35 * n * n_layers + 2), 3.8))
     ax = fig.add_subplot()
     width = 0.8 / n
-    labels = [f"head {h}" for h in range(n - 1)] + ["identity"]
     from matplotlib import colormaps
 
     cmap = colormaps["tab20"]

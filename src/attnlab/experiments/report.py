@@ -15,8 +15,13 @@ from typing import Any
 import numpy as np
 
 import attnlab
-from attnlab.experiments import analysis, plots
+from attnlab.experiments import plots
 from attnlab.experiments.curves import Band, band, relative_curve
+from attnlab.experiments.part_sections import (
+    attention_section,
+    layer_stats_section,
+    parts_section,
+)
 from attnlab.experiments.results import RunRow, collect, val_curve, write_results
 from attnlab.experiments.runner import read_record
 from attnlab.experiments.stats import PairedTest, mean_std, paired_test, relative_improvement
@@ -175,142 +180,6 @@ def _curves(out: Path, record: dict[str, Any], rows: list[RunRow]):
             if n != base and per_var[n]:
                 rel_bands[n] = relative_curve(per_var[base], per_var[n])
     return loss_bands, rel_bands
-
-
-def _skip_section(out: Path, record, rows: list[RunRow], notes: list[str]) -> list[str]:
-    variants = [
-        v["name"] for v in record["variants"] if v["config"]["model"]["content_skip"]["enabled"]
-    ]
-    if not variants:
-        return []
-    norms: dict[str, np.ndarray] = {}
-    per_seed: dict[str, dict[int, list[float]]] = {}
-    for name in variants:
-        got = {}
-        for r in rows:
-            if r.variant != name or r.status not in ("finished", "diverged"):
-                continue
-            try:
-                n = analysis.skip_norms(r.run_dir)
-            except Exception as e:
-                notes.append(f"content-skip norms of {r.variant} seed{r.seed}: {e}")
-                continue
-            if n:
-                got[r.seed] = n
-        if got:
-            per_seed[name] = got
-            norms[name] = np.array(list(got.values()))
-    if not norms:
-        return []
-    path = plots.skip_norm_bars(norms, out / PLOTS / "content_skip_norms.png")
-    inits = sorted(
-        {
-            v["config"]["model"]["content_skip"]["init_std"] * v["config"]["model"]["d_model"]
-            for v in record["variants"]
-            if v["name"] in norms
-        }
-    )
-    init = " / ".join(f"{x:.2g}" for x in inits)
-    n_layers = max(a.shape[1] for a in norms.values())
-    headers = ["layer"]
-    cols = []
-    for name, got in per_seed.items():
-        for s in sorted(got):
-            headers.append(f"{name} seed{s}")
-            cols.append(got[s])
-        if len(got) > 1:
-            headers.append(f"{name} mean")
-            cols.append(list(norms[name].mean(0)))
-    table = [[str(i), *(_f(c[i], 4) if i < len(c) else "—" for c in cols)] for i in range(n_layers)]
-    return [
-        "## Content-skip norms",
-        "",
-        "Per-layer Frobenius norm ||W_skip||_F of the final checkpoint (seed 000's Figure 2). "
-        f"W_skip (d x d) starts at N(0, σ²), a norm of about σ·d = {init}; a layer whose norm "
-        "grew far beyond that uses the skip path.",
-        "",
-        f"![content-skip norms]({path.relative_to(out).as_posix()})",
-        "",
-        _table(headers, table),
-        "",
-    ]
-
-
-def _attention_section(out: Path, record, rows: list[RunRow], notes: list[str]) -> list[str]:
-    def kind(v: dict[str, Any]) -> str | None:
-        m = v["config"]["model"]
-        if m["identity_head"]["enabled"]:
-            return "identity head"
-        if m["virtual_heads"]["enabled"]:
-            return "virtual heads"
-        return None
-
-    chosen = [(v["name"], kind(v)) for v in record["variants"] if kind(v)]
-    if not chosen:
-        return []
-    base = record["baseline"]
-    if base not in [n for n, _ in chosen]:
-        chosen.insert(0, (base, "baseline, for reference"))
-    lines = [
-        "## Attention maps",
-        "",
-        f"Attention probabilities of every layer and head on one fixed validation sequence (the "
-        f"first {ATTENTION_TOKENS} tokens of the validation split; rows = queries, columns = "
-        "keys), from the final checkpoint of each variant's first finished seed.",
-        "",
-    ]
-    text_shown = False
-    for name, what in chosen:
-        run = next(
-            (r for r in sorted(rows, key=lambda r: r.seed) if r.variant == name and r.ok), None
-        )
-        if run is None:
-            continue
-        try:
-            probe = analysis.attention_probe(run.run_dir, ATTENTION_TOKENS)
-        except Exception as e:
-            notes.append(f"attention maps of {name} seed{run.seed}: {e}")
-            continue
-        if not probe.maps:
-            continue
-        if not text_shown:
-            snippet = probe.text.replace("\n", " ⏎ ").replace("`", "'")
-            lines += [f"Sequence: `{snippet}`", ""]
-            text_shown = True
-        p = plots.attention_grid(
-            probe.maps,
-            f"{name} ({what}), seed {run.seed}",
-            out / PLOTS / f"attention_{name}.png",
-            probe.virtual,
-        )
-        lines += [
-            f"### {name} ({what})",
-            "",
-            f"![attention {name}]({p.relative_to(out).as_posix()})",
-            "",
-        ]
-        if probe.head_weights:
-            hp = plots.head_weight_bars(
-                probe.head_weights,
-                f"{name}: mean head weights over the sequence (identity head last)",
-                out / PLOTS / f"head_weights_{name}.png",
-            )
-            n = len(probe.head_weights[0])
-            headers = ["layer", *(f"head {h}" for h in range(n - 1)), "identity"]
-            table = [
-                [str(i), *(_f(float(x), 3) for x in w)] for i, w in enumerate(probe.head_weights)
-            ]
-            lines += [
-                "Identity-head weights (data-dependent weights over the H attention heads and "
-                "the identity head, averaged over the sequence's tokens; at initialisation all "
-                "weight is on the identity head):",
-                "",
-                f"![head weights {name}]({hp.relative_to(out).as_posix()})",
-                "",
-                _table(headers, table),
-                "",
-            ]
-    return lines
 
 
 # ------------------------------------------------------------------------------------ report
@@ -543,8 +412,9 @@ def build_report(out_dir: str | Path) -> Path:
     p = plots.params_vs_loss(points, base, out / PLOTS / "params_vs_loss.png")
     fig_lines += [f"![parameters vs loss]({p.relative_to(out).as_posix()})", ""]
     lines += fig_lines
-    lines += _skip_section(out, record, rows, notes)
-    lines += _attention_section(out, record, rows, notes)
+    lines += parts_section(record)
+    lines += layer_stats_section(out, record, rows, notes)
+    lines += attention_section(out, record, rows, notes)
     problems = [r for r in rows if r.status in ("diverged", "failed", "running", "missing")]
     if problems or notes:
         lines += ["## Notes", ""]

@@ -166,6 +166,8 @@ def _base_dict(spec: ExperimentSpec, folder: Path) -> dict[str, Any]:
     if isinstance(base, str):
         base = {"extends": base}
     base = dict(base)
+    if spec.plugins:  # every run's config records the experiment's plugins
+        base["plugins"] = [*base.get("plugins", []), *spec.plugins]
     parent = base.pop("extends", None)
     if parent is None:
         return base
@@ -263,7 +265,7 @@ def _match(
     if not isinstance(knob_value(probe.to_dict(), knob), int):
         raise ConfigError(
             f"variant {name!r}: match_by = {knob!r} is not an integer config key; use e.g. "
-            "model.ffn.hidden, model.mixer.hidden or model.moe_values.expert_hidden"
+            "model.ffn.hidden, model.mixer.hidden or model.value.expert_hidden"
         )
     cache: dict[int, int] = {}
 
@@ -367,8 +369,13 @@ def resolve(
     )
 
 
-def load_experiment(path: str | Path, overrides: list[str] = ()) -> Experiment:  # type: ignore[assignment]
-    """Read, validate and resolve an experiment file; ``overrides`` are ``--set`` items."""
+def load_experiment(
+    path: str | Path,
+    overrides: list[str] = (),  # type: ignore[assignment]
+    plugins: list[str] = (),  # type: ignore[assignment]
+) -> Experiment:
+    """Read, validate and resolve an experiment file; ``overrides`` are ``--set`` items,
+    ``plugins`` the ``--plugin`` specs (added to the file's own ``plugins``)."""
     exp_over, base_over = _split_overrides(list(overrides))
     spec, raw = read_experiment(path)
     if exp_over:
@@ -376,4 +383,6 @@ def load_experiment(path: str | Path, overrides: list[str] = ()) -> Experiment: 
         name = spec.name
         spec = parse_experiment(raw, str(path))
         spec.name = spec.name or name
+    if plugins:
+        spec.plugins = [*spec.plugins, *(p for p in plugins if p not in spec.plugins)]
     return resolve(spec, folder=Path(path).parent, base_overrides=base_over, source=str(path))

@@ -6,6 +6,8 @@
     # [base]  extends = "tiny"           #   ... with [base.model], [base.train], ... overrides
     seeds = [0, 1]                      # train.seed of each repetition; runs go to seed<k>/
     baseline = "baseline"               # optional; default: the first variant
+    plugins = ["my_ideas.py"]           # optional: modules/.py files registering parts (a
+                                        #   relative path is read from this file's folder)
 
     [budget]
     steps = 300                         # or: tokens = 1_000_000 (rounded up to whole steps)
@@ -34,7 +36,13 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from attnlab.config import ConfigError, fields_at, read_toml_file
+from attnlab.config import (
+    ConfigError,
+    fields_at,
+    load_config_plugins,
+    read_toml_file,
+    resolve_plugin_paths,
+)
 
 #: a variant name becomes a directory name
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._+-]*$"
@@ -95,6 +103,7 @@ class ExperimentSpec(_Spec):
 
     name: str | None = Field(None, pattern=NAME_PATTERN)
     description: str = ""
+    plugins: list[str] = Field(default_factory=list)
     base: str | dict[str, Any] = Field(default_factory=dict)
     seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
     budget: Budget
@@ -246,7 +255,8 @@ def read_experiment(path: str | Path) -> tuple[ExperimentSpec, dict[str, Any]]:
             near = difflib.get_close_matches(p.name, names, n=1, cutoff=0.5)
             hint = f"; did you mean configs/experiments/{near[0]}?" if near else ""
         raise ConfigError(f"experiment file {str(path)!r} does not exist{hint}")
-    raw = read_toml_file(p, "experiment file")
+    raw = resolve_plugin_paths(read_toml_file(p, "experiment file"), p.parent)
+    load_config_plugins(raw)  # before any variant's config names one of their parts
     spec = parse_experiment(raw, str(path))
     if spec.name is None:
         spec.name = p.stem

@@ -1,26 +1,41 @@
 """The attention core: softmax(q k^T * scale + bias, masked) v, per head, with GQA/MQA.
 
-FLOPs 4 * T_q * T_k * d_h per head. The fused path calls ``F.scaled_dot_product_attention``
-(flash / memory-efficient kernels where the device has them; O(T) memory). A part that reads or
-rewrites the T x T matrix itself (virtual heads, or returning the maps) takes the explicit path,
-which materialises the [B, H, T_q, T_k] logits: O(T^2 * H) memory.
+FLOPs 4 * T_q * T_k * d_h per head. Two paths:
+
+- ``sdpa``: ``F.scaled_dot_product_attention`` (flash / memory-efficient kernels where the device
+  has them; O(T) memory). ``backend`` picks the kernels it may use: ``auto`` lets torch choose,
+  ``flash`` allows only FlashAttention, ``sdpa`` any fused kernel (flash, memory-efficient,
+  cuDNN) but never torch's unfused math fallback.
+- ``explicit``: materialises the [B, H, T_q, T_k] logits (O(T^2 * H) memory), for a part that
+  reads or rewrites the T x T matrix (a score part with ``needs_attention_matrix``), for
+  returning the maps, and for ``backend = "math"``.
 """
 
 from __future__ import annotations
 
 import math
+from contextlib import nullcontext
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from attnlab.errors import UserError
+from attnlab.parts import ScoreContext
+
+_BACKENDS = {
+    "flash": [SDPBackend.FLASH_ATTENTION],
+    "sdpa": [
+        SDPBackend.FLASH_ATTENTION,
+        SDPBackend.EFFICIENT_ATTENTION,
+        SDPBackend.CUDNN_ATTENTION,
+    ],
+}
 
 
 class AttentionCore(nn.Module):
-    """Scaled dot-product attention over [B, H, T, d_h] tensors.
-
-    ``score_transform`` (optional) maps the [B, H, Tq, Tk] logits or probabilities to new ones
-    ([B, H', Tq, Tk]); it has an attribute ``on`` in {"logits", "probs"}.
-    """
+    """Scaled dot-product attention over [B, H, T, d_h] tensors."""
 
     def __init__(
         self,
@@ -28,35 +43,24 @@ class AttentionCore(nn.Module):
         backend: str = "auto",
         dropout: float = 0.0,
         scale_multiplier: float = 1.0,
-        score_transform: nn.Module | None = None,
     ) -> None:
         super().__init__()
         self.scale = scale_multiplier / math.sqrt(head_dim)
         self.backend = backend
         self.dropout = dropout
-        self.score_transform = score_transform
 
-    def forward(
-        self,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        *,
-        allowed: Tensor | None,
-        is_causal: bool,
-        bias: Tensor | None = None,
-        need_weights: bool = False,
-    ) -> tuple[Tensor, Tensor | None]:
-        """q [B,H,Tq,dh], k/v [B,Hkv,Tk,dh]; allowed [Tq,Tk] bool or None (with is_causal)."""
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, ctx: ScoreContext):
+        """q [B,H,Tq,dh], k/v [B,Hkv,Tk,dh] -> (out [B,H,Tq,dh], probs or None)."""
+        if ctx.need_weights or self.backend == "math":
+            return self.explicit(q, k, v, ctx)
+        return self.sdpa(q, k, v, ctx), None
+
+    def sdpa(self, q: Tensor, k: Tensor, v: Tensor, ctx: ScoreContext) -> Tensor:
+        """The fused path (no T x T matrix is kept)."""
         drop = self.dropout if self.training else 0.0
-        if not need_weights and self.score_transform is None and self.backend != "math":
-            return self._fused(q, k, v, allowed, is_causal, bias, drop), None
-        return self._explicit(q, k, v, allowed, is_causal, bias, drop)
-
-    def _fused(self, q, k, v, allowed, is_causal, bias, drop) -> Tensor:
-        mask = None
-        if bias is not None:
-            mask = bias.to(q.dtype)
+        allowed, is_causal, mask = ctx.allowed, ctx.is_causal, None
+        if ctx.bias is not None:
+            mask = ctx.bias.to(q.dtype)
             if allowed is None and is_causal:
                 allowed = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool, device=q.device)
                 allowed = allowed.tril(k.shape[2] - q.shape[2])
@@ -66,36 +70,51 @@ class AttentionCore(nn.Module):
         elif allowed is not None:
             mask, is_causal = allowed, False
         gqa = q.shape[1] != k.shape[1]
-        return F.scaled_dot_product_attention(
-            q,
-            k,
-            v,
-            attn_mask=mask,
-            dropout_p=drop,
-            is_causal=is_causal,
-            scale=self.scale,
-            enable_gqa=gqa,
-        )
+        kernels = _BACKENDS.get(self.backend)
+        try:
+            with sdpa_kernel(kernels) if kernels else nullcontext():
+                return F.scaled_dot_product_attention(
+                    q,
+                    k,
+                    v,
+                    attn_mask=mask,
+                    dropout_p=drop,
+                    is_causal=is_causal,
+                    scale=self.scale,
+                    enable_gqa=gqa,
+                )
+        except RuntimeError as e:
+            if kernels and "backend" in str(e).lower():
+                raise UserError(
+                    f"model.attention.backend={self.backend!r} has no kernel for this call on "
+                    f"{q.device.type} ({q.dtype}, mask={'yes' if mask is not None else 'no'}); "
+                    "set model.attention.backend='auto'"
+                ) from None
+            raise
 
-    def _explicit(self, q, k, v, allowed, is_causal, bias, drop) -> tuple[Tensor, Tensor]:
+    def explicit(
+        self, q: Tensor, k: Tensor, v: Tensor, ctx: ScoreContext, transform=None
+    ) -> tuple[Tensor, Tensor]:
+        """The materialised path. ``transform`` (optional, with ``on`` in {"logits", "probs"})
+        maps the [B, H, Tq, Tk] logits or probabilities to [B, H', Tq, Tk] ones."""
+        drop = self.dropout if self.training else 0.0
         Tq, Tk = q.shape[2], k.shape[2]
+        allowed = ctx.allowed
         if allowed is None:
             allowed = torch.ones(Tq, Tk, dtype=torch.bool, device=q.device)
-            if is_causal:
+            if ctx.is_causal:
                 allowed = allowed.tril(Tk - Tq)
         if q.shape[1] != k.shape[1]:
-            rep = q.shape[1] // k.shape[1]
-            k = k.repeat_interleave(rep, dim=1)
+            k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
         scores = (q * self.scale) @ k.transpose(-2, -1)  # scale the [T, d_h] side, not [T, T]
-        if bias is not None:
-            scores = scores + bias.to(scores.dtype)
-        t = self.score_transform
+        if ctx.bias is not None:
+            scores = scores + ctx.bias.to(scores.dtype)
         neg = torch.finfo(scores.dtype).min
-        if t is not None and t.on == "logits":
-            scores = t(scores.masked_fill(~allowed, 0.0), allowed)
+        if transform is not None and transform.on == "logits":
+            scores = transform.transform(scores.masked_fill(~allowed, 0.0), allowed)
         probs = torch.softmax(scores.masked_fill(~allowed, neg), dim=-1)
-        if t is not None and t.on == "probs":
-            probs = t(probs, allowed).masked_fill(~allowed, 0.0)
+        if transform is not None and transform.on == "probs":
+            probs = transform.transform(probs, allowed).masked_fill(~allowed, 0.0)
             probs = probs / probs.sum(-1, keepdim=True).clamp_min(1e-9)
         probs = probs.masked_fill(~allowed, 0.0)
         if drop:

@@ -1,8 +1,12 @@
-"""The attention sub-layer, in the order of the seed figures:
-x~ -> q, k, v -> (qk-norm) -> rotary -> [cache] -> attention core -> [identity head] -> head mixing.
+"""The attention sub-layer, in the order of the seed figures, one slot per step:
 
-Params (MHA, linear query, no bias): W_Q d*d_q + W_K, W_V d*d_kv each + W_O d_q*d.
-With ``query.fused`` the parts that read x~ linearly (W_Q or W1, W_K, W_V) run as one matmul.
+    x~ -> query, key, value -> (qk-norm) -> rotary -> [cache] -> score -> readout -> mixer
+
+Every step is the part its slot names in the config (``model.query``, ``model.key``,
+``model.value``, ``model.score``, ``model.readout``, ``model.mixer``). When every projection part
+can be fused (``fused_weights``) and ``model.attention.fuse_qkv`` is on, the projections that read
+x~ linearly run as one matmul d -> (r_q + 2 d_kv), each part finishing its own slice.
+Params (baseline): W_Q d*d_q + W_K, W_V d*d_kv each + W_O d_q*d.
 """
 
 from __future__ import annotations
@@ -14,54 +18,48 @@ from torch import Tensor, nn
 from attnlab.config import ModelConfig
 from attnlab.model.attention import AttentionCore
 from attnlab.model.context import AttnContext
-from attnlab.model.identity_head import IdentityHead
 from attnlab.model.kv_cache import KVCache
-from attnlab.model.linear import Linear, matmul_split, param_key, split_columns, uses_layout
-from attnlab.model.mixing import make_mixer
+from attnlab.model.linear import DecodeLayout, matmul_split, param_key, split_columns, uses_layout
 from attnlab.model.norms import RMSNorm
 from attnlab.model.positions import Rotary
-from attnlab.model.query import make_query
-from attnlab.model.virtual_heads import VirtualHeads
+from attnlab.parts import Dims, ScoreContext, registry
+from attnlab.parts.registry import build
 
 
-def _make_value(cfg: ModelConfig, d_kv: int) -> nn.Module:
-    if cfg.moe_values.enabled:
-        from attnlab.model.moe import MoEValues
-
-        return MoEValues(cfg.d_model, d_kv, cfg.moe_values, cfg.bias)
-    return Linear(cfg.d_model, d_kv, bias=cfg.bias)
-
-
-class Attention(nn.Module):
-    """Self- or cross-attention with every configured part."""
+class Attention(DecodeLayout, nn.Module):
+    """Self- or cross-attention assembled from the configured parts."""
 
     def __init__(self, cfg: ModelConfig, *, cross: bool = False, rotary: Rotary | None = None):
         super().__init__()
-        H, Hkv, dh = cfg.attention.n_heads, cfg.n_kv_heads, cfg.head_dim
+        dims = Dims.from_config(cfg, cross=cross)
+        H, Hkv, dh = dims.n_heads, dims.n_kv_heads, dims.head_dim
         self.H, self.Hkv, self.dh, self.cross = H, Hkv, dh, cross
-        self.query = make_query(cfg)
-        self.key = Linear(cfg.d_model, Hkv * dh, bias=cfg.bias)
-        self.value = _make_value(cfg, Hkv * dh)
-        self.fused = cfg.query.fused and not cross and isinstance(self.value, nn.Linear)
+        self.query = build(cfg.query, dims, "query")
+        self.key = build(cfg.key, dims, "key")
+        self.value = build(cfg.value, dims, "value")
+        rows = [p.fused_weights() for p in (self.query, self.key, self.value)]
+        self.fused = cfg.attention.fuse_qkv and not cross and all(r is not None for r in rows)
         self.q_norm = RMSNorm(dh, eps=cfg.norm.eps) if cfg.attention.qk_norm else None
         self.k_norm = RMSNorm(dh, eps=cfg.norm.eps) if cfg.attention.qk_norm else None
         self.rotary = None if cross else rotary
-        vh = cfg.virtual_heads
-        self.virtual = VirtualHeads(H, vh) if vh.enabled and not cross else None
-        n_heads_out = (vh.n_virtual or H) if self.virtual is not None else H
+        # cross-attention reads the encoder as it is: no score transform, plain head readout
+        self.score = None if cross else build(cfg.score, dims, "score")
+        if self.score is not None:
+            dims = dims.with_(heads_out=type(self.score).heads_out(cfg.score, dims))
+        #: heads leaving the score slot (H, or H' virtual heads)
+        self.heads_out = dims.heads_out
         self.core = AttentionCore(
             dh,
             backend=cfg.attention.backend,
             dropout=cfg.attention.dropout,
             scale_multiplier=self.query.scale_multiplier,
-            score_transform=self.virtual,
         )
-        use_id = cfg.identity_head.enabled and not cross
-        self.identity_head = (
-            IdentityHead(cfg.d_model, n_heads_out, dh, cfg.bias) if use_id else None
+        readout = (
+            cfg.readout if not cross else registry.get("readout", "heads").options(kind="heads")
         )
-        n_in = (n_heads_out + (1 if use_id else 0)) * dh
-        self.mixer = make_mixer(cfg, n_in)
+        self.readout = build(readout, dims, "readout")
+        dims = dims.with_(mixer_in=type(self.readout).width(readout, dims))
+        self.mixer = build(cfg.mixer, dims, "mixer")
 
     # -------------------------------------------------------------------------------- projections
     def project_qkv(self, u: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -71,23 +69,23 @@ class Attention(nn.Module):
         split = self._layout_params is not None and uses_layout(u)
         weight, bias = self._fused_weight(split)
         out = matmul_split(u, weight, bias) if split else F.linear(u, weight, bias)
-        d_kv = self.Hkv * self.dh
-        part, k, v = out.split([self.query.width, d_kv, d_kv], dim=-1)
-        return self.query.finish(u, part), k, v
+        widths = [p.fused_width for p in (self.query, self.key, self.value)]
+        q, k, v = out.split(widths, dim=-1)
+        return self.query.finish(u, q), self.key.finish(u, k), self.value.finish(u, v)
 
     _layout_params: tuple[Tensor, ...] | None = None
 
     def set_decode_layout(self, on: bool) -> None:
         """Inside ``decode_layout``: few-row inputs use the fused weight split by columns."""
-        self._layout_params = self._fused_params() if on else None
+        self._layout_params = self._fused_params() if on and self.fused else None
 
     def _fused_params(self) -> tuple[Tensor, ...]:
         return tuple(p for m in (self.query, self.key, self.value) for p in m.parameters())
 
     def _fused_weight(self, split: bool = False) -> tuple[Tensor, Tensor | None]:
-        """The concatenated [W_Q or W1 | W_K | W_V] (and bias); with ``split`` its
-        ``split_columns`` blocks. Without autograd (decoding, evaluation) it is cached until a
-        parameter changes (in-place update, move or cast): re-concatenating per decoded token
+        """The concatenated rows of the query, key and value parts (and bias); with ``split``
+        its ``split_columns`` blocks. Without autograd (decoding, evaluation) it is cached until
+        a parameter changes (in-place update, move or cast): re-concatenating per decoded token
         would copy as many bytes as the matmul reads."""
         cacheable = not torch.is_grad_enabled() and not torch.compiler.is_compiling()
         if cacheable:
@@ -97,11 +95,7 @@ class Attention(nn.Module):
             hit = getattr(self, "_fused_cache", None)
             if hit is not None and hit[0] == key:
                 return hit[1], hit[2]
-        rows = [
-            *self.query.fused_weights(),
-            (self.key.weight, self.key.bias),
-            (self.value.weight, self.value.bias),
-        ]
+        rows = [r for p in (self.query, self.key, self.value) for r in p.fused_weights()]
         weight = torch.cat([w for w, _ in rows])
         bias = None
         if any(b is not None for _, b in rows):
@@ -136,9 +130,11 @@ class Attention(nn.Module):
                 v = self._heads(self.value(memory), self.Hkv)
                 if cache is not None:
                     cache.cross[slot] = (k, v)
+            sctx = ScoreContext(None, False, None, ctx.need_weights)
         else:
             q, k, v = self.project_qkv(u)
             k, v = self._heads(k, self.Hkv), self._heads(v, self.Hkv)
+            sctx = ScoreContext(ctx.allowed, ctx.is_causal, ctx.bias, ctx.need_weights)
         q = self._heads(q, self.H)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
@@ -147,23 +143,8 @@ class Attention(nn.Module):
             k = self.rotary.apply(k, *ctx.rope)
         if cache is not None and not self.cross:
             k, v = cache.update(slot, k, v, ctx.start)
-        if self.cross:
-            out, probs = self.core(
-                q, k, v, allowed=None, is_causal=False, need_weights=ctx.need_weights
-            )
+        if self.score is not None:
+            heads, probs = self.score(q, k, v, self.core, sctx)
         else:
-            out, probs = self.core(
-                q,
-                k,
-                v,
-                allowed=ctx.allowed,
-                is_causal=ctx.is_causal,
-                bias=ctx.bias,
-                need_weights=ctx.need_weights,
-            )
-        if self.identity_head is not None:
-            mixed_in = self.identity_head(u, out)
-        else:
-            B, _, T, _ = out.shape
-            mixed_in = out.transpose(1, 2).reshape(B, T, -1)
-        return self.mixer(mixed_in), probs
+            heads, probs = self.core(q, k, v, sctx)
+        return self.mixer(self.readout(u, heads)), probs

@@ -1,12 +1,14 @@
-"""One transformer block, read in the order of the seed figures:
+"""One transformer block, read in the order of the seed figures, each step a slot's part:
 
-  norm -> pre-projection -> q, k, v -> positions -> attention -> head mixing
-       -> residual + content skip -> (cross-attention) -> FFN
+  norm -> feature map -> q, k, v -> positions -> score -> readout -> mixer
+       -> residual + side branch -> (cross-attention) -> FFN
 
 sequential pre-LN:  h = x + A(P(N1 x)) + S(P(N1 x));  y = h + F(N2 h)
 post-LN:            h = N1(x + A(P x) + S(P x));       y = N2(h + F(h))
 parallel (GPT-NeoX): y = x + A(P(N1 x)) + F(N2 x) + S(P(N1 x))
-``residual = false`` drops the "x +" and "h +" terms; ``mlp = false`` drops F (seed 004).
+P is ``model.feature_map`` (the pre-projection of seed 000, or nothing), S ``model.side_branch``
+(the content skip, or nothing), F ``model.ffn``. ``residual = false`` drops the "x +" and "h +"
+terms; ``mlp = false`` drops F (seed 004).
 """
 
 from __future__ import annotations
@@ -16,13 +18,12 @@ from torch import Tensor, nn
 
 from attnlab.config import ModelConfig
 from attnlab.model.attention_layer import Attention
-from attnlab.model.content_skip import ContentSkip
 from attnlab.model.context import AttnContext
-from attnlab.model.ffn import make_ffn
 from attnlab.model.kv_cache import KVCache
 from attnlab.model.norms import make_norm
 from attnlab.model.positions import Rotary
-from attnlab.model.pre_projection import PreProjection
+from attnlab.parts import Dims
+from attnlab.parts.registry import build
 
 
 class DropPath(nn.Module):
@@ -52,19 +53,17 @@ class Block(nn.Module):
         drop_path: float = 0.0,
     ) -> None:
         super().__init__()
-        d = cfg.d_model
+        d, dims = cfg.d_model, Dims.from_config(cfg)
         self.post = cfg.norm_position == "post"
         self.parallel = cfg.residual_kind == "parallel"
         self.residual = cfg.residual
         self.norm1 = make_norm(cfg.norm, d)
-        self.pre_projection = (
-            PreProjection(d, cfg.pre_projection) if cfg.pre_projection.enabled else None
-        )
+        self.feature_map = build(cfg.feature_map, dims, "feature_map")
         self.attention = Attention(cfg, rotary=rotary)
-        self.content_skip = ContentSkip(d, cfg.content_skip) if cfg.content_skip.enabled else None
+        self.side_branch = build(cfg.side_branch, dims, "side_branch")
         self.cross_norm = make_norm(cfg.norm, d) if cross else None
         self.cross_attention = Attention(cfg, cross=True) if cross else None
-        self.ffn = make_ffn(cfg) if cfg.mlp else None
+        self.ffn = build(cfg.ffn, dims, "ffn") if cfg.mlp else None
         self.norm2 = make_norm(cfg.norm, d) if cfg.mlp else None
         self.drop = nn.Dropout(cfg.dropout)
         self.drop_path = DropPath(drop_path)
@@ -84,11 +83,11 @@ class Block(nn.Module):
         memory: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         x_hat = x if self.post else self.norm1(x)
-        x_tilde = self.pre_projection(x_hat) if self.pre_projection is not None else x_hat
+        x_tilde = self.feature_map(x_hat) if self.feature_map is not None else x_hat
         attn, probs = self.attention(x_tilde, ctx, cache=cache, slot=slot)
         h = self._branch(attn)
-        if self.content_skip is not None:
-            h = h + self.content_skip(x_tilde)
+        if self.side_branch is not None:
+            h = h + self.side_branch(x_tilde)
         if self.parallel:
             return x + h + self._branch(self.ffn(self.norm2(x))), probs
         if self.residual:

@@ -60,7 +60,14 @@ def matmul_split(x: Tensor, blocks: Tensor, bias: Tensor | None) -> Tensor:
     return y if bias is None else y + bias
 
 
-class Linear(nn.Linear):
+class DecodeLayout:
+    """A module that keeps split weight copies while ``decode_layout`` is open."""
+
+    def set_decode_layout(self, on: bool) -> None:
+        raise NotImplementedError
+
+
+class Linear(DecodeLayout, nn.Linear):
     """``nn.Linear`` that multiplies a few rows by split W^T blocks inside ``decode_layout``."""
 
     _blocks: tuple[tuple, Tensor] | None = None  # (param_key of W, split_columns(W))
@@ -82,9 +89,9 @@ class Linear(nn.Linear):
 
 @contextmanager
 def decode_layout(model: nn.Module, enabled: bool = True) -> Iterator[None]:
-    """Within the block, every part with ``set_decode_layout`` multiplies few-row inputs by its
+    """Within the block, every :class:`DecodeLayout` module multiplies few-row inputs by its
     split weight copies (autograd off only). ``enabled=False`` does nothing."""
-    parts = [m for m in model.modules() if hasattr(m, "set_decode_layout")] if enabled else []
+    parts = [m for m in model.modules() if isinstance(m, DecodeLayout)] if enabled else []
     for m in parts:
         m.set_decode_layout(True)
     try:

@@ -15,12 +15,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnlab.config import NormConfig
-from attnlab.model.registry import Registry
-
-NORMS: Registry = Registry("norm")
 
 
-@NORMS.register("layernorm")
 class LayerNorm(nn.Module):
     """LayerNorm with an optional bias (nanoGPT runs GPT-2 without it)."""
 
@@ -34,7 +30,6 @@ class LayerNorm(nn.Module):
         return F.layer_norm(x, self.weight.shape, self.weight, self.bias, self.eps)
 
 
-@NORMS.register("rmsnorm")
 class RMSNorm(nn.Module):
     """RMSNorm (Zhang & Sennrich 2019); never has a bias."""
 
@@ -47,17 +42,23 @@ class RMSNorm(nn.Module):
         return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
 
 
-@NORMS.register("scalenorm")
 class ScaleNorm(nn.Module):
     """ScaleNorm: one learned scalar times the unit-normalised vector."""
 
     def __init__(self, dim: int, bias: bool = False, eps: float = 1e-5) -> None:
         super().__init__()
-        self.eps = eps
+        self.eps, self.dim = eps, dim
         self.weight = nn.Parameter(torch.tensor(math.sqrt(dim)))
 
     def forward(self, x: Tensor) -> Tensor:
         return self.weight * x / x.norm(dim=-1, keepdim=True).clamp_min(self.eps)
+
+
+NORMS: dict[str, type[nn.Module]] = {
+    "layernorm": LayerNorm,
+    "rmsnorm": RMSNorm,
+    "scalenorm": ScaleNorm,
+}
 
 
 def make_norm(cfg: NormConfig, dim: int) -> nn.Module:

@@ -1,11 +1,12 @@
 """The three families assembled from blocks: decoder-only (causal LM), encoder-only (masked LM) and
-encoder-decoder (seq2seq). With ``moe_values`` the stack is a universal transformer: its blocks are
-looped ``loops`` times with shared weights and a fixed sinusoidal per-loop step signal.
+encoder-decoder (seq2seq). With ``loops > 1`` a stack is a universal transformer: its blocks are
+looped ``loops`` times with shared weights and a fixed sinusoidal per-loop step signal (seed 004's
+MoE-values layer is one block looped, with ``model.value.kind = "moe"``).
 
-Init (nanoGPT / seed 001): every Linear and Embedding N(0, init_std), output projections
-N(0, init_std / sqrt(2 * depth)), norm weights 1 and biases 0; parts that declare their own init
-(pre-projection 0.01, content skip 1e-4, identity-head weights, virtual-head identity kernel,
-anchored query's zeroed final LN) keep it.
+Init (nanoGPT / seed 001): every Linear and Embedding N(0, init_std), norm weights 1 and biases 0,
+and each part initialises itself through its ``init_weights`` declaration, in module order (output
+projections N(0, init_std / sqrt(2 * depth)); pre-projection 0.01, content skip 1e-4,
+identity-head weights, virtual-head identity kernel, anchored query's zeroed final LN).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from attnlab.model.kv_cache import KVCache
 from attnlab.model.linear import Linear
 from attnlab.model.linear_cross_entropy import linear_cross_entropy
 from attnlab.model.masks import allowed_keys, stack_mask
-from attnlab.model.norms import LayerNorm, RMSNorm, ScaleNorm, make_norm
+from attnlab.model.norms import make_norm
 from attnlab.model.output import ModelOutput
 from attnlab.model.positions import (
     ALiBi,
@@ -34,17 +35,12 @@ from attnlab.model.positions import (
     SinusoidalPositions,
     T5RelativeBias,
 )
+from attnlab.parts import Init, Part, default_init
 
 
-def _pop_aux_losses(module: nn.Module) -> list[Tensor]:
-    """Take the auxiliary losses the module's routed parts left from their last call."""
-    out = []
-    for m in module.modules():
-        loss = getattr(m, "last_aux_loss", None)
-        if isinstance(loss, Tensor):
-            out.append(loss)
-            m.last_aux_loss = None
-    return out
+def parts_of(module: nn.Module) -> list[Part]:
+    """The registered parts inside ``module``, outermost first, in module order."""
+    return [m for m in module.modules() if isinstance(m, Part)]
 
 
 class Stack(nn.Module):
@@ -63,7 +59,7 @@ class Stack(nn.Module):
             if pos.kind == "t5"
             else None
         )
-        self.loops = cfg.moe_values.loops if cfg.moe_values.enabled else 1
+        self.loops = cfg.loops
         depth = n_layers * self.loops
         rates = [cfg.stochastic_depth * i / max(depth - 1, 1) for i in range(n_layers)]
         self.blocks = nn.ModuleList(
@@ -74,6 +70,9 @@ class Stack(nn.Module):
         sig = math.sqrt(2) * cfg.init_std  # per-dimension RMS = the embeddings' init std
         self.step_signal = SinusoidalPositions(cfg.d_model, scale=sig) if self.loops > 1 else None
         self.final_norm = make_norm(cfg.norm, cfg.d_model) if cfg.norm_position == "pre" else None
+        self._aux_parts = [
+            p for p in parts_of(self) if type(p).pop_aux_losses is not Part.pop_aux_losses
+        ]
 
     @property
     def n_slots(self) -> int:
@@ -130,8 +129,8 @@ class Stack(nn.Module):
                 slot += 1
                 if probs is not None:
                     maps.append(probs)
-                if self.training:
-                    aux.extend(_pop_aux_losses(block))
+        for part in self._aux_parts:
+            aux.extend(part.pop_aux_losses())
         self.aux_loss = torch.stack(aux).sum() if aux else None
         if self.final_norm is not None:
             x = self.final_norm(x)
@@ -173,7 +172,15 @@ class Transformer(nn.Module):
     # -------------------------------------------------------------------------------- properties
     @property
     def supports_cache(self) -> bool:
-        return self.decoder is not None
+        """A decoder whose every part declares cached decoding exact."""
+        return self.decoder is not None and all(
+            type(p).supports_kv_cache for p in parts_of(self.decoder)
+        )
+
+    @property
+    def needs_attention_matrix(self) -> bool:
+        """True when some part reads the T x T matrix (no fused kernel: O(T^2) memory)."""
+        return any(type(p).needs_attention_matrix for p in parts_of(self))
 
     @property
     def depth(self) -> int:
@@ -183,41 +190,28 @@ class Transformer(nn.Module):
     # -------------------------------------------------------------------------------------- init
     @torch.no_grad()
     def reset_parameters(self) -> None:
-        std = self.cfg.init_std
-        out_std = std / math.sqrt(2 * self.depth)
+        """Every module in order: a part initialises itself (``init_weights``), anything else
+        (embeddings, norms, positions) gets the default init."""
+        init = Init.for_depth(self.cfg.init_std, self.depth)
+        done: set[int] = set()
         for m in self.modules():
-            if isinstance(m, nn.Linear):
-                if getattr(m, "skip_init", False):
-                    continue
-                s = getattr(
-                    m, "init_std", out_std if getattr(m, "is_output_projection", False) else std
-                )
-                nn.init.normal_(m.weight, 0.0, s)
-                if m.bias is not None:
-                    nn.init.zeros_(m.bias)
-            elif isinstance(m, nn.Embedding):
-                nn.init.normal_(m.weight, 0.0, std)
-            elif isinstance(m, LayerNorm | RMSNorm):
-                fill = 0.0 if getattr(m, "zero_init", False) else 1.0
-                m.weight.fill_(fill)
-                if getattr(m, "bias", None) is not None:
-                    m.bias.zero_()
-            elif isinstance(m, ScaleNorm):
-                m.weight.fill_(math.sqrt(self.cfg.d_model))
-        for m in self.modules():
-            if hasattr(m, "reset_head_weights"):
-                m.reset_head_weights()
-            elif m is not self and hasattr(m, "reset_parameters") and hasattr(m, "route"):
-                m.reset_parameters()  # routed experts own their init
+            if id(m) in done:
+                continue
+            if isinstance(m, Part):
+                m.init_weights(init)
+                done.update(id(s) for s in m.modules())
+            else:
+                default_init(m, init.std)
 
     # ----------------------------------------------------------------------------------- helpers
     def param_groups(self, weight_decay: float) -> list[dict]:
         """AdamW groups: decay on >= 2-D weights (matrices, embeddings), none on norms, biases and
-        parameters a part marks ``no_weight_decay`` (e.g. stacked per-expert biases)."""
+        the parameters a part declares in ``no_decay_parameters`` (e.g. stacked expert biases)."""
+        exempt = {id(p) for part in parts_of(self) for p in part.no_decay_parameters()}
         decay, no_decay = [], []
         for p in self.parameters():
             if p.requires_grad:
-                wd = p.dim() >= 2 and not getattr(p, "no_weight_decay", False)
+                wd = p.dim() >= 2 and id(p) not in exempt
                 (decay if wd else no_decay).append(p)
         return [
             {"params": decay, "weight_decay": weight_decay},
@@ -343,9 +337,10 @@ class Transformer(nn.Module):
 
     # --------------------------------------------------------------------------------- accounting
     def flops_per_token(self, seq_len: int) -> int:
-        """Forward FLOPs per token: 2 x every matmul weight a token passes through (MoE: only
-        active experts; the LM head included), plus 4 * T * d_h per head per attention layer for
-        q k^T and p v at full context T (the PaLM/nanoGPT convention), plus the virtual-head conv.
+        """Forward FLOPs per token: each part's declared ``flops_per_token`` (by default 2 x
+        every Linear it holds; a routed part counts only active experts; a score part adds its
+        own work), 2 x any other Linear, plus 4 * T * d_h per head per attention layer for
+        q k^T and p v at full context T (the PaLM/nanoGPT convention), the LM head included.
         Training costs 3x this."""
         from attnlab.model.attention_layer import Attention
 
@@ -354,18 +349,17 @@ class Transformer(nn.Module):
             if stack is None:
                 continue
             for block in stack.blocks:
-                routed = [m for m in block.modules() if hasattr(m, "flops_per_token")]
-                inside = {id(s) for m in routed for s in m.modules()}
-                per_block = sum(m.flops_per_token() for m in routed)
+                per_block, done = 0, set()
                 for m in block.modules():
-                    if isinstance(m, nn.Linear) and id(m) not in inside:
+                    if id(m) in done:
+                        continue
+                    if isinstance(m, Part):
+                        per_block += m.flops_per_token(seq_len)
+                        done.update(id(s) for s in m.modules())
+                    elif isinstance(m, nn.Linear):
                         per_block += 2 * m.in_features * m.out_features
                     if isinstance(m, Attention):
-                        heads = m.H
-                        if m.virtual is not None:
-                            heads = m.virtual.weight.shape[0]
-                            per_block += 2 * m.virtual.weight.numel() * seq_len
-                        per_block += 4 * seq_len * m.dh * heads
+                        per_block += 4 * seq_len * m.dh * m.heads_out
                 total += per_block * stack.loops
         total += 2 * self.lm_head.in_features * self.lm_head.out_features
         return total

@@ -25,6 +25,7 @@ import torch
 from torch import Tensor, nn
 
 from attnlab.errors import UserError
+from attnlab.parts import Dims
 
 QLayout = Literal["whole", "first", "per_head_qkv"]
 
@@ -76,20 +77,6 @@ SPECS: dict[str, ArchSpec] = {
 }
 
 
-@dataclass(frozen=True)
-class Dims:
-    """Widths the injected parts are built with."""
-
-    d_model: int
-    n_layers: int
-    n_heads: int
-    head_dim: int
-
-    @property
-    def d_q(self) -> int:
-        return self.n_heads * self.head_dim
-
-
 def arch_of(model: nn.Module) -> ArchSpec:
     """The :class:`ArchSpec` of a transformers causal LM, or a UserError listing what is supported."""
     model_type = getattr(getattr(model, "config", None), "model_type", None)
@@ -102,11 +89,27 @@ def arch_of(model: nn.Module) -> ArchSpec:
 
 
 def dims_of(model: nn.Module) -> Dims:
+    """The part dims of a pretrained base: its widths, ``pretrained=True`` (the base keeps its
+    own projections), and the injected parts' own settings: no biases, norms with bias and
+    eps 1e-5 (they run in float32 beside the base)."""
     cfg = model.config
     d = int(cfg.hidden_size)
     heads = int(cfg.num_attention_heads)
-    head_dim = getattr(cfg, "head_dim", None) or d // heads
-    return Dims(d, int(cfg.num_hidden_layers), heads, int(head_dim))
+    kv = int(getattr(cfg, "num_key_value_heads", None) or heads)
+    head_dim = int(getattr(cfg, "head_dim", None) or d // heads)
+    return Dims(
+        d_model=d,
+        n_heads=heads,
+        n_kv_heads=kv,
+        head_dim=head_dim,
+        n_layers=int(cfg.num_hidden_layers),
+        bias=False,
+        norm_eps=1e-5,
+        norm_bias=True,
+        pretrained=True,
+        heads_out=heads,
+        mixer_in=heads * head_dim,
+    )
 
 
 def parallel_residual(model: nn.Module, spec: ArchSpec) -> bool:

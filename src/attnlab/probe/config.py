@@ -15,22 +15,32 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    Field,
+    SerializeAsAny,
+    ValidationError,
+    WrapValidator,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
 from attnlab.config import (
-    Activation,
     ConfigError,
-    ContentSkipConfig,
-    PreProjectionConfig,
-    Section,
     apply_overrides,
     deep_merge,
+    load_config_plugins,
     read_toml_file,
+    resolve_plugin_paths,
+    with_plugins,
 )
 from attnlab.config import explain as explain_validation
-from attnlab.probe.methods import Method, MethodError, parse_method
+from attnlab.parts import PartOptions, registry
+from attnlab.probe.methods import Component, Method, MethodError, find_component, parse_method
+from attnlab.schema import Section
 
 
 class BaseModelConfig(Section):
@@ -48,37 +58,29 @@ class BaseModelConfig(Section):
     attn_implementation: Literal["auto", "eager", "sdpa"] = "auto"
 
 
-class PreProjectionOptions(Section):
-    """x~ = x^ + W_down act(W_up x^) (SPEC 1.2); the method decides whether it is used."""
-
-    expansion: float = Field(1.25, gt=0)
-    activation: Activation = "silu"
-    gated: bool = False
-    init_std: float = Field(0.01, ge=0)
-
-    def part_config(self) -> PreProjectionConfig:
-        return PreProjectionConfig(enabled=True, **self.model_dump())
+def _component_options(value: Any, handler: Any) -> PartOptions:
+    if isinstance(value, PartOptions):
+        return value
+    if not isinstance(value, dict) or "kind" not in value:
+        raise PydanticCustomError("part_table", "must be a table of the part's options")
+    comp = find_component(value["kind"])
+    assert comp is not None  # the keys were resolved before
+    return registry.get(comp.slot, comp.kind).options.model_validate(value)
 
 
-class ContentSkipOptions(Section):
-    """out = x + attn + W_skip x~ (SPEC 1.2)."""
-
-    init_std: float = Field(1e-4, ge=0)
-
-    def part_config(self) -> ContentSkipConfig:
-        return ContentSkipConfig(enabled=True, **self.model_dump())
+PartTable = Annotated[SerializeAsAny[PartOptions], WrapValidator(_component_options)]
 
 
-class AnchoredQueryOptions(Section):
-    """q = u W_Q + f(u) (SPEC 1.1, paper form (u W_Q + f(u)) / 2 with ``mean``)."""
+def component_of(key: str) -> Component:
+    comp = find_component(key)
+    if comp is None:
+        from attnlab.probe.methods import component_names
 
-    ratio: float = Field(0.5, gt=0, description="r = ratio * d for the bottleneck f")
-    activation: Activation = "gelu"
-    mean: bool = Field(
-        False, description="(u W_Q + f)/2: halves q, so the base is NOT unchanged at step 0"
-    )
-    init_std: float = Field(0.02, ge=0, description="W1, W2 init std (f's LN gain starts at 0)")
-    eps: float = Field(1e-5, gt=0)
+        raise ValueError(
+            f"parts.{key}: no injectable part is called {key!r}; parts here: "
+            f"{', '.join(c for c in component_names() if c != 'lora')}"
+        )
+    return comp
 
 
 class LoraOptions(Section):
@@ -171,16 +173,39 @@ class ProbeEvalConfig(Section):
 class ProbeConfig(Section):
     """One probe run: a frozen base, a method, and how to train and evaluate it."""
 
+    plugins: list[str] = Field(default_factory=list)
     name: str = ""
     base: BaseModelConfig = BaseModelConfig()
     method: str = "preproj+skip"
-    pre_projection: PreProjectionOptions = PreProjectionOptions()
-    content_skip: ContentSkipOptions = ContentSkipOptions()
-    anchored_query: AnchoredQueryOptions = AnchoredQueryOptions()
+    parts: dict[str, PartTable] = Field(
+        default_factory=dict,
+        description="options of the injected parts, one table per part: [parts.pre_projection]",
+    )
     lora: LoraOptions = LoraOptions()
     train: ProbeTrainConfig = ProbeTrainConfig()
     data: ProbeDataConfig = ProbeDataConfig()
     eval: ProbeEvalConfig = ProbeEvalConfig()
+
+    @field_validator("parts", mode="before")
+    @classmethod
+    def _part_keys(cls, v: Any) -> Any:
+        """Tables keyed by a part's kind or method name; the key sets the table's kind."""
+        if not isinstance(v, dict):
+            return v
+        out = {}
+        for key, table in v.items():
+            comp = component_of(str(key))
+            if isinstance(table, dict):
+                table = {**table, "kind": comp.kind}
+            out[comp.kind] = table
+        return out
+
+    def part_options(self, comp: Component) -> PartOptions:
+        """The options of an injected part (its table, else its defaults)."""
+        opts = self.parts.get(comp.kind)
+        return (
+            opts if opts is not None else registry.get(comp.slot, comp.kind).options(kind=comp.kind)
+        )
 
     @field_validator("method")
     @classmethod
@@ -213,9 +238,22 @@ class MethodEntry(BaseModel):
 # ----------------------------------------------------------------------------------- errors
 
 
-def explain(err: ValidationError, root: type[BaseModel] = ProbeConfig) -> str:
+#: probe keys of earlier attnlab versions -> what replaced them
+RENAMED = {
+    "pre_projection": "[parts.pre_projection]",
+    "content_skip": "[parts.content_skip]",
+    "anchored_query": "[parts.anchored] (eps follows the part: 1e-5)",
+}
+
+
+def explain(
+    err: ValidationError, root: type[BaseModel] = ProbeConfig, raw: Mapping[str, Any] | None = None
+) -> str:
     """The shared config error messages, with valid keys looked up in the probe schema."""
-    return explain_validation(err, root, title="invalid probe config")
+    text = explain_validation(err, root, title="invalid probe config", raw=raw)
+    for old, new in RENAMED.items():
+        text = text.replace(f"unknown key '{old}'.", f"unknown key '{old}'. it is now {new}.")
+    return text
 
 
 # ---------------------------------------------------------------------------------- loading
@@ -223,10 +261,11 @@ def explain(err: ValidationError, root: type[BaseModel] = ProbeConfig) -> str:
 
 def validate_probe(raw: Mapping[str, Any]) -> ProbeConfig:
     """A raw dict as a :class:`ProbeConfig`, or :class:`ConfigError` naming every problem."""
+    raw = load_config_plugins(dict(raw))
     try:
-        return ProbeConfig.model_validate(dict(raw))
+        return ProbeConfig.model_validate(raw)
     except ValidationError as e:
-        raise ConfigError(explain(e)) from None
+        raise ConfigError(explain(e, raw=raw)) from None
 
 
 def read_probe_file(path: str | Path | None) -> dict[str, Any]:
@@ -235,12 +274,14 @@ def read_probe_file(path: str | Path | None) -> dict[str, Any]:
         return {}
     if not Path(path).is_file():
         raise ConfigError(f"probe config {str(path)!r} does not exist; give a .toml file")
-    return read_toml_file(path, "probe config")
+    return resolve_plugin_paths(read_toml_file(path, "probe config"), Path(path).parent)
 
 
-def load_probe_config(path: str | Path | None = None, overrides: Iterable[str] = ()) -> ProbeConfig:
-    """One run's config from a TOML file (or the defaults) plus ``--set`` overrides."""
-    raw = read_probe_file(path)
+def load_probe_config(
+    path: str | Path | None = None, overrides: Iterable[str] = (), plugins: Iterable[str] = ()
+) -> ProbeConfig:
+    """One run's config from a TOML file (or the defaults) plus ``--plugin`` and ``--set``."""
+    raw = with_plugins(read_probe_file(path), plugins)
     if "methods" in raw:
         raise ConfigError(
             f"{path} is an experiment file (it has a 'methods' list); load it with "
@@ -290,13 +331,13 @@ def _check_fair(entry: MethodEntry, where: str, i: int) -> None:
 
 
 def load_experiment(
-    path: str | Path, overrides: Iterable[str] = ()
+    path: str | Path, overrides: Iterable[str] = (), plugins: Iterable[str] = ()
 ) -> tuple[str, list[ProbeConfig]]:
     """(experiment name, one validated :class:`ProbeConfig` per method) from an experiment file.
 
     ``--set`` overrides apply to the shared settings of every method; a method's own keys win.
     """
-    raw = read_probe_file(path)
+    raw = with_plugins(read_probe_file(path), plugins)
     entries = _entries(raw.pop("methods", None), str(path))
     name = str(raw.pop("name", "") or Path(path).stem)
     shared = apply_overrides(raw, overrides)

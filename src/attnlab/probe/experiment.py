@@ -109,11 +109,12 @@ def run_experiment(
     restart: bool = False,
     data_root: str | Path = "data",
     log: Callable[[str], None] | None = None,
+    plugins: Iterable[str] = (),
 ) -> list[ProbeResult]:
     """Train and evaluate every method of the experiment file ``path`` into ``out_dir``, which
     is locked for the call (a second process on it fails at once, naming the holder)."""
     log = log or (lambda m: print(m, file=sys.stderr, flush=True))
-    name, configs = load_experiment(path, overrides)
+    name, configs = load_experiment(path, overrides, plugins)
     out_dir = Path(out_dir)
     with lock.locked(out_dir, "probe experiment directory"):
         return _run_methods(name, configs, out_dir, restart, data_root, log)

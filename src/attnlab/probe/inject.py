@@ -1,14 +1,14 @@
-"""Inject pre-projection, content skip and the anchored query into a transformers causal LM.
+"""Inject registered parts into a transformers causal LM (the frozen probe of seed 000).
 
-Per decoder layer, with x^ the attention module's input (the layer's Norm(x)):
+Per decoder layer, with x^ the attention module's input (the layer's Norm(x)), one hook per slot:
 
-- pre-projection: a forward pre-hook on the attention module replaces x^ by
-  x~ = x^ + W_down act(W_up x^), so Q, K and V (however the module computes them) read x~;
-- content skip: a forward hook on the attention module adds W_skip x~ to its output. In a
-  sequential block that is x + attn + W_skip x~ before the MLP's norm, as in the seed; in GPT-NeoX's
-  parallel block it is x + attn + mlp + W_skip x~;
-- anchored query: a forward hook on the q projection adds f(u) to the query columns only,
-  q = u W_Q + f(u), f(u) = LN(act(RMSNorm(u) W1) W2) with LN's affine at 0 (``mean``: (u W_Q + f)/2).
+- a ``feature_map`` part (pre-projection): a forward pre-hook on the attention module replaces x^
+  by x~ = F(x^), so Q, K and V (however the module computes them) read x~;
+- a ``side_branch`` part (content skip): a forward hook on the attention module adds S(x~) to its
+  output. In a sequential block that is x + attn + S(x~) before the MLP's norm, as in the seed; in
+  GPT-NeoX's parallel block it is x + attn + mlp + S(x~);
+- a ``query`` part with ``pretrained_delta`` (anchored query): a forward hook on the q projection
+  adds the part's delta to the query columns only, e.g. q = u W_Q + f(u) with f's LN affine at 0.
 
 Only hooks are used (no forward method is replaced), so the base's own code, caches, attention
 kernels and gradient checkpointing (hooks re-run in the recompute) work unchanged. The parts live in
@@ -28,13 +28,11 @@ from torch import Tensor, nn
 from torch.utils.hooks import RemovableHandle
 
 from attnlab.errors import UserError
-from attnlab.model.content_skip import ContentSkip
-from attnlab.model.norms import LayerNorm, RMSNorm
-from attnlab.model.pre_projection import PreProjection
-from attnlab.model.query import Bottleneck
-from attnlab.probe.arch import ArchSpec, Dims, QLayout, add_to_q, arch_of, dims_of
+from attnlab.parts import Dims, Init, Part, QueryPart
+from attnlab.parts.registry import build
+from attnlab.probe.arch import ArchSpec, QLayout, add_to_q, arch_of, dims_of
 from attnlab.probe.config import ProbeConfig
-from attnlab.probe.methods import Method, parse_method
+from attnlab.probe.methods import Component, Method, parse_method
 
 ATTR = "attnlab_probe"
 
@@ -46,54 +44,45 @@ def _run(part: nn.Module, x: Tensor) -> Tensor:
 
 
 class ProbeLayer(nn.Module):
-    """The parts injected into one attention block (any of them may be absent)."""
+    """The parts injected into one attention block, one per slot (any of them may be absent)."""
 
-    def __init__(self, dims: Dims, components: frozenset[str], cfg: ProbeConfig) -> None:
+    def __init__(self, dims: Dims, components: list[Component], cfg: ProbeConfig) -> None:
         super().__init__()
-        d = dims.d_model
-        self.pre_projection = (
-            PreProjection(d, cfg.pre_projection.part_config()) if "preproj" in components else None
-        )
-        self.content_skip = (
-            ContentSkip(d, cfg.content_skip.part_config()) if "skip" in components else None
-        )
-        self.anchored: Bottleneck | None = None
-        self.anchored_mean = cfg.anchored_query.mean
-        if "anchored-query" in components:
-            aq = cfg.anchored_query
-            r = max(1, round(aq.ratio * d))
-            self.anchored = Bottleneck(d, dims.d_q, r, aq.activation, False, True, aq.eps)
-            self.anchored.ln.zero_init = True
-            for lin in (self.anchored.w1, self.anchored.w2):
-                lin.init_std = aq.init_std
+        self.feature_map: Part | None = None
+        self.side_branch: Part | None = None
+        self.query: QueryPart | None = None
+        for comp in components:
+            setattr(self, comp.slot, build(cfg.part_options(comp), dims, comp.slot))
         self.reset_parameters()
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
-        """Linear N(0, its ``init_std``); norm gains 1 (0 where ``zero_init``), biases 0."""
-        for m in self.modules():
-            if isinstance(m, nn.Linear):
-                nn.init.normal_(m.weight, 0.0, getattr(m, "init_std", 0.02))
-                if m.bias is not None:
-                    nn.init.zeros_(m.bias)
-            elif isinstance(m, LayerNorm | RMSNorm):
-                m.weight.fill_(0.0 if getattr(m, "zero_init", False) else 1.0)
-                if getattr(m, "bias", None) is not None:
-                    m.bias.zero_()
+        """Each part's declared init at std 0.02 (its own options may set another)."""
+        for part in (self.feature_map, self.side_branch, self.query):
+            if part is not None:
+                part.init_weights(Init(0.02, 0.02))
 
     def x_tilde(self, x_hat: Tensor) -> Tensor:
-        return x_hat if self.pre_projection is None else _run(self.pre_projection, x_hat)
+        return x_hat if self.feature_map is None else _run(self.feature_map, x_hat)
+
+    def stats(self) -> dict[str, float]:
+        """The parts' declared layer statistics (e.g. the content skip's ``skip_norm``)."""
+        out: dict[str, float] = {}
+        for part in (self.feature_map, self.side_branch, self.query):
+            if part is not None:
+                out.update(part.layer_stats())
+        return out
 
     def skip_norm(self) -> float | None:
         """||W_skip||_F (the seed's Figure 2), or None without a content skip."""
-        return None if self.content_skip is None else self.content_skip.norm()
+        return self.stats().get("content_skip_norm")
 
 
 def _hidden(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Tensor:
     return args[0] if args else kwargs["hidden_states"]
 
 
-def _pre_projection_hook(layer: ProbeLayer) -> Callable:
+def _feature_map_hook(layer: ProbeLayer) -> Callable:
     def hook(module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
         if args:
             return (layer.x_tilde(args[0]), *args[1:]), kwargs
@@ -102,9 +91,9 @@ def _pre_projection_hook(layer: ProbeLayer) -> Callable:
     return hook
 
 
-def _content_skip_hook(layer: ProbeLayer) -> Callable:
-    assert layer.content_skip is not None
-    skip = layer.content_skip
+def _side_branch_hook(layer: ProbeLayer) -> Callable:
+    assert layer.side_branch is not None
+    skip = layer.side_branch
 
     def hook(module: nn.Module, args: tuple, kwargs: dict, output: Any) -> Any:
         # the forward's arguments after the pre-hook: x~ with a pre-projection, else x^
@@ -125,15 +114,16 @@ def _q_slice(out: Tensor, layout: QLayout, d_q: int, n_heads: int) -> Tensor:
     return per_head[..., : d_q // n_heads].reshape(*out.shape[:-1], d_q)
 
 
-def _anchored_hook(layer: ProbeLayer, layout: QLayout, dims: Dims) -> Callable:
-    assert layer.anchored is not None
-    f_part = layer.anchored
+def _query_hook(layer: ProbeLayer, layout: QLayout, dims: Dims) -> Callable:
+    assert layer.query is not None
+    part = layer.query
+    dtype = next(part.parameters()).dtype
 
     def hook(module: nn.Module, args: tuple, output: Tensor) -> Tensor:
-        f = _run(f_part, args[0]).to(output.dtype)
-        if layer.anchored_mean:  # (u W_Q + f) / 2 = u W_Q + (f - u W_Q) / 2
-            f = 0.5 * (f - _q_slice(output, layout, dims.d_q, dims.n_heads))
-        return add_to_q(output, f, layout, dims.n_heads)
+        u = args[0]
+        q_base = _q_slice(output, layout, dims.d_q, dims.n_heads)
+        delta = part.pretrained_delta(u.to(dtype), q_base.to(dtype)).to(output.dtype)
+        return add_to_q(output, delta, layout, dims.n_heads)
 
     return hook
 
@@ -180,6 +170,10 @@ class Injection:
     def skip_norms(self) -> list[float | None]:
         return [layer.skip_norm() for layer in self.layers]
 
+    def layer_stats(self) -> list[dict[str, float]]:
+        """Per layer, the injected parts' declared statistics."""
+        return [layer.stats() for layer in self.layers]
+
     def remove(self) -> None:
         """Detach every hook and part; the base computes exactly what it did before."""
         for h in self._handles:
@@ -202,8 +196,8 @@ def unwrap(model: nn.Module) -> nn.Module:
 
 
 def inject(model: nn.Module, method: Method | str, cfg: ProbeConfig | None = None) -> Injection:
-    """Attach ``method``'s attnlab parts (pre-projection, content skip, anchored query) to every
-    attention block of ``model`` (a transformers causal LM, possibly wrapped by PEFT).
+    """Attach ``method``'s attnlab parts (e.g. pre-projection, content skip, anchored query) to
+    every attention block of ``model`` (a transformers causal LM, possibly wrapped by PEFT).
 
     The parts are created in float32 on the device of each layer's weights. LoRA is not handled
     here (see :mod:`attnlab.probe.lora`); a method with only LoRA injects nothing.
@@ -222,17 +216,15 @@ def inject(model: nn.Module, method: Method | str, cfg: ProbeConfig | None = Non
         layer = ProbeLayer(dims, method.injects, cfg).to(device)
         layers.append(layer)
         attn = spec.attention_of(block)
-        if layer.pre_projection is not None:
+        if layer.feature_map is not None:
             handles.append(
-                attn.register_forward_pre_hook(_pre_projection_hook(layer), with_kwargs=True)
+                attn.register_forward_pre_hook(_feature_map_hook(layer), with_kwargs=True)
             )
-        if layer.content_skip is not None:
-            handles.append(attn.register_forward_hook(_content_skip_hook(layer), with_kwargs=True))
-        if layer.anchored is not None:
+        if layer.side_branch is not None:
+            handles.append(attn.register_forward_hook(_side_branch_hook(layer), with_kwargs=True))
+        if layer.query is not None:
             q_module = getattr(attn, spec.q_module)
-            handles.append(
-                q_module.register_forward_hook(_anchored_hook(layer, spec.q_layout, dims))
-            )
+            handles.append(q_module.register_forward_hook(_query_hook(layer, spec.q_layout, dims)))
     setattr(host, ATTR, layers)
     return Injection(host, spec, dims, method, layers, handles)
 

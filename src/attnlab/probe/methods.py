@@ -1,15 +1,22 @@
 """Probe methods by name: a set of components, parsed from strings such as ``preproj+skip``.
 
-Grammar: ``COMPONENT("+"COMPONENT)*["@"TARGET]`` or ``frozen``. Components (aliases in brackets):
+Grammar: ``COMPONENT("+"COMPONENT)*["@"TARGET]`` or ``frozen``. A component is ``lora`` (PEFT
+LoRA on the attention projections) or any registered part that can be injected into a pretrained
+model: every ``feature_map`` part (a forward pre-hook replaces the attention input x^ by x~),
+every ``side_branch`` part (a forward hook adds S(x~) to the attention output), and every
+``query`` part that declares ``pretrained_delta`` (a hook adds it to the base's q). Built-in:
 
 ==================  ==================================================================  ============
 component           what is injected into every attention block                         params/layer
 ==================  ==================================================================  ============
-``preproj``         x~ = x^ + W_down act(W_up x^), Q/K/V read x~ [pre-projection]       2 e d^2
-``skip``            out = x + attn + W_skip x~ [content-skip]                           d^2
+``preproj``         x~ = x^ + W_down act(W_up x^), Q/K/V read x~ [pre_projection]       2 e d^2
+``skip``            out = x + attn + W_skip x~ [content_skip]                           d^2
 ``anchored-query``  q = u W_Q + f(u), f(u) = LN(act(RMSNorm(u) W1) W2) [anchored]       2 d r + O(d)
 ``lora``            PEFT LoRA on the attention projections (q/k/v/o by default)         r (in + out)
 ==================  ==================================================================  ============
+
+A plugin's parts join under their kind name (or their class's ``probe_name``); ``attnlab parts``
+marks which ones can be probed. At most one component per slot.
 
 ``@TARGET`` (only with ``lora``) solves the LoRA rank so the method's *actual* trainable count
 (counted after ``get_peft_model``) matches the method ``TARGET``'s count on the same base:
@@ -23,23 +30,13 @@ import difflib
 import re
 from dataclasses import dataclass
 
-COMPONENTS = ("preproj", "skip", "anchored-query", "lora")
-ALIASES = {
-    "preproj": "preproj",
-    "pre-proj": "preproj",
-    "pre-projection": "preproj",
-    "pre_projection": "preproj",
-    "preprojection": "preproj",
-    "skip": "skip",
-    "content-skip": "skip",
-    "content_skip": "skip",
-    "anchored-query": "anchored-query",
-    "anchored_query": "anchored-query",
-    "anchored": "anchored-query",
-    "lora": "lora",
-}
+from attnlab.parts import registry
+
+LORA = "lora"
 FROZEN = "frozen"
 _FROZEN_ALIASES = ("frozen", "baseline", "none")
+#: slots whose parts can be injected, in the order their hooks apply
+PROBE_SLOTS = ("feature_map", "side_branch", "query")
 
 
 class MethodError(ValueError):
@@ -47,19 +44,60 @@ class MethodError(ValueError):
 
 
 @dataclass(frozen=True)
+class Component:
+    """One injectable part: its method name, slot and registered kind."""
+
+    name: str
+    slot: str
+    kind: str
+
+
+def components() -> list[Component]:
+    """Every injectable registered part, in :data:`PROBE_SLOTS` order."""
+    out = []
+    for slot in PROBE_SLOTS:
+        for spec in registry.specs(slot):
+            if slot == "query" and not spec.cls.probe_ready():
+                continue
+            out.append(Component(spec.cls.probe_name or spec.kind, slot, spec.kind))
+    return out
+
+
+def component_names() -> list[str]:
+    return [c.name for c in components()] + [LORA]
+
+
+def _norm(s: str) -> str:
+    return s.strip().lower().replace("-", "_")
+
+
+def find_component(token: str) -> Component | None:
+    """The component a name or alias refers to (its method name, its kind, either with '-' or
+    '_' or no separator), or None."""
+    key = _norm(token)
+    for c in components():
+        for alias in (c.name, c.kind, f"{c.kind}_{c.slot}"):
+            a = _norm(alias)
+            if key in (a, a.replace("_", "")):
+                return c
+    return None
+
+
+@dataclass(frozen=True)
 class Method:
-    """What a probe run trains: ``components`` (a subset of :data:`COMPONENTS`) and, with LoRA,
-    an optional ``lora_match`` method whose parameter count the LoRA rank is solved to match."""
+    """What a probe run trains: ``components`` (method names of injectable parts, and ``lora``)
+    and, with LoRA, an optional ``lora_match`` method whose parameter count the LoRA rank is
+    solved to match."""
 
     components: frozenset[str]
     lora_match: Method | None = None
 
     @property
     def name(self) -> str:
-        """Canonical spelling: components in :data:`COMPONENTS` order, then ``@target``."""
+        """Canonical spelling: components in registry order, then lora, then ``@target``."""
         if not self.components:
             return FROZEN
-        base = "+".join(c for c in COMPONENTS if c in self.components)
+        base = "+".join(c for c in component_names() if c in self.components)
         return f"{base}@{self.lora_match.name}" if self.lora_match is not None else base
 
     @property
@@ -67,9 +105,9 @@ class Method:
         return not self.components
 
     @property
-    def injects(self) -> frozenset[str]:
-        """The attnlab parts (everything except LoRA)."""
-        return self.components - {"lora"}
+    def injects(self) -> list[Component]:
+        """The attnlab parts (everything except LoRA), in hook order."""
+        return [c for c in components() if c.name in self.components]
 
     def has(self, component: str) -> bool:
         return component in self.components
@@ -80,15 +118,20 @@ class Method:
 
 def _component(token: str, text: str) -> str:
     key = token.strip().lower()
-    if key in ALIASES:
-        return ALIASES[key]
+    if key == LORA:
+        return LORA
     if key in _FROZEN_ALIASES:
         raise MethodError(f"method {text!r}: 'frozen' trains nothing and cannot be combined")
-    near = difflib.get_close_matches(key, [*ALIASES, FROZEN], n=1, cutoff=0.5)
+    found = find_component(key)
+    if found is not None:
+        return found.name
+    names = component_names()
+    near = difflib.get_close_matches(key, [*names, FROZEN], n=1, cutoff=0.5)
     hint = f"did you mean {near[0]!r}? " if near else ""
     raise MethodError(
         f"method {text!r}: unknown component {token.strip()!r}; {hint}"
-        f"components: {', '.join(COMPONENTS)} (joined with '+'), or 'frozen'"
+        f"components: {', '.join(names)} (joined with '+'), or 'frozen'. A plugin's part is "
+        "loaded with --plugin FILE.py or plugins = [...] in the probe file"
     )
 
 
@@ -107,9 +150,18 @@ def parse_method(text: str) -> Method:
     dup = sorted({c for c in comps if comps.count(c) > 1})
     if dup:
         raise MethodError(f"method {raw!r} names {', '.join(dup)} twice")
+    slots: dict[str, str] = {}
+    for c in components():
+        if c.name in comps:
+            if c.slot in slots:
+                raise MethodError(
+                    f"method {raw!r} puts {slots[c.slot]!r} and {c.name!r} in the same slot "
+                    f"({c.slot}); choose one"
+                )
+            slots[c.slot] = c.name
     match = None
     if sep:
-        if "lora" not in comps:
+        if LORA not in comps:
             raise MethodError(
                 f"method {raw!r}: '@{target}' sets the LoRA rank to match a parameter count, "
                 "so the method needs 'lora' (e.g. 'lora@preproj+skip')"

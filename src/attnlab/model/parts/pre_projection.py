@@ -8,27 +8,42 @@ cached keys and values keep the baseline's shape.
 
 from __future__ import annotations
 
+from pydantic import Field
 from torch import Tensor, nn
 
-from attnlab.config import PreProjectionConfig
 from attnlab.model.activations import make_activation
 from attnlab.model.linear import Linear
+from attnlab.parts import Dims, FeatureMapPart, Init, PartOptions, register
+from attnlab.schema import Activation
 
 
-class PreProjection(nn.Module):
+@register("feature_map", "pre_projection")
+class PreProjection(FeatureMapPart):
     """x~ = x^ + W_down act(W_up x^) (or its gated form)."""
 
-    def __init__(self, d: int, cfg: PreProjectionConfig) -> None:
-        super().__init__()
-        hidden = int(round(cfg.expansion * d))
-        self.gated = cfg.gated
+    param_label = "pre_projection"
+    cost = "params 2*e*d^2 (gated 3*e*d^2); FLOPs 4*e*d^2 (gated 6*e*d^2) per token; cache 0"
+    probe_name = "preproj"
+
+    class Options(PartOptions):
+        expansion: float = Field(1.25, gt=0, description="hidden width e * d")
+        activation: Activation = "silu"
+        gated: bool = False
+        init_std: float = Field(0.01, ge=0, description="N(0, std) for W_up, W_gate, W_down")
+
+    def __init__(self, opts: Options, dims: Dims) -> None:
+        super().__init__(opts, dims)
+        d = dims.d_model
+        hidden = int(round(opts.expansion * d))
         self.w_up = Linear(d, hidden, bias=False)
-        self.w_gate = Linear(d, hidden, bias=False) if cfg.gated else None
-        self.act = make_activation(cfg.activation)
+        self.w_gate = Linear(d, hidden, bias=False) if opts.gated else None
+        self.act = make_activation(opts.activation)
         self.w_down = Linear(hidden, d, bias=False)
+
+    def init_weights(self, init: Init) -> None:
         for lin in (self.w_up, self.w_gate, self.w_down):
             if lin is not None:
-                lin.init_std = cfg.init_std
+                nn.init.normal_(lin.weight, 0.0, self.opts.init_std)
 
     def forward(self, x_hat: Tensor) -> Tensor:
         if self.w_gate is not None:

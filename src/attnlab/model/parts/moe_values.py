@@ -36,21 +36,24 @@ expert's weights, and the results un-permuted and gate-weighted. Two ways to run
 - ``auto`` (default): ``grouped`` on CUDA in bf16 (autocast or bf16 weights) with aligned widths,
   else ``loop``.
 
-Init: router and expert weights N(0, init_std = 0.02), biases 0. ``reset_parameters()`` redoes it.
+Init: router and expert weights N(0, the model's init std), biases 0.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Literal
 
 import torch
 import torch.nn.functional as F
+from pydantic import Field
 from torch import Tensor, nn
 
-from attnlab.config import MoEValuesConfig
 from attnlab.errors import UserError
 from attnlab.model.activations import make_activation
 from attnlab.model.linear import Linear
+from attnlab.parts import Dims, Init, PartOptions, ValuePart, register
+from attnlab.schema import Activation
 
 Impl = Literal["auto", "loop", "grouped"]
 
@@ -83,66 +86,92 @@ def _compute_dtype(x: Tensor) -> torch.dtype:
     return x.dtype
 
 
-class MoEValues(nn.Module):
+@register("value", "moe")
+class MoEValues(ValuePart):
     """u [..., d_model] -> v [..., d_out] through top-k of E expert MLPs (dropless).
 
     After each forward: ``last_aux_loss`` (training only, else None) and ``last_stats`` (detached
     tensors: ``counts`` [E] token-slots per expert, ``load`` [E] fraction of tokens sent to each
     expert (sums to k), ``entropy`` mean router entropy in nats, ``balance_loss``, ``z_loss``, and
-    ``dropped`` = 0). A module called several times per model step (the universal loop) overwrites
-    them on every call: collect ``last_aux_loss`` after each call.
+    ``dropped`` = 0). A module called several times per model step (the universal loop) collects
+    every call's auxiliary loss until ``pop_aux_losses``.
     """
+
+    param_label = "moe_values"
+    width_option = "expert_hidden"
+    cost = (
+        "params d*E + E*(d*h + h*d_kv); active d*E + k*(d*h + h*d_kv); FLOPs 2dE + 2k(dh + h d_kv)"
+    )
+
+    class Options(PartOptions):
+        n_experts: int = Field(8, ge=1)
+        top_k: int = Field(2, ge=1)
+        expert_hidden: int | None = Field(None, ge=1, description="None = d_model")
+        activation: Activation = "gelu"
+        aux_loss_coef: float = Field(0.01, ge=0)
+        z_loss_coef: float = Field(1e-3, ge=0)
+        impl: Impl = Field("auto", description="expert dispatch: auto, loop or grouped")
+
+        def check(self, model) -> list[str]:
+            out = []
+            if self.top_k > self.n_experts:
+                out.append(
+                    f"model.value.top_k={self.top_k} exceeds model.value.n_experts="
+                    f"{self.n_experts}; lower top_k or add experts"
+                )
+            if model.family != "decoder":
+                out.append("model.value.kind='moe' is implemented for model.family='decoder' only")
+            return out
 
     last_aux_loss: Tensor | None
     last_stats: dict
 
-    def __init__(
-        self,
-        d_model: int,
-        d_out: int,
-        cfg: MoEValuesConfig,
-        bias: bool,
-        *,
-        init_std: float = 0.02,
-        impl: Impl = "auto",
-    ) -> None:
-        super().__init__()
-        if cfg.top_k > cfg.n_experts:
+    def __init__(self, opts: Options, dims: Dims) -> None:
+        super().__init__(opts, dims)
+        if opts.top_k > opts.n_experts:
             raise UserError(
-                f"model.moe_values.top_k={cfg.top_k} exceeds model.moe_values.n_experts="
-                f"{cfg.n_experts}; lower top_k or add experts"
+                f"model.value.top_k={opts.top_k} exceeds model.value.n_experts="
+                f"{opts.n_experts}; lower top_k or add experts"
             )
-        if impl not in ("auto", "loop", "grouped"):
-            raise UserError(f"MoEValues impl={impl!r}; choose 'auto', 'loop' or 'grouped'")
-        self.d_model, self.d_out = d_model, d_out
-        self.n_experts, self.top_k = cfg.n_experts, cfg.top_k
-        self.hidden = cfg.expert_hidden or d_model
-        self.aux_loss_coef, self.z_loss_coef = cfg.aux_loss_coef, cfg.z_loss_coef
-        self.init_std = init_std
-        self.impl: Impl = impl
+        if opts.impl not in ("auto", "loop", "grouped"):
+            raise UserError(f"MoEValues impl={opts.impl!r}; choose 'auto', 'loop' or 'grouped'")
+        self.d_model, self.d_out = dims.d_model, dims.d_kv
+        self.n_experts, self.top_k = opts.n_experts, opts.top_k
+        self.hidden = opts.expert_hidden or dims.d_model
+        self.aux_loss_coef, self.z_loss_coef = opts.aux_loss_coef, opts.z_loss_coef
+        self.impl: Impl = opts.impl
         E, h = self.n_experts, self.hidden
 
-        self.router = Linear(d_model, E, bias=False)
-        self.router.init_std = init_std
-        self.w_in = nn.Parameter(torch.empty(E, d_model, h))
-        self.w_out = nn.Parameter(torch.empty(E, h, d_out))
-        self.b_in = nn.Parameter(torch.empty(E, h)) if bias else None
-        self.b_out = nn.Parameter(torch.empty(E, d_out)) if bias else None
-        for b in (self.b_in, self.b_out):
-            if b is not None:
-                b.no_weight_decay = True  # 2-D only because experts are stacked: a bias
-        self.act = make_activation(cfg.activation)
+        self.router = Linear(self.d_model, E, bias=False)
+        self.w_in = nn.Parameter(torch.empty(E, self.d_model, h))
+        self.w_out = nn.Parameter(torch.empty(E, h, self.d_out))
+        self.b_in = nn.Parameter(torch.empty(E, h)) if dims.bias else None
+        self.b_out = nn.Parameter(torch.empty(E, self.d_out)) if dims.bias else None
+        self.act = make_activation(opts.activation)
         self.last_aux_loss = None
+        self._aux: list[Tensor] = []
         self.last_stats = {}
-        self.reset_parameters()
+        self.init_weights(Init())
 
-    def reset_parameters(self) -> None:
-        nn.init.normal_(self.router.weight, std=self.init_std)
-        nn.init.normal_(self.w_in, std=self.init_std)
-        nn.init.normal_(self.w_out, std=self.init_std)
+    @torch.no_grad()
+    def init_weights(self, init: Init) -> None:
+        nn.init.normal_(self.router.weight, std=init.std)
+        nn.init.normal_(self.w_in, std=init.std)
+        nn.init.normal_(self.w_out, std=init.std)
         for b in (self.b_in, self.b_out):
             if b is not None:
                 nn.init.zeros_(b)
+
+    def no_decay_parameters(self) -> Iterable[nn.Parameter]:
+        """The stacked per-expert biases: 2-D only because the experts are stacked."""
+        return [b for b in (self.b_in, self.b_out) if b is not None]
+
+    def pop_aux_losses(self) -> list[Tensor]:
+        out, self._aux = self._aux, []
+        return out
+
+    def notes(self) -> list[str]:
+        return [f"moe_values: {self.top_k} of {self.n_experts} experts active per token"]
 
     # ------------------------------------------------------------------------------ accounting
 
@@ -158,7 +187,7 @@ class MoEValues(nn.Module):
         """Params touched per token: router dE + top_k experts."""
         return self.d_model * self.n_experts + self.top_k * self._expert_params()
 
-    def flops_per_token(self) -> int:
+    def flops_per_token(self, seq_len: int = 0) -> int:
         """Forward matmul FLOPs per token: 2dE + k (2dh + 2h d_out)."""
         d, h, E, k = self.d_model, self.hidden, self.n_experts, self.top_k
         return 2 * d * E + k * (2 * d * h + 2 * h * self.d_out)
@@ -259,6 +288,8 @@ class MoEValues(nn.Module):
         self.last_aux_loss = (
             self.aux_loss_coef * balance + self.z_loss_coef * z if self.training else None
         )
+        if self.last_aux_loss is not None:
+            self._aux.append(self.last_aux_loss)
         with torch.no_grad():
             entropy = -(probs * torch.log_softmax(logits, dim=-1)).sum(-1).mean()
         self.last_stats = {

@@ -1,0 +1,108 @@
+"""attnlab parts: every registered part by slot, with its options, cost and origin."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import typing
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+NAME = "parts"
+HELP = "List the registered parts by slot: options, declared costs, and where each comes from."
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("slot", nargs="?", help="only this slot (e.g. query, side_branch)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def _type_name(ann: Any) -> str:
+    if typing.get_origin(ann) is typing.Literal:
+        return "|".join(repr(a) for a in typing.get_args(ann))
+    if isinstance(ann, type):
+        return ann.__name__
+    return str(ann).replace("typing.", "").replace("NoneType", "None")
+
+
+def describe(spec) -> dict[str, Any]:
+    """One part as plain data: slot, kind, source, summary, cost, options, declarations."""
+    from attnlab.parts import QueryPart
+    from attnlab.parts.slots import ProjectionPart
+
+    cls = spec.cls
+    options = {
+        name: {
+            "type": _type_name(f.annotation),
+            "default": f.get_default(call_default_factory=True),
+            "description": f.description or "",
+        }
+        for name, f in spec.options.model_fields.items()
+        if name != "kind"
+    }
+    flags = []
+    if issubclass(cls, ProjectionPart):
+        fusable = cls.fused_weights is not ProjectionPart.fused_weights
+        flags.append("fuses with Q/K/V" if fusable else "not fused")
+    if cls.needs_attention_matrix:
+        flags.append("needs the T x T matrix")
+    if not cls.supports_kv_cache:
+        flags.append("no KV cache")
+    if spec.slot in ("feature_map", "side_branch") or (
+        issubclass(cls, QueryPart) and cls.probe_ready()
+    ):
+        flags.append(f"probe: {cls.probe_name or spec.kind}")
+    doc = [" ".join((cls.__doc__ or "").strip().split("\n\n")[0].split())]
+    return {
+        "slot": spec.slot,
+        "kind": spec.kind,
+        "source": spec.source,
+        "class": f"{cls.__module__}.{cls.__qualname__}",
+        "summary": doc[0] if doc else "",
+        "param_label": cls.label(),
+        "cost": cls.cost,
+        "declares": flags,
+        "options": options,
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    from attnlab.errors import UserError
+    from attnlab.parts import SLOTS, registry
+
+    if args.slot and args.slot not in SLOTS:
+        raise UserError(f"unknown slot {args.slot!r}; slots: {', '.join(SLOTS)}")
+    slots = [args.slot] if args.slot else list(SLOTS)
+    rows = [describe(spec) for slot in slots for spec in registry.specs(slot)]
+    if args.json:
+        print(json.dumps(rows, indent=2, default=str))
+        return 0
+    con = Console()
+    for slot in slots:
+        s = SLOTS[slot]
+        table = Table(
+            title=f"{slot}: {s.doc}" + ("  (optional: kind = 'none')" if s.optional else ""),
+            title_justify="left",
+            show_lines=True,
+        )
+        table.add_column("kind")
+        table.add_column("what it computes; cost")
+        table.add_column("options")
+        table.add_column("declares")
+        table.add_column("from")
+        for row in (r for r in rows if r["slot"] == slot):
+            opts = "\n".join(
+                f"{k}: {v['type']} = {v['default']!r}" for k, v in row["options"].items()
+            )
+            what = row["summary"] + (f"\n{row['cost']}" if row["cost"] else "")
+            table.add_row(
+                row["kind"],
+                what,
+                opts or "—",
+                "\n".join([f"params row: {row['param_label']}", *row["declares"]]),
+                row["source"],
+            )
+        con.print(table)
+    return 0

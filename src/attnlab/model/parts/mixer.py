@@ -1,0 +1,103 @@
+"""Head mixing: concatenated head outputs [.., n_in] -> d.
+
+- linear:    o W_O                                   params n_in * d (+ d)
+- nonlinear: W_b act(W_a o) (seed 004): an MLP whose hidden width m is chosen so that its params
+  equal W_O's plus those of the MLP blocks removed from the layer:
+  m = (n_in*d + P_mlp) / (n_in + d) (biases included when the model has them), P_mlp = the
+  removed FFN block's params with its norm. FLOPs 2m(n_in + d)/token.
+Both end in the branch's output projection, initialised N(0, out_std).
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+from torch import Tensor
+
+from attnlab.model.activations import make_activation
+from attnlab.model.linear import Linear
+from attnlab.parts import Dims, Init, MixerPart, PartOptions, register
+from attnlab.parts.part import default_init
+from attnlab.schema import Activation
+
+
+def removed_mlp_params(cfg) -> int:
+    """Parameters of one FFN block and its norm (what ``mlp = false`` removes per layer)."""
+    d, h = cfg.d_model, cfg.ffn_hidden
+    glu = cfg.ffn.kind in ("swiglu", "geglu")
+    mats = (3 if glu else 2) * d * h
+    biases = ((2 * h if glu else h) + d) if cfg.bias else 0
+    norm = {"layernorm": d * (2 if cfg.norm.bias else 1), "rmsnorm": d, "scalenorm": 1}
+    return mats + biases + norm[cfg.norm.kind]
+
+
+@register("mixer", "linear")
+class LinearMixer(MixerPart):
+    """o -> o W_O (+ b)."""
+
+    param_label = "output"
+    cost = "params n_in*d; FLOPs 2*n_in*d per token"
+
+    def __init__(self, opts: PartOptions, dims: Dims) -> None:
+        super().__init__(opts, dims)
+        self.w_o = Linear(dims.mixer_in, dims.d_model, bias=dims.bias)
+
+    def init_weights(self, init: Init) -> None:
+        default_init(self.w_o, init.out_std)
+
+    def forward(self, o: Tensor) -> Tensor:
+        return self.w_o(o)
+
+
+@register("mixer", "nonlinear")
+class NonlinearMixer(MixerPart):
+    """o -> W_b act(W_a o)."""
+
+    param_label = "nonlinear_mixer"
+    width_option = "hidden"
+    cost = "params m*(n_in + d); FLOPs 2*m*(n_in + d) per token (m sized to the removed MLP)"
+
+    class Options(PartOptions):
+        activation: Activation = "gelu"
+        hidden: int | None = Field(None, ge=1, description="None = sized to the removed MLP params")
+
+        def check(self, model) -> list[str]:
+            if model.mlp and self.hidden is None:
+                return [
+                    "model.mixer.kind='nonlinear' sizes itself to the removed MLP blocks, but "
+                    "model.mlp=true keeps them; set model.mlp=false or give model.mixer.hidden"
+                ]
+            return []
+
+    @staticmethod
+    def hidden_width(opts: Options, dims: Dims) -> int:
+        """m: its params m(n_in + d) (+ m + d biases) match a linear W_O plus the removed MLP
+        block as closely as a whole width allows."""
+        if opts.hidden is not None:
+            return opts.hidden
+        d, b, n_in = dims.d_model, int(dims.bias), dims.mixer_in
+        target = n_in * d + b * d + removed_mlp_params(dims.model)
+        return max(1, round((target - b * d) / (n_in + d + b)))
+
+    def __init__(self, opts: Options, dims: Dims) -> None:
+        super().__init__(opts, dims)
+        self.hidden = self.hidden_width(opts, dims)
+        self.n_in = dims.mixer_in
+        self.w_a = Linear(dims.mixer_in, self.hidden, bias=dims.bias)
+        self.act = make_activation(opts.activation)
+        self.w_b = Linear(self.hidden, dims.d_model, bias=dims.bias)
+        self._removed = removed_mlp_params(dims.model) if dims.model is not None else 0
+
+    def init_weights(self, init: Init) -> None:
+        default_init(self.w_a, init.std)
+        default_init(self.w_b, init.out_std)
+
+    def forward(self, o: Tensor) -> Tensor:
+        return self.w_b(self.act(self.w_a(o)))
+
+    def notes(self) -> list[str]:
+        n = sum(p.numel() for p in self.parameters())
+        return [
+            f"nonlinear_mixer: hidden {self.hidden}, {n} params per layer = a linear W_O "
+            f"({self.n_in * self.w_b.out_features}) + the removed MLP block ({self._removed}), "
+            "rounded to a whole hidden width"
+        ]

@@ -1,0 +1,95 @@
+"""Virtual heads (seed 004): a convolution over the T x T x H attention image, heads as channels,
+makes H' new heads, a learned local rewiring of the attention graph.
+
+- conv "1d" (causal models): for each query row i, along the key axis,
+  s'[h', i, j] = sum_h sum_(t<K) w[h', h, t] * s[h, i, j - t], so key j only reads keys <= j of the
+  same row and nothing from the future can leak. Params H*H'*K.
+- conv "2d" (bidirectional encoders only): a K x K convolution over (query, key), same padding.
+- ``on = "logits"``: transform the masked logits, then mask and softmax; ``on = "probs"``: softmax,
+  transform, mask and renormalise.
+Initialised to the identity (w[h, h, 0] = 1), so training starts from ordinary attention.
+Cost: this part reads the full [B, H, T, T] matrix, so it never uses a fused (flash) kernel:
+O(T^2 * H) memory and 2*K*H*H'*T (1-D) extra FLOPs per token.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from pydantic import Field
+from torch import Tensor, nn
+
+from attnlab.parts import Dims, Init, PartOptions, ScoreContext, ScorePart, register
+
+
+@register("score", "virtual_heads")
+class VirtualHeads(ScorePart):
+    """[B, H, Tq, Tk] scores -> [B, H', Tq, Tk] scores, on the materialised matrix."""
+
+    param_label = "virtual_heads"
+    cost = "params H*H'*K (2-D: H*H'*K^2); FLOPs 2*K*H*H'*T per token; memory O(T^2 * H)"
+    needs_attention_matrix = True
+    attention_maps_label = "virtual heads"
+
+    class Options(PartOptions):
+        kernel_size: int = Field(3, ge=1)
+        n_virtual: int | None = Field(None, ge=1, description="H'; None = n_heads")
+        on: Literal["logits", "probs"] = "logits"
+        conv: Literal["1d", "2d"] = "1d"
+
+        def check(self, model) -> list[str]:
+            out = []
+            if self.conv == "2d" and model.family != "encoder":
+                out.append(
+                    "model.score.conv='2d' looks at later queries and keys; it is only allowed in "
+                    "model.family='encoder'. Use conv='1d' in causal stacks"
+                )
+            n = self.n_virtual or model.attention.n_heads
+            if n % model.n_kv_heads:
+                out.append(
+                    f"model.score.n_virtual={n} must be a multiple of the {model.n_kv_heads} K/V "
+                    "heads (each virtual head reads one K/V group's values)"
+                )
+            return out
+
+    @classmethod
+    def heads_out(cls, opts: Options, dims: Dims) -> int:
+        return opts.n_virtual or dims.n_heads
+
+    def __init__(self, opts: Options, dims: Dims) -> None:
+        super().__init__(opts, dims)
+        self.on, self.conv, self.k = opts.on, opts.conv, opts.kernel_size
+        n_out, H = self.heads_out(opts, dims), dims.n_heads
+        shape = (n_out, H, self.k) if opts.conv == "1d" else (n_out, H, self.k, self.k)
+        self.weight = nn.Parameter(torch.zeros(shape))
+        self._identity()
+
+    @torch.no_grad()
+    def _identity(self) -> None:
+        self.weight.zero_()
+        n_out, H = self.weight.shape[:2]
+        for h in range(min(n_out, H)):
+            if self.conv == "1d":
+                self.weight[h, h, 0] = 1.0
+            else:
+                self.weight[h, h, self.k // 2, self.k // 2] = 1.0
+
+    def init_weights(self, init: Init) -> None:
+        self._identity()
+
+    def extra_flops(self, seq_len: int) -> int:
+        return 2 * self.weight.numel() * seq_len
+
+    def transform(self, s: Tensor, allowed: Tensor) -> Tensor:
+        B, H, Tq, Tk = s.shape
+        if self.conv == "1d":
+            rows = s.permute(0, 2, 1, 3).reshape(B * Tq, H, Tk)
+            # w[.., t] multiplies key j - t: flip so conv1d's cross-correlation reads left padding.
+            out = F.conv1d(F.pad(rows, (self.k - 1, 0)), self.weight.flip(-1))
+            return out.reshape(B, Tq, -1, Tk).permute(0, 2, 1, 3)
+        return F.conv2d(s, self.weight, padding=self.k // 2)
+
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, core, ctx: ScoreContext):
+        return core.explicit(q, k, v, ctx, transform=self)

@@ -1,0 +1,227 @@
+"""The base every part derives from, and what a part is given when it is built.
+
+A part is an ``nn.Module`` registered in a slot under a kind name (``@register("query",
+"nonlinear")``). It declares, on the class, everything the rest of attnlab needs to know about
+it, so that the block, ``attnlab params``, the FLOP counter, the optimizer, ``generate``, the
+reports and the probe read declarations instead of naming parts:
+
+=========================  =====================================================================
+declaration                what reads it
+=========================  =====================================================================
+``Options``                the config: the part's typed options (a :class:`PartOptions` subclass)
+``param_label``            ``attnlab params``: the row its parameters are counted in
+``cost``                   ``attnlab parts``: its parameter/FLOP/cache cost in symbols
+``flops_per_token``        MFU and ``attnlab params`` (default: 2 x in x out of its Linears)
+``extra_flops``            FLOPs a part adds beyond its Linears (e.g. a convolution over scores)
+``init_weights``           the model's init (default: Linear N(0, std), norms 1, biases 0)
+``no_decay_parameters``    the optimizer: parameters kept out of weight decay
+``pop_aux_losses``         the training loss: auxiliary losses of the last forward
+``supports_kv_cache``      ``generate``: whether cached decoding is exact with this part
+``needs_attention_matrix`` the attention core: whether the T x T matrix must be formed
+``layer_stats``            reports: per-layer numbers read from the trained weights
+``forward_stats``          reports: per-layer summaries of one recorded forward pass
+``attention_maps_label``   reports: draw this variant's attention maps, with this label
+``notes``                  ``attnlab params``: sentences about sizing choices
+``probe_name``             ``attnlab probe``: the part's name in method strings
+``width_option``           ``compare``'s parameter matching: the option that sets its width
+=========================  =====================================================================
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor, nn
+
+from attnlab.schema import PartOptions
+
+
+@dataclass(frozen=True)
+class Dims:
+    """The shapes and shared settings a part is built for.
+
+    ``model`` is the whole model config when the part is built into an attnlab model, and None
+    when it is injected into a pretrained Hugging Face model (``pretrained`` is then True and the
+    base's own projections stay in place). ``heads_out`` is how many heads leave the score slot
+    (H unless a score part makes more), ``mixer_in`` the width the head readout hands the mixer.
+    """
+
+    d_model: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    n_layers: int = 1
+    bias: bool = False
+    norm_eps: float = 1e-5
+    norm_bias: bool = True
+    cross: bool = False
+    pretrained: bool = False
+    heads_out: int = 0
+    mixer_in: int = 0
+    model: Any = None
+
+    @property
+    def d_q(self) -> int:
+        """Width of all query heads together, H * d_h."""
+        return self.n_heads * self.head_dim
+
+    @property
+    def d_kv(self) -> int:
+        """Width of all key (or value) heads together, H_kv * d_h."""
+        return self.n_kv_heads * self.head_dim
+
+    def with_(self, **changes: Any) -> Dims:
+        return replace(self, **changes)
+
+    @classmethod
+    def from_config(cls, cfg: Any, *, cross: bool = False) -> Dims:
+        """The dims of an attnlab :class:`~attnlab.config.ModelConfig`."""
+        H = cfg.attention.n_heads
+        return cls(
+            d_model=cfg.d_model,
+            n_heads=H,
+            n_kv_heads=cfg.n_kv_heads,
+            head_dim=cfg.head_dim,
+            n_layers=cfg.n_layers,
+            bias=cfg.bias,
+            norm_eps=cfg.norm.eps,
+            norm_bias=cfg.norm.bias,
+            cross=cross,
+            heads_out=H,
+            mixer_in=H * cfg.head_dim,
+            model=cfg,
+        )
+
+
+@dataclass(frozen=True)
+class Init:
+    """The model-wide init a part is asked to apply: weights N(0, ``std``), output projections
+    (the last matrix of a branch that adds into the residual stream) N(0, ``out_std``) with
+    ``out_std = std / sqrt(2 * depth)`` (GPT-2 / nanoGPT)."""
+
+    std: float = 0.02
+    out_std: float = 0.02
+
+    @classmethod
+    def for_depth(cls, std: float, depth: int) -> Init:
+        return cls(std=std, out_std=std / math.sqrt(2 * depth))
+
+
+@torch.no_grad()
+def default_init(module: nn.Module, std: float) -> None:
+    """Initialise one module (not its children): Linear and Embedding weights N(0, std) with zero
+    biases; norms to gain 1 (ScaleNorm: sqrt(d)) and bias 0. Other modules are left alone."""
+    from attnlab.model.norms import LayerNorm, RMSNorm, ScaleNorm
+
+    if isinstance(module, nn.Linear):
+        nn.init.normal_(module.weight, 0.0, std)
+        if module.bias is not None:
+            nn.init.zeros_(module.bias)
+    elif isinstance(module, nn.Embedding):
+        nn.init.normal_(module.weight, 0.0, std)
+    elif isinstance(module, LayerNorm | RMSNorm):
+        module.weight.fill_(1.0)
+        if getattr(module, "bias", None) is not None:
+            module.bias.zero_()
+    elif isinstance(module, ScaleNorm):
+        module.weight.fill_(math.sqrt(module.dim))
+
+
+class Part(nn.Module):
+    """Base of every registered part (see the module docstring for its declarations)."""
+
+    #: the typed options of this part; a subclass without options inherits its parent's
+    Options: ClassVar[type[PartOptions]] = PartOptions
+    #: set by ``register``: the slot and the kind name this class is registered under
+    slot: ClassVar[str] = ""
+    kind: ClassVar[str] = ""
+    #: the ``attnlab params`` row of this part's parameters (None = the slot's name)
+    param_label: ClassVar[str | None] = None
+    #: cost in symbols, shown by ``attnlab parts`` (params, FLOPs per token, K/V-cache bytes)
+    cost: ClassVar[str] = ""
+    supports_kv_cache: ClassVar[bool] = True
+    needs_attention_matrix: ClassVar[bool] = False
+    #: report label of a variant whose attention maps are worth drawing (None: not this part)
+    attention_maps_label: ClassVar[str | None] = None
+    #: the name of this part in probe method strings (None = its kind), e.g. "preproj"
+    probe_name: ClassVar[str | None] = None
+    #: the integer option that sets this part's width, which parameter matching may resize
+    width_option: ClassVar[str | None] = None
+
+    def __init__(self, opts: PartOptions, dims: Dims) -> None:
+        super().__init__()
+        self.opts = opts
+
+    # ------------------------------------------------------------------------------- accounting
+    @classmethod
+    def label(cls) -> str:
+        return cls.param_label or cls.slot
+
+    def flops_per_token(self, seq_len: int) -> int:
+        """Forward FLOPs per token: 2 x in x out of every Linear inside, plus ``extra_flops``."""
+        lin = sum(
+            2 * m.in_features * m.out_features for m in self.modules() if isinstance(m, nn.Linear)
+        )
+        return lin + self.extra_flops(seq_len)
+
+    def extra_flops(self, seq_len: int) -> int:
+        """FLOPs per token beyond the Linears (at context length ``seq_len``)."""
+        return 0
+
+    def active_params(self) -> int:
+        """Parameters a token passes through (a routed part uses only some of them)."""
+        return sum(p.numel() for p in self.parameters())
+
+    def notes(self) -> list[str]:
+        """Sentences for ``attnlab params`` about how this part sized itself."""
+        return []
+
+    # ------------------------------------------------------------------------------------ init
+    def init_weights(self, init: Init) -> None:
+        """Initialise this part's weights (called by the model's ``reset_parameters`` in module
+        order). Default: every Linear/Embedding N(0, init.std), norms 1, biases 0."""
+        for m in self.modules():
+            default_init(m, init.std)
+
+    # ---------------------------------------------------------------------------- optimisation
+    def no_decay_parameters(self) -> Iterable[nn.Parameter]:
+        """Parameters of >= 2 dims that must not be weight-decayed (e.g. stacked biases)."""
+        return ()
+
+    def pop_aux_losses(self) -> list[Tensor]:
+        """Auxiliary losses from the forwards since the last call (weighted, ready to add)."""
+        return []
+
+    # ---------------------------------------------------------------------------------- reports
+    def layer_stats(self) -> dict[str, float]:
+        """Numbers read from this layer's trained weights, for the reports (e.g. a norm)."""
+        return {}
+
+    @classmethod
+    def layer_stats_doc(cls, opts: PartOptions, d_model: int) -> dict[str, str]:
+        """One sentence per ``layer_stats`` key: what it measures and its value at init."""
+        return {}
+
+    def record(self, on: bool) -> None:
+        """Keep (``on``) or stop keeping what ``forward_stats`` reports of each forward."""
+        self._recording = on
+
+    @property
+    def recording(self) -> bool:
+        return self.__dict__.get("_recording", False)
+
+    def forward_stats(self) -> dict[str, Tensor]:
+        """Summaries of the last forward while recording, e.g. mean head weights [H+1]."""
+        return {}
+
+    @classmethod
+    def forward_stats_doc(cls) -> dict[str, tuple[str, list[str] | None]]:
+        """Per ``forward_stats`` key: (a sentence for the report, bar labels or None)."""
+        return {}
+
+    def extra_repr(self) -> str:
+        return f"kind={self.kind!r}"

@@ -1,0 +1,243 @@
+"""Loading a researcher's parts from outside the package.
+
+Three ways in, one code path:
+
+- ``plugins = ["my_ideas", "path/to/more_ideas.py"]`` in a config, experiment or probe file
+  (a relative path is read from the file's directory);
+- ``--plugin my_ideas`` / ``--plugin ./my_ideas.py`` on any command (repeatable);
+- the ``attnlab.parts`` entry-point group of an installed package (loaded on first use).
+
+A spec is a dotted module name or a ``.py`` file path (a directory with ``__init__.py`` is
+imported as a package). Importing it runs its ``@register(...)`` decorators. Loading is idempotent
+per process (the same spec or file is imported once) and is repeated in every process that
+validates a config (each torchrun rank, each ``--jobs`` worker), because validation loads the
+config's own ``plugins`` list first. A plugin that fails to import, or that registers a name
+already taken, is an error naming the plugin: nothing is overwritten silently.
+
+Each loaded plugin is recorded (:class:`PluginRecord`: spec, module, file, SHA-256 of its source
+files, distribution and version for entry points) for the run manifest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import os
+import sys
+import threading
+import traceback
+from dataclasses import asdict, dataclass
+from importlib import metadata
+from pathlib import Path
+
+from attnlab.errors import UserError
+
+GROUP = "attnlab.parts"
+#: set to 1 to skip the entry points of installed packages (e.g. to get past a broken one)
+NO_ENTRY_POINTS_ENV = "ATTNLAB_NO_ENTRY_POINTS"
+
+
+class PluginError(UserError):
+    """A plugin that cannot be found or imported; the message names it and the fix."""
+
+
+@dataclass(frozen=True)
+class PluginRecord:
+    """What a run needs to know to find the same plugin again."""
+
+    spec: str
+    module: str
+    file: str | None
+    sha256: str | None
+    distribution: str | None = None
+    version: str | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+_loaded: dict[str, PluginRecord] = {}
+_lock = threading.RLock()
+_entry_points_loaded = False
+
+
+def is_path_spec(spec: str) -> bool:
+    return spec.endswith(".py") or os.sep in spec or "/" in spec or Path(spec).is_dir()
+
+
+def resolve_spec(spec: str, base_dir: str | Path | None = None) -> str:
+    """A path spec made absolute (relative to ``base_dir``, else the working directory);
+    a module name unchanged."""
+    spec = str(spec).strip()
+    if not spec:
+        raise PluginError("an empty plugin name; give a module name or a .py file path")
+    if not is_path_spec(spec):
+        return spec
+    p = Path(spec).expanduser()
+    if not p.is_absolute():
+        p = Path(base_dir or Path.cwd()) / p
+    return str(p.resolve())
+
+
+def _source_files(module) -> list[Path]:
+    f = getattr(module, "__file__", None)
+    if not f:
+        return []
+    path = Path(f)
+    if path.name == "__init__.py":
+        return sorted(path.parent.rglob("*.py"))
+    return [path]
+
+
+def source_hash(files: list[Path]) -> str | None:
+    """SHA-256 over the files' names and bytes (a package: every .py file inside it)."""
+    if not files:
+        return None
+    h = hashlib.sha256()
+    root = files[0].parent
+    for f in files:
+        h.update(str(f.relative_to(root) if f.is_relative_to(root) else f.name).encode())
+        h.update(b"\0")
+        h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def _module_name_for(path: Path) -> str:
+    digest = hashlib.sha256(str(path).encode()).hexdigest()[:10]
+    stem = path.stem if path.name != "__init__.py" else path.parent.name
+    return f"attnlab_plugin_{stem}_{digest}"
+
+
+def _import(spec: str) -> object:
+    from attnlab.parts.registry import registering_as
+
+    with registering_as(spec):
+        if not is_path_spec(spec):
+            return importlib.import_module(spec)
+        path = Path(spec)
+        if path.is_dir():
+            init = path / "__init__.py"
+            if not init.is_file():
+                raise PluginError(f"plugin directory {spec!r} has no __init__.py; add one")
+            path = init
+        if not path.is_file():
+            raise PluginError(f"plugin file {spec!r} does not exist; check the path")
+        name = _module_name_for(path)
+        if name in sys.modules:
+            return sys.modules[name]
+        loc = [str(path.parent)] if path.name == "__init__.py" else None
+        mspec = importlib.util.spec_from_file_location(name, path, submodule_search_locations=loc)
+        if mspec is None or mspec.loader is None:
+            raise PluginError(
+                f"plugin file {spec!r} cannot be imported as Python; is it a .py file?"
+            )
+        module = importlib.util.module_from_spec(mspec)
+        sys.modules[name] = module
+        try:
+            mspec.loader.exec_module(module)
+        except BaseException:
+            del sys.modules[name]
+            raise
+        return module
+
+
+def load_plugin(spec: str, base_dir: str | Path | None = None) -> PluginRecord:
+    """Import one plugin (once per process) and return its record."""
+    from attnlab.parts.registry import PartError
+
+    resolved = resolve_spec(spec, base_dir)
+    with _lock:
+        if resolved in _loaded:
+            return _loaded[resolved]
+        try:
+            module = _import(resolved)
+        except (PluginError, PartError) as e:
+            raise PluginError(f"plugin {spec!r}: {e}") from None
+        except ModuleNotFoundError as e:
+            if not is_path_spec(resolved) and e.name and resolved.startswith(e.name):
+                raise PluginError(
+                    f"plugin {spec!r} is not an importable module; give a module on sys.path, a "
+                    "path to a .py file (e.g. ./my_ideas.py), or install its package"
+                ) from None
+            raise PluginError(_failed(spec)) from None
+        except Exception:
+            raise PluginError(_failed(spec)) from None
+        files = _source_files(module)
+        record = PluginRecord(
+            spec=resolved,
+            module=module.__name__,
+            file=str(files[0]) if files else None,
+            sha256=source_hash(files),
+        )
+        _loaded[resolved] = record
+        return record
+
+
+def _failed(spec: str) -> str:
+    """The plugin's own error: its frames (file:line and code) and the exception, without the
+    import machinery's frames."""
+    etype, err, tb = sys.exc_info()
+    frames = [
+        f
+        for f in traceback.extract_tb(tb)
+        if "importlib" not in f.filename and "/attnlab/" not in f.filename
+    ]
+    where = "".join(f"\n    {f.filename}:{f.lineno}: {(f.line or '').strip()}" for f in frames[-4:])
+    name = etype.__name__ if etype else "error"
+    return f"plugin {spec!r} failed to import; fix the error it raised:{where}\n    {name}: {err}"
+
+
+def load_plugins(
+    specs: list[str] | tuple[str, ...], base_dir: str | Path | None = None
+) -> list[str]:
+    """Load every spec; returns the resolved specs (what a config records)."""
+    return [load_plugin(s, base_dir).spec for s in specs]
+
+
+def load_entry_points() -> None:
+    """Import every module advertised in the ``attnlab.parts`` entry-point group (once)."""
+    global _entry_points_loaded
+    if _entry_points_loaded or os.environ.get(NO_ENTRY_POINTS_ENV) == "1":
+        _entry_points_loaded = True
+        return
+    _entry_points_loaded = True
+    from attnlab.parts.registry import PartError, registering_as
+
+    for ep in metadata.entry_points(group=GROUP):
+        dist = ep.dist.name if ep.dist is not None else None
+        version = ep.dist.version if ep.dist is not None else None
+        label = f"entry point {ep.name!r} ({ep.value}) of {dist or 'an installed package'}"
+        with _lock:
+            if f"ep:{ep.value}" in _loaded:
+                continue
+            try:
+                with registering_as(f"{dist or ep.module}:{ep.name}"):
+                    obj = ep.load()
+                    if callable(obj) and not isinstance(obj, type):
+                        obj()
+            except PartError as e:
+                raise PluginError(f"{label}: {e}") from None
+            except Exception:
+                raise PluginError(
+                    _failed(label) + f"\n  (set {NO_ENTRY_POINTS_ENV}=1 to skip installed plugins)"
+                ) from None
+            module = sys.modules.get(ep.module)
+            files = _source_files(module) if module else []
+            _loaded[f"ep:{ep.value}"] = PluginRecord(
+                spec=f"ep:{ep.value}",
+                module=ep.module,
+                file=str(files[0]) if files else None,
+                sha256=source_hash(files),
+                distribution=dist,
+                version=version,
+            )
+
+
+def loaded() -> list[PluginRecord]:
+    """Every plugin loaded in this process (entry points included)."""
+    return list(_loaded.values())
+
+
+def record_of(spec: str) -> PluginRecord | None:
+    return _loaded.get(spec)

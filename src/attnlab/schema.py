@@ -1,0 +1,100 @@
+"""The building blocks of every typed config: the strict ``Section`` base, and the ``PartOptions``
+field that takes its schema from the part registry.
+
+A slot field (``model.query``, ``model.score``, ...) holds the options of whichever part kind the
+table names: ``{kind = "nonlinear", ratio = 0.5}`` is validated by the nonlinear query's own options
+class, found in the registry at validation time. So a plugin's parts are validated exactly like the
+built-in ones, with the same messages, and nothing here has to know them in advance. This module
+needs only pydantic; the registry (and torch) is imported on the first validation.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, WrapValidator
+from pydantic_core import PydanticCustomError
+
+Activation = Literal["gelu", "relu", "relu2", "silu"]
+
+
+class Section(BaseModel):
+    """Base of every config table: unknown keys are errors, assignment is validated."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class PartOptions(Section):
+    """Base of a part's options. ``kind`` names the part in its slot; the registry fills it in.
+
+    A part's options subclass this and add typed fields with defaults and bounds. ``check``
+    returns the impossible combinations this part's options make with the rest of a model
+    config (each as one sentence naming the keys and the fix); it runs when the config loads.
+    """
+
+    kind: str = ""
+    #: the slot this options class is read in (set by the registry for the error messages)
+    slot: ClassVar[str] = ""
+
+    def check(self, model: Any) -> list[str]:
+        """Problems with ``model`` (the whole :class:`~attnlab.config.ModelConfig`)."""
+        return []
+
+
+def _dispatch(slot: str):
+    def validate(value: Any, handler: Any) -> PartOptions:
+        from attnlab.parts import registry
+
+        if isinstance(value, PartOptions):
+            registry.get(slot, value.kind)  # a kind registered in this process
+            return value
+        if not isinstance(value, dict):
+            raise PydanticCustomError(
+                "part_table",
+                "must be a table such as {{kind = '{default}'}}, got {got!r}",
+                {"default": registry.default_kind(slot), "got": value},
+            )
+        kind = value.get("kind", registry.default_kind(slot))
+        if not isinstance(kind, str) or not registry.has(slot, kind):
+            raise PydanticCustomError(
+                "unknown_part",
+                "{problem}",
+                {"problem": registry.unknown_kind_message(slot, kind), "kinds": ""},
+            )
+        cls = registry.get(slot, kind).options
+        return cls.model_validate({**value, "kind": kind})
+
+    return validate
+
+
+class SlotMarker:
+    """Field metadata naming the slot a :func:`slot_field` reads (for error messages)."""
+
+    def __init__(self, slot: str) -> None:
+        self.slot = slot
+
+
+def slot_field(slot: str) -> Any:
+    """The annotation of a config field that holds the options of one part in ``slot``."""
+    return Annotated[SerializeAsAny[PartOptions], WrapValidator(_dispatch(slot)), SlotMarker(slot)]
+
+
+def slot_of(field: Any) -> str | None:
+    """The slot a pydantic ``FieldInfo`` reads, or None for an ordinary field."""
+    for m in getattr(field, "metadata", ()):
+        if isinstance(m, SlotMarker):
+            return m.slot
+    return None
+
+
+def default_options(slot: str) -> Any:
+    """A ``Field`` whose default is the slot's default part with its default options."""
+
+    def make() -> PartOptions:
+        from attnlab.parts import registry
+
+        return registry.get(slot, registry.default_kind(slot)).options(
+            kind=registry.default_kind(slot)
+        )
+
+    return Field(default_factory=make)

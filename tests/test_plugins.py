@@ -1,0 +1,257 @@
+"""A new idea is one file: parts written outside the package, loaded as a plugin, used by every
+command from the command line (params, train, eval, generate, compare with --jobs workers, bench,
+parts), recorded in the runs, and refused clearly when broken or missing."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from data_helpers import WORDS, prepare_bytes, word_corpus
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "my_ideas.py"
+
+#: a score transform, appended to the README's example file: three slots from one file
+SOFTCAP = '''
+
+from attnlab.parts import ScorePart
+
+
+@register("score", "softcap")
+class SoftCap(ScorePart):
+    """s' = c tanh(s / c) on the logits before the softmax (a soft cap)."""
+
+    param_label = "softcap"
+    cost = "params 0; FLOPs 3*H*T per token; memory O(T^2 H)"
+    needs_attention_matrix = True
+    on = "logits"
+
+    class Options(ScorePart.Options):
+        cap: float = Field(5.0, gt=0)
+
+    def __init__(self, opts, dims):
+        super().__init__(opts, dims)
+        self.heads = dims.n_heads
+
+    def extra_flops(self, seq_len):
+        return 3 * self.heads * seq_len
+
+    def transform(self, s, allowed):
+        return self.opts.cap * (s / self.opts.cap).tanh()
+
+    def forward(self, q, k, v, core, ctx):
+        return core.explicit(q, k, v, ctx, transform=self)
+'''
+PARTS = [
+    "model.query.kind=gated",
+    "model.side_branch.kind=low_rank_skip",
+    "model.side_branch.rank=4",
+    "model.score.kind=softcap",
+]
+
+
+def attnlab(*args: str, cwd: Path | None = None, ok: bool = True) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    p = subprocess.run(
+        [sys.executable, "-m", "attnlab", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    if ok:
+        assert p.returncode == 0, p.stderr + p.stdout
+    assert "Traceback" not in p.stderr, p.stderr
+    return p
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory) -> dict[str, Path]:
+    """A researcher's folder (outside src/): the plugin file, prepared data, a run config."""
+    root = tmp_path_factory.mktemp("lab")
+    plugin = root / "ideas" / "my_ideas.py"
+    plugin.parent.mkdir()
+    plugin.write_text(EXAMPLE.read_text() + SOFTCAP)
+    corpus = word_corpus(root / "corpus.jsonl", WORDS, n_docs=60, length=(30, 60), seed=0)
+    data = prepare_bytes(corpus, root / "data")
+    cfg = root / "run.toml"
+    cfg.write_text(
+        'extends = "tiny"\nplugins = ["ideas/my_ideas.py"]\n'
+        f"[data]\ncorpus = {json.dumps(str(corpus))}\ndir = {json.dumps(str(data))}\n"
+        "seq_len = 32\n[train]\nmax_steps = 4\nbatch_size = 4\nwarmup_steps = 1\n"
+        "eval_every = 2\neval_batches = 1\ncheckpoint_every = 2\nlog_every = 1\ndevice = 'cpu'\n"
+    )
+    return {"root": root, "plugin": plugin, "corpus": corpus, "data": data, "cfg": cfg}
+
+
+def test_params_counts_the_plugin_parts_under_their_labels(lab):
+    sets = [a for s in PARTS for a in ("--set", s)]
+    out = attnlab("params", "tiny", "--plugin", str(lab["plugin"]), *sets, "--json").stdout
+    rep = json.loads(out)
+    d, d_q, r = 64, 64, 4
+    assert rep["by_part"]["gated_query"] == 2 * 2 * d * d_q  # W_Q and W_g, 2 layers
+    assert rep["by_part"]["side_branch"] == 2 * 2 * d * r
+    base = json.loads(attnlab("params", "tiny", "--json").stdout)
+    # the soft cap's declared FLOPs: 3 H T per token per layer, at T = max_seq_len
+    extra = 2 * (2 * d * d_q) + 2 * (4 * d * r) + 2 * 3 * 4 * 128
+    assert rep["flops_per_token"] - base["flops_per_token"] == extra
+
+
+def test_parts_lists_the_plugin_parts_with_their_source(lab):
+    rows = json.loads(attnlab("parts", "--plugin", str(lab["plugin"]), "--json").stdout)
+    mine = {(r["slot"], r["kind"]): r for r in rows if r["source"] != "built-in"}
+    assert set(mine) == {("query", "gated"), ("side_branch", "low_rank_skip"), ("score", "softcap")}
+    assert all(r["source"] == str(lab["plugin"]) for r in mine.values())
+    assert mine[("side_branch", "low_rank_skip")]["options"]["rank"]["default"] == 8
+    assert "needs the T x T matrix" in mine[("score", "softcap")]["declares"]
+    assert "not fused" in mine[("query", "gated")]["declares"]
+
+
+def test_train_records_the_plugin_and_eval_generate_find_it_again(lab):
+    root, sets = lab["root"], [a for s in PARTS for a in ("--set", s)]
+    attnlab("train", str(lab["cfg"]), "--out", "runs/mine", "--quiet", *sets, cwd=root)
+    run = root / "runs" / "mine"
+    assert f'plugins = ["{lab["plugin"]}"]' in (run / "config.toml").read_text()
+    # a later process (no --plugin) rebuilds the model from the run's own record
+    out = attnlab("generate", str(run), "--prompt", "the", "--max-new-tokens", "3", cwd=root)
+    assert out.stdout.strip()
+    attnlab("eval", str(run), "--tasks", "perplexity", "--limit", "1", cwd=root)
+
+
+def test_compare_with_jobs_runs_plugin_variants_and_reports_their_params(lab):
+    root = lab["root"]
+    exp = root / "exp.toml"
+    exp.write_text(
+        'name = "plugin-e2e"\nplugins = ["ideas/my_ideas.py"]\nseeds = [0, 1]\n'
+        f"[base]\nextends = {json.dumps(str(lab['cfg']))}\n"
+        "[budget]\nsteps = 3\n"
+        '[[variants]]\nname = "baseline"\n'
+        '[[variants]]\nname = "mine"\n'
+        f"set = {json.dumps(PARTS)}\n"
+    )
+    attnlab("compare", str(exp), "--out", "cmp", "--jobs", "2", cwd=root)
+    results = json.loads((root / "cmp" / "results.json").read_text())
+    rows = results["runs"] if isinstance(results, dict) and "runs" in results else results
+    assert {(r["variant"], r["status"]) for r in rows} == {
+        ("baseline", "finished"),
+        ("mine", "finished"),
+    }
+    report = (root / "cmp" / "report.md").read_text()
+    assert "gated_query" in report and "softcap" in report
+    record = json.loads((root / "cmp" / "experiment.json").read_text())
+    mine = next(v for v in record["variants"] if v["name"] == "mine")
+    assert mine["config"]["plugins"] == [str(lab["plugin"])]
+
+
+def test_bench_times_a_plugin_variant(lab):
+    out = attnlab(
+        "bench",
+        "tiny",
+        "--plugin",
+        str(lab["plugin"]),
+        "--variant",
+        "mine:" + ",".join(PARTS),
+        "--variants",
+        "baseline",
+        "--peers",
+        "none",
+        "--steps",
+        "1",
+        "--repeats",
+        "1",
+        "--warmup",
+        "0",
+        "--sections",
+        "training",
+        "--json",
+    ).stdout
+    result = json.loads(out)
+    rows = {r["name"]: r for r in result["training"]}
+    assert set(rows) == {"baseline", "mine"}
+    assert rows["mine"]["flops_per_token"] > rows["baseline"]["flops_per_token"]
+    assert rows["mine"]["attention"].startswith("O(T^2 H)")  # the soft cap forms the matrix
+
+
+def test_a_broken_or_clashing_plugin_is_a_clear_error(tmp_path):
+    broken = tmp_path / "broken.py"
+    broken.write_text("import not_a_module_anywhere\n")
+    p = attnlab("params", "tiny", "--plugin", str(broken), ok=False)
+    assert p.returncode == 2 and "broken.py" in p.stderr and "not_a_module_anywhere" in p.stderr
+    clash = tmp_path / "clash.py"
+    clash.write_text(
+        "from attnlab.parts import QueryPart, register\n\n\n"
+        '@register("query", "nonlinear")\nclass Mine(QueryPart):\n    pass\n'
+    )
+    p = attnlab("params", "tiny", "--plugin", str(clash), ok=False)
+    assert p.returncode == 2
+    assert "query.nonlinear is already registered by built-in" in p.stderr
+    p = attnlab("params", "tiny", "--plugin", str(tmp_path / "missing.py"), ok=False)
+    assert p.returncode == 2 and "does not exist" in p.stderr
+
+
+def test_a_run_whose_plugin_is_gone_names_it(lab, tmp_path):
+    plugin = tmp_path / "gone.py"
+    plugin.write_text(EXAMPLE.read_text())
+    cfg = tmp_path / "run.toml"
+    cfg.write_text(lab["cfg"].read_text().replace('"ideas/my_ideas.py"', '"gone.py"'))
+    attnlab("train", str(cfg), "--out", "r", "--quiet", "--set", PARTS[0], cwd=tmp_path)
+    plugin.unlink()
+    p = attnlab("generate", "r", "--prompt", "the", cwd=tmp_path, ok=False)
+    assert p.returncode == 2 and "gone.py" in p.stderr and "does not exist" in p.stderr
+
+
+def test_loading_twice_is_harmless_and_records_the_source_hash(lab):
+    from attnlab.parts import registry
+    from attnlab.parts.plugins import load_plugin, source_hash
+
+    first = load_plugin(str(lab["plugin"]))
+    again = load_plugin(str(lab["plugin"]))
+    assert first is again and first.sha256 == source_hash([lab["plugin"]])
+    assert registry.get("query", "gated").source == str(lab["plugin"])
+
+
+def test_a_plugin_side_branch_probes_a_tiny_pretrained_model(lab, tmp_path):
+    """The plugin's side branch as a probe method on a tiny local Llama: trains, only its
+    tensors are trainable and saved, and the run's config records the plugin."""
+    from attnlab.probe.testing import save_tiny_model, write_corpus
+
+    base = save_tiny_model("llama", tmp_path / "llama")
+    corpus = write_corpus(tmp_path / "corpus.jsonl")
+    sets = [
+        f"base.model={base}",
+        "method=low_rank_skip+preproj",
+        "parts.low_rank_skip.rank=2",
+        f"data.corpus={corpus}",
+        "data.val_fraction=0.2",
+        "train.steps=3",
+        "train.batch_size=2",
+        "train.seq_len=16",
+        "train.lr=3e-3",
+        "eval.val_tokens=32",
+        "eval.batch_size=4",
+    ]
+    args = [a for s in sets for a in ("--set", s)]
+    attnlab("probe", "--plugin", str(lab["plugin"]), "--out", "probe", *args, cwd=tmp_path)
+    run = tmp_path / "probe"
+    record = json.loads((run / "probe.json").read_text())
+    status = json.loads((run / "status.json").read_text())
+    assert record["method"] == "preproj+low_rank_skip" and status["status"] == "finished"
+    from safetensors.torch import load_file
+
+    adapter = load_file(str(run / "adapter.safetensors"))
+    layers = 2  # save_tiny_model's depth
+    rank_a = [k for k in adapter if k.endswith("side_branch.a.weight")]
+    assert len(rank_a) == layers and adapter[rank_a[0]].shape[0] == 2
+    assert str(lab["plugin"]) in (run / "probe.toml").read_text()
+    # the adapter re-attaches from the run alone: its config names the plugin to load
+    from attnlab.probe import load_probed_model
+
+    model, _ = load_probed_model(run)
+    assert sum("side_branch" in n for n, _ in model.named_parameters()) == 2 * layers
