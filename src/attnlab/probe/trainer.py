@@ -32,6 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from attnlab.determinism import deterministic_mode
 from attnlab.errors import UserError
 from attnlab.eval.lm import pick_device
 from attnlab.probe import artifacts
@@ -318,7 +319,8 @@ def train_probe(
     rundir.write_status(run_dir, {"status": "running", "step": 0, "method": probed.method.name})
     state, steps, last, reason = "finished", 0, None, ""
     if counts["trainable"] and t.steps:
-        state, steps, last, reason = _train_loop(cfg, run_dir, probed, data, log, label)
+        with deterministic_mode(t.deterministic, device):
+            state, steps, last, reason = _train_loop(cfg, run_dir, probed, data, log, label)
     artifacts.save_probe(run_dir, probed, cfg, steps)
     norms = _write_norms(probed, run_dir, label)
     results: dict[str, dict[str, Any]] = {}

@@ -32,6 +32,7 @@ from torch import nn
 
 import attnlab
 from attnlab.config import Config, dump_toml, load_config
+from attnlab.determinism import deterministic_mode
 from attnlab.errors import UserError
 from attnlab.train import batches, checkpoint, rundir
 from attnlab.train.distributed import Dist, resolve_device, setup, wrap
@@ -241,7 +242,10 @@ def train(
     try:
         device = resolve_device(cfg.train.device, dist)
         forked = [device.index or 0] if device.type == "cuda" else []
-        with torch.random.fork_rng(devices=forked):
+        with (
+            torch.random.fork_rng(devices=forked),
+            deterministic_mode(cfg.train.deterministic, device),
+        ):
             if cfg.train.threads:
                 torch.set_num_threads(cfg.train.threads)
             return _Trainer(cfg, run_dir, dist, device, progress).run(resume, _stop_after)
@@ -552,6 +556,7 @@ class _Trainer:
             "peak_flops": peak,
             "device": str(self.device),
             "dtype": self.precision.name,
+            "deterministic": t.deterministic,
             "resumed_from": resumed_from,
             "torch_version": torch.__version__,
         }
