@@ -51,6 +51,7 @@ def experiment_file(folder: Path, data_dir: Path, variants: str, seeds: str = "[
     checkpoint_every = 10
     log_every = 5
     threads = 1
+    device = "cpu"
     [budget]
     steps = 10
     """
