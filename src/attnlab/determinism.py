@@ -26,7 +26,8 @@ Cost on CUDA (not measured on this project's machines yet; ``benchmarks/gpu_h100
 the deterministic flash / memory-efficient backward give up split-K parallelism over keys, the
 smaller cuBLAS workspace limits split-K matmul kernels, fp32 matmuls run without TF32 (bf16
 autocast matmuls are unaffected), and compiled graphs skip autotuning. Determinism holds for the
-same machine, software and world size; it is not a promise across GPUs or torch versions.
+same machine, software, world size and CPU thread count (``train.threads``: CPU reductions split
+by thread); it is not a promise across GPUs or torch versions.
 """
 
 from __future__ import annotations
