@@ -164,14 +164,15 @@ def test_loss_kernels_equal_the_logits_path(kernel: str, autocast: bool) -> None
 
 @needs_cuda
 def test_compiled_training_step_never_holds_the_full_logits() -> None:
-    """Peak CUDA memory of a compiled forward + backward: the chunked loss path stays below the
-    logits path by most of one [B*T, V] fp32 tensor."""
+    """Peak CUDA memory of a compiled bf16 forward + backward: the chunked loss path stays below
+    one [B*T, V] fp32 logits tensor, while the logits path holds at least the bf16 logits (so
+    the measurement would see them)."""
     cfg = load_config(
         "tiny", ["model.d_model=128", "model.vocab_size=50304", "data.seq_len=256"]
     ).model
     model = build_model(cfg).to(DEVICE).train()
     compiled = torch.compile(model)
-    B, T = 8, 256
+    B, T = 32, 256  # [B*T, V] fp32 = 1.65 GB; one chunk of the chunked path: 268 MB
     ids = torch.randint(0, cfg.vocab_size, (B, T), device=DEVICE)
     peaks = {}
     for return_logits in (True, False, True, False):  # second pass: after compilation
@@ -185,4 +186,4 @@ def test_compiled_training_step_never_holds_the_full_logits() -> None:
         torch.cuda.synchronize()
         peaks[return_logits] = torch.cuda.max_memory_allocated() - base
     full_logits = B * T * cfg.vocab_size * 4
-    assert peaks[False] < peaks[True] - full_logits // 2, peaks
+    assert peaks[False] < full_logits < 2 * peaks[True], (peaks, full_logits)
