@@ -2,8 +2,9 @@
 
 The GPU machine has no internet, so nothing can be fetched there. This checks, without importing
 attnlab's heavy modules: the Python version, a CUDA build of torch with a visible GPU (unless
-``--dry-run``), and every distribution that attnlab and its ``test`` extra require (read from
-``pyproject.toml``), plus the optional ``kernels`` extra. When something is missing it prints
+``--dry-run``), a C compiler and Python's headers (torch.compile builds with them), and every
+distribution that attnlab and its ``test`` extra require (read from ``pyproject.toml``), plus the
+optional ``kernels`` extra. When something is missing it prints
 exactly what to install and how (a wheelhouse built on a machine with internet), and exits 3.
 
     python benchmarks/gpu_preflight.py [--dry-run]
@@ -58,6 +59,20 @@ def torch_state() -> tuple[str | None, str | None, str | None]:
     return torch.__version__, torch.version.cuda, gpu
 
 
+def compiler_problems() -> list[str]:
+    """torch.compile's GPU backend (Triton) builds a small C extension at run time: it needs a C
+    compiler and Python's headers on the machine itself."""
+    import shutil
+    import sysconfig
+
+    out = []
+    if not any(shutil.which(c) for c in ("cc", "gcc", "clang")):
+        out.append("no C compiler (cc/gcc): torch.compile's Triton backend needs one (apt: gcc)")
+    if not (Path(sysconfig.get_paths()["include"]) / "Python.h").is_file():
+        out.append("no Python.h: Triton builds against Python's headers (apt: python3-dev)")
+    return out
+
+
 def install_help(need: list[str]) -> str:
     quoted = " ".join(f"'{r}'" for r in need)
     return f"""
@@ -91,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         problems.append(f"torch {version} is a CPU-only build: install the CUDA build of 2.13.0")
     elif not args.dry_run and gpu is None:
         problems.append(f"torch {version} (CUDA {cuda}) sees no GPU: check the driver/nvidia-smi")
+    problems += compiler_problems()
     need = missing(requirements() + [r for e in EXTRAS for r in requirements(e)])
     problems += [f"not installed: {r}" for r in need]
     optional = missing([r for e in OPTIONAL for r in requirements(e)])
