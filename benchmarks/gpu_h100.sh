@@ -9,7 +9,8 @@
 # 0. preflight (benchmarks/gpu_preflight.py): Python, a CUDA torch with a GPU, every package that
 #    attnlab and its test extra need. The GPU machine has no internet: if anything is missing it
 #    prints what to bring as a wheelhouse and how to install it, and stops (exit 3).
-# 1. the gpu test set: python -m pytest -m gpu
+# 1. the gpu test set: python -m pytest -m gpu (but its determinism file, which step 2 repeats at
+#    full size; GPU_SET=all runs it too)
 # 2. train.deterministic (benchmarks/gpu_determinism.py): two identical deterministic runs, one
 #    SIGKILLed and resumed, compared metrics file to metrics file; one ordinary run for the noise
 #    it allows and the speed cost of deterministic mode
@@ -19,8 +20,9 @@
 # 4. the results file (benchmarks/gpu_summary.py), with issue 13's item-4 targets met or not
 #
 # Each step has a time budget (seconds; override by environment): T_TESTS=240 T_DET=150
-# T_BENCH=180, 570 s in all plus preflight and summary. PYTEST_K=EXPR narrows the test set. A step that fails or runs out of time is
-# recorded as such and the next one runs. Work files go to runs/gpu-<date>/ (--out DIR to change).
+# T_BENCH=180, 570 s in all plus preflight and summary; none of them has been timed on a GPU yet.
+# PYTEST_K=EXPR narrows the test set. A step that fails or runs out of time is recorded as such
+# and the next one runs. Work files go to runs/gpu-<date>/ (--out DIR to change).
 # Exit status: 0 when every step succeeded (targets not met are reported, not failures), 1 if
 # one did not, 3 if something must be installed first.
 set -uo pipefail
@@ -86,6 +88,9 @@ if [ "$DRY" = 1 ]; then
 elif [ -n "${PYTEST_K:-}" ]; then
   PYTEST+=(-k "$PYTEST_K")
 fi
+# tests/test_gpu_determinism.py checks at tiny size what step 2 checks at gpt2-124m size; it is left
+# out here to stay within 10 minutes (GPU_SET=all keeps it)
+[ "${GPU_SET:-}" = all ] || PYTEST+=(--ignore=tests/test_gpu_determinism.py)
 step tests "${T_TESTS:-240}" "$WORK/pytest.log" "${PYTEST[@]}"
 unset ATTNLAB_GPU_TESTS_ON_CPU
 

@@ -19,7 +19,7 @@ from test_train_kill import attnlab_train_cmd, kill_then_rerun
 
 pytestmark = pytest.mark.gpu
 
-STEPS = 120
+STEPS = 60
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +64,7 @@ def test_two_identical_deterministic_runs_write_the_same_metrics(config, tmp_pat
 
 
 def test_sigkill_and_resume_equals_an_uninterrupted_run(config, tmp_path):
-    kill_then_rerun(config, tmp_path / "killed", kill_after=30, max_steps=STEPS)
+    kill_then_rerun(config, tmp_path / "killed", kill_after=20, max_steps=STEPS)
     _train(config, tmp_path / "ref")
     killed, ref = read_metrics(tmp_path / "killed"), read_metrics(tmp_path / "ref")
     assert [r["step"] for r in killed] == list(range(1, STEPS + 1))
