@@ -201,6 +201,9 @@ def main(argv: list[str] | None = None) -> int:
         "## gpu test set (`python -m pytest -m gpu`)",
         "",
         pytest_outcome(work / "pytest.log"),
+        "",
+        "(without tests/test_gpu_determinism.py unless GPU_SET=all: the next section makes its "
+        "checks at gpt2-124m size; skipped tests and their reasons are in pytest.log)",
     ]
     lines += ["", "## Deterministic mode", "", *determinism_lines(det), ""]
     lines += ["## `attnlab bench`", ""]
