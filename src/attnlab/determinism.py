@@ -19,8 +19,10 @@ What :func:`deterministic_mode` sets while it is entered, and restores on exit:
   it before touching the GPU; in a process that already ran a cuBLAS call without it, the probe
   matmul fails and a :class:`~attnlab.errors.UserError` says to export it before starting.
 
-On CPU the same torch flags are set; CPU kernels are deterministic already, so the only effect is
-that ``torch.empty`` fills new memory (NaN), a small cost.
+On CPU the same torch flags are set. CPU kernels are already deterministic at a fixed thread count,
+so the mode is not needed there and is harmless: a few ops (index_put / embedding backward) switch
+to their sorted deterministic variants and ``torch.empty`` fills new memory with NaN; a tiny-preset
+step took about 10% longer with it on this project's busy 2-core machine (a rough figure).
 
 Cost on CUDA (not measured on this project's machines yet; ``benchmarks/gpu_h100.sh`` measures it):
 the deterministic flash / memory-efficient backward give up split-K parallelism over keys, the
