@@ -114,3 +114,19 @@ def test_two_identical_deterministic_runs_give_the_same_bits(data_dir, tmp_path)
     assert numbers(tmp_path / "a") == numbers(tmp_path / "b")
     assert len(numbers(tmp_path / "a")) == 6 and "val_loss" in numbers(tmp_path / "a")[2]
     assert read_status(tmp_path / "a")["deterministic"] is True
+
+
+def test_a_cublas_call_made_before_the_mode_becomes_a_user_error(monkeypatch):
+    """What torch raises when the process's first cuBLAS call came before the workspace config
+    is turned into a message with the fix (the real case needs a GPU: test_gpu_determinism)."""
+
+    class Probe:
+        def __matmul__(self, other):
+            raise RuntimeError(
+                "Deterministic behavior was enabled ... set an environment variable before "
+                "running your PyTorch application: CUBLAS_WORKSPACE_CONFIG=:4096:8 or :16:8"
+            )
+
+    monkeypatch.setattr(determinism.torch, "ones", lambda *a, **k: Probe())
+    with pytest.raises(UserError, match=r"export CUBLAS_WORKSPACE_CONFIG=:4096:8 before starting"):
+        determinism._probe_cublas(torch.device("cpu"))
