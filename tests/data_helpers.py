@@ -42,7 +42,10 @@ def prepare_bytes(corpus: Path, out: Path, val_fraction: float = 0.1) -> Path:
 
 
 def run_config(path: Path, corpus: Path, data_dir: Path, *, seq_len: int = 32, **train) -> Path:
-    """A TOML run config extending ``tiny`` on the prepared data, with ``[train]`` settings."""
+    """A TOML run config extending ``tiny`` on the prepared data, with ``[train]`` settings.
+    The device is CPU unless ``device=`` says otherwise: the tests using it compare runs for
+    equality, which CPU kernels give on any machine (the GPU versions are in test_gpu_*.py)."""
+    train.setdefault("device", "cpu")
     lines = [
         'extends = "tiny"',
         "[data]",

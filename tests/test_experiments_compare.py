@@ -51,6 +51,7 @@ def experiment_file(folder: Path, data_dir: Path, variants: str, seeds: str = "[
     checkpoint_every = 10
     log_every = 5
     threads = 1
+    device = "cpu"
     [budget]
     steps = 10
     """
@@ -100,6 +101,7 @@ def test_results_tables_have_one_row_per_run(done):
         assert float(r["perplexity"]) == pytest.approx(2.718281828 ** float(r["final_val_loss"]))
         assert int(r["tokens"]) == 10 * 4 * 32
         assert float(r["wall_time_s"]) > 0 and float(r["tokens_per_s"]) > 0
+        assert r["device"] == "cpu" and r["deterministic"] == "False"
         status = read_status(Path(r["run_dir"]))
         assert float(r["final_val_loss"]) == pytest.approx(status["final_val_loss"])
     assert int(rows[2]["params_non_embedding"]) > int(rows[0]["params_non_embedding"])
@@ -259,3 +261,22 @@ def test_a_vocabulary_too_small_for_the_data_is_refused_before_training(data_dir
     err = capsys.readouterr().err
     assert "model.vocab_size=64 < 257" in err
     assert not (out / "runs").exists()
+
+
+def test_report_puts_run_to_run_noise_next_to_the_seed_spread(done):
+    """CPU runs are reproducible bit for bit; CUDA runs without train.deterministic are not."""
+    from attnlab.experiments.report import _noise, summarise
+    from attnlab.experiments.results import RunRow
+
+    report = (done / "report.md").read_text()
+    assert "Run-to-run noise (same seed, same batches): 0: every run is reproducible" in report
+    assert "Seed spread (sample std of the baseline's final val loss over seeds): 0." in report
+
+    def row(seed, device, det, loss):
+        return RunRow("b", seed, "finished", 1, 1, final_val_loss=loss, device=device,
+                      deterministic=det)  # fmt: skip
+
+    cuda = [row(0, "cuda:0", False, 3.0), row(1, "cuda:0", True, 3.2)]
+    text = _noise(cuda, summarise(cuda, ["b"], "b")[0])
+    assert "not zero and not measured: 1 of 2 runs on cuda:0 without train.deterministic" in text
+    assert "Seed spread (sample std of the baseline's final val loss over seeds): 0.1414" in text

@@ -85,7 +85,6 @@ def test_weight_decay_only_on_matrices_and_embeddings() -> None:
 
 
 def test_stacked_expert_biases_are_not_decayed() -> None:
-    pytest.importorskip("attnlab.model.moe")
     model = build_model(load_config("tiny-moe-values", ["model.bias=true"]).model)
     _, no_decay = model.param_groups(0.1)
     moe = model.decoder.blocks[0].attention.value
@@ -130,7 +129,6 @@ def test_drop_path_drops_whole_samples_and_rescales() -> None:
 
 
 def test_aux_loss_only_while_training() -> None:
-    pytest.importorskip("attnlab.model.moe")
     model = build_model(load_config("tiny-moe-values").model)
     ids = torch.randint(0, 64, (2, 8))
     out = model.train()(ids, targets=ids)

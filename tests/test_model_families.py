@@ -109,7 +109,6 @@ def test_t5_bias_direction_per_stack() -> None:
 
 
 def _moe(loops: int, *flags: str):
-    pytest.importorskip("attnlab.model.moe")
     return load_config(
         "tiny-moe-values",
         [*TINY, "model.n_layers=1", f"model.loops={loops}", *flags],

@@ -64,7 +64,9 @@ def test_matches_naive_per_token_reference(impl, activation, bias, k):
         v, ref = m(u), naive(m, u)
     assert v.shape == (3, 7, 12)
     assert ref.abs().max() > 0.1
-    torch.testing.assert_close(v, ref, atol=1e-6, rtol=1e-6)
+    # float32 through two summation orders (and other CPUs' or GPUs' kernels): ~10 ulp apart;
+    # the exact check of the math is the float64 test below
+    torch.testing.assert_close(v, ref, atol=1e-5, rtol=1e-5)
 
 
 def test_matches_reference_in_float64_loop():

@@ -44,6 +44,7 @@ def _overrides(env, model: str = "llama", method: str = "preproj+skip+lora") -> 
         f"data.corpus={env['corpus']}",
         "data.val_fraction=0.2",
         "train.steps=4",
+        "train.device=cpu",  # resume is compared bit for bit
         "train.batch_size=2",
         "train.seq_len=16",
         "train.lr=3e-3",

@@ -1,4 +1,5 @@
-"""torchrun with two CPU processes (Gloo): the same losses as one process with accumulation."""
+"""torchrun with two CPU processes (Gloo, pinned: any machine has CPUs for two ranks): the same
+losses as one process with accumulation. NCCL on the GPUs present: test_gpu_distributed.py."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from attnlab.config import load_config
+from attnlab.errors import UserError
 from attnlab.runs.load import load_run_model
 from attnlab.runs.rundir import read_metrics, read_status
 from attnlab.train import train
@@ -81,3 +83,18 @@ def test_two_ranks_equal_one_process_with_accumulation(setup, parallel):
     ref, _, _ = load_run_model(_single(setup))
     for (name, p), q in zip(ref.state_dict().items(), model.state_dict().values()):
         assert p.shape == q.shape and float((p - q).abs().max()) < 1e-4, name
+
+
+def test_more_ranks_than_gpus_is_a_user_error_not_an_invalid_ordinal(monkeypatch):
+    """2 ranks on a 1-GPU node with device auto: refused before NCCL, naming both fixes."""
+    import torch
+
+    from attnlab.runs.distributed import setup
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(UserError, match=r"2 processes .* only 1 GPU.*nproc_per_node=1.*cpu"):
+        setup("auto")

@@ -39,6 +39,7 @@ def tiny(data_dir: Path, *extra: str):
             "train.checkpoint_every=2",
             "train.eval_batches=2",
             "train.threads=1",
+            "train.device=cpu",  # exact-equality tests: CPU kernels (GPU twins: test_gpu_*.py)
             *extra,
         ],
     )

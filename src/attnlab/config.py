@@ -294,6 +294,9 @@ class TrainConfig(Section):
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     compile: bool = False
     device: str = "auto"
+    deterministic: bool = Field(
+        False, description="bit-identical reruns on a GPU too (attnlab.determinism; slower)"
+    )
     threads: int | None = Field(None, ge=1)
     spike_factor: float = Field(0.0, ge=0, description="diverged if loss > factor * best (0 = off)")
     parallel: Literal["ddp", "fsdp"] = "ddp"

@@ -185,6 +185,29 @@ def _curves(out: Path, record: dict[str, Any], rows: list[RunRow]):
 # ------------------------------------------------------------------------------------ report
 
 
+def _noise(rows: list[RunRow], base: VariantSummary) -> str:
+    """Run-to-run noise (a rerun of the same seed) next to the seed spread of the baseline."""
+    ok = [r for r in rows if r.ok]
+    exact = [r for r in ok if r.deterministic or r.device.startswith("cpu")]
+    loose = sorted({r.device for r in ok if r not in exact})
+    if len(exact) == len(ok):
+        noise = (
+            "0: every run is reproducible bit for bit (train.deterministic, or CPU kernels at "
+            "a fixed thread count)"
+        )
+    else:
+        noise = (
+            f"not zero and not measured: {len(ok) - len(exact)} of {len(ok)} runs on "
+            f"{', '.join(loose)} without train.deterministic, so a rerun of the same seed differs "
+            "in the last digits; set train.deterministic=true to remove it"
+        )
+    spread = "—" if math.isnan(base.loss_std) else f"{base.loss_std:.4f}"
+    return (
+        f"Run-to-run noise (same seed, same batches): {noise}. Seed spread (sample std of the "
+        f"baseline's final val loss over seeds): {spread}."
+    )
+
+
 def build_report(out_dir: str | Path) -> Path:
     """Write results.csv/json, plots and report.md for the experiment in ``out_dir``."""
     out = Path(out_dir)
@@ -278,6 +301,8 @@ def build_report(out_dir: str | Path) -> Path:
         "losses against the baseline's run with the same seed (same batches). *p (sign-flip)* "
         "is the exact sign-flip permutation test on the same differences, which assumes no "
         "distribution but cannot go below 2/2^n with n seeds (0.5 for 2 seeds).",
+        "",
+        _noise(rows, next(s for s in summaries if s.name == base)),
         "",
     ]
     fair_text, fair = _fairness(rows, record["seeds"])

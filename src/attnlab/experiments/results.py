@@ -29,6 +29,8 @@ COLUMNS = (
     "tokens",
     "wall_time_s",
     "tokens_per_s",
+    "device",
+    "deterministic",
     "schedule_hash",
     "val_schedule_hash",
     "reason",
@@ -52,6 +54,8 @@ class RunRow:
     tokens: int = 0
     wall_time_s: float | None = None
     tokens_per_s: float | None = None
+    device: str = ""
+    deterministic: bool | None = None  # train.deterministic as the run recorded it
     schedule_hash: str = ""
     val_schedule_hash: str = ""
     reason: str | None = None
@@ -144,6 +148,8 @@ def collect(out_dir: str | Path, record: dict[str, Any]) -> list[RunRow]:
                 row.tokens = int(st.get("tokens", 0) or 0)
                 row.wall_time_s = _float(st.get("elapsed"))
                 row.tokens_per_s = _float(st.get("tokens_per_s"))
+                row.device = str(st.get("device") or "")
+                row.deterministic = st.get("deterministic")
                 row.schedule_hash = str(st.get("schedule_hash") or "")
                 row.val_schedule_hash = str(st.get("val_schedule_hash") or "")
                 row.reason = st.get("reason")

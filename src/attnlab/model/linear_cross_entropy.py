@@ -14,12 +14,42 @@ scales the stored gradients by dloss. Measured for N=2048, d=256, V=4096 on the 
 
 Without autograd (evaluation) only the loss is computed, chunk by chunk. Matmuls run in the
 autocast dtype when autocast is on (bf16 on CUDA), the softmax in float32.
+
+Under ``torch.compile`` dynamo traces the autograd Function (forward with its in-forward gradients,
+and backward): the chunk loop unrolls, inductor fuses each chunk's log-softmax / exp / scatter, and
+the largest buffer stays one chunk of logits (tests/test_model_linear_cross_entropy.py checks the
+generated code).
+
+Kernels (``ATTNLAB_LOSS_KERNEL``, read at import; ``kernel=`` per call):
+
+- ``chunked``: the pure-torch Function here, on any device;
+- ``liger``: Liger Kernel's fused linear cross-entropy (Triton; extra ``attnlab[kernels]``), CUDA
+  only. It also chunks rows and computes gradients in the forward; it syncs once per call
+  (``.item()`` of the target count), which is a graph break under ``torch.compile``;
+- ``cce``: Apple's cut-cross-entropy (Triton), CUDA only, called with ``filter_eps=None`` (its
+  default skips small gradient entries, which would change the gradients). Its kernels accumulate
+  with atomics, so it is refused in deterministic mode;
+- ``auto`` (default): ``liger`` for fp32/bf16/fp16 on CUDA when it is installed, else ``chunked``.
+
+Which is fastest on a given GPU is a measurement (``benchmarks/gpu_h100.sh``), not a claim.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import os
+
 import torch
 from torch import Tensor
+
+from attnlab.errors import UserError
+
+KERNEL_ENV = "ATTNLAB_LOSS_KERNEL"
+KERNELS = ("auto", "chunked", "liger", "cce")
+#: the process-wide choice; a module global, so torch.compile reads it as a guarded constant
+KERNEL = os.environ.get(KERNEL_ENV, "auto")
+#: the importable module of each library kernel
+KERNEL_MODULES = {"liger": "liger_kernel", "cce": "cut_cross_entropy"}
 
 #: logits per chunk (rows x vocabulary): 4 MB of fp32 on CPU (stays in L2/L3), 256 MB on GPUs
 CHUNK_ELEMENTS = {"cpu": 1 << 20}
@@ -93,14 +123,83 @@ class _LinearCrossEntropy(torch.autograd.Function):
         return grad_h * scale.to(grad_h.dtype), grad_w * scale.to(grad_w.dtype), *([None] * 4)
 
 
+#: whether each library can be imported, looked up once at import (no import, no Triton load);
+#: a constant for torch.compile, where a call to importlib would break the graph
+INSTALLED = {k: importlib.util.find_spec(m) is not None for k, m in KERNEL_MODULES.items()}
+
+
+def resolve_kernel(kernel: str, device: torch.device, dtype: torch.dtype) -> str:
+    """The kernel that runs for ``kernel`` (see the module docstring), or a UserError naming why
+    an explicitly chosen one cannot."""
+    if kernel not in KERNELS:
+        raise UserError(
+            f"{KERNEL_ENV}={kernel!r} is not a loss kernel; choose one of {', '.join(KERNELS)}"
+        )
+    if kernel == "auto":
+        fits = device.type == "cuda" and dtype in (torch.float32, torch.bfloat16, torch.float16)
+        return "liger" if fits and INSTALLED["liger"] else "chunked"
+    if kernel == "chunked":
+        return kernel
+    if device.type != "cuda":
+        raise UserError(
+            f"loss kernel {kernel!r} runs on CUDA only; use chunked or auto on {device}"
+        )
+    if not INSTALLED[kernel]:
+        raise UserError(
+            f"loss kernel {kernel!r} needs the {KERNEL_MODULES[kernel]} package: "
+            "pip install 'attnlab[kernels]', or use chunked or auto"
+        )
+    if kernel == "cce" and torch.are_deterministic_algorithms_enabled():
+        raise UserError(
+            "loss kernel 'cce' accumulates with atomics and is not deterministic; "
+            "use liger, chunked or auto with train.deterministic"
+        )
+    return kernel
+
+
+def _liger(h2: Tensor, weight: Tensor, t: Tensor, ignore_index: int) -> Tensor:
+    from liger_kernel.transformers.functional import liger_fused_linear_cross_entropy
+
+    return liger_fused_linear_cross_entropy(
+        h2, weight, t, ignore_index=ignore_index, reduction="mean"
+    )
+
+
+def _cce(h2: Tensor, weight: Tensor, t: Tensor, ignore_index: int, dtype: torch.dtype) -> Tensor:
+    from cut_cross_entropy import linear_cross_entropy as cce_loss
+
+    with torch.autocast(h2.device.type, enabled=False):  # CCE reads its inputs' dtype
+        loss = cce_loss(
+            h2.to(dtype),
+            weight.to(dtype),
+            t,
+            ignore_index=ignore_index,
+            reduction="mean",
+            filter_eps=None,
+            impl="cce",
+        )
+    return loss.float()
+
+
 def linear_cross_entropy(
-    h: Tensor, weight: Tensor, targets: Tensor, *, ignore_index: int = -100
+    h: Tensor,
+    weight: Tensor,
+    targets: Tensor,
+    *,
+    ignore_index: int = -100,
+    kernel: str | None = None,
 ) -> Tensor:
     """Mean cross-entropy of ``h [..., d] @ weight[V, d]^T`` against ``targets [...]`` (entries
-    equal to ``ignore_index`` skipped); equals ``F.cross_entropy(h @ weight.T, targets)``."""
+    equal to ``ignore_index`` skipped); equals ``F.cross_entropy(h @ weight.T, targets)``.
+    ``kernel`` overrides :data:`KERNEL` (``ATTNLAB_LOSS_KERNEL``) for this call."""
     h2, t = h.reshape(-1, h.shape[-1]), targets.reshape(-1)
-    rows = chunk_rows(weight.shape[0], h.device)
     dtype = _compute_dtype(h)
+    chosen = resolve_kernel(kernel or KERNEL, h.device, dtype)
+    if chosen == "liger":
+        return _liger(h2, weight, t, ignore_index)
+    if chosen == "cce":
+        return _cce(h2, weight, t, ignore_index, dtype)
+    rows = chunk_rows(weight.shape[0], h.device)
     if torch.is_grad_enabled() and (h.requires_grad or weight.requires_grad):
         return _LinearCrossEntropy.apply(h2, weight, t, ignore_index, rows, dtype)
     with torch.autocast(h.device.type, enabled=False):

@@ -310,9 +310,7 @@ class Transformer(nn.Module):
             h, maps = self.decoder(x, ctx, cache=cache, memory=memory)
         if cache is not None:
             cache.length = start_pos + T
-        fused_loss = (
-            targets is not None and not return_logits and not torch.compiler.is_compiling()
-        )  # under torch.compile the plain path lets the compiler fuse the cross-entropy
+        fused_loss = targets is not None and not return_logits  # also under torch.compile
         logits = None if fused_loss else self.lm_head(h[:, -1:] if last_logits_only else h)
         loss = None
         if fused_loss:

@@ -115,6 +115,9 @@ class ProbeTrainConfig(Section):
     )
     gradient_checkpointing: bool = False
     device: str = "auto"
+    deterministic: bool = Field(
+        False, description="bit-identical reruns on a GPU too (attnlab.determinism; slower)"
+    )
     threads: int | None = Field(None, ge=1)
     log_every: int = Field(10, ge=1)
     checkpoint_every: int = Field(100, ge=1)

@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from attnlab.determinism import deterministic_mode
 from attnlab.errors import UserError
 from attnlab.probe import artifacts
 from attnlab.probe.build import BaseProvider, ProbedModel, build_probed_model
@@ -317,7 +318,8 @@ def _train_probe(
     steps, last, reason = 0, None, ""
     if counts["trainable"] and t.steps:
         rundir.write_status(run_dir, {"status": "running", "step": 0, **meta})
-        result = _train_loop(cfg, run_dir, probed, data, record, log, meta)
+        with deterministic_mode(t.deterministic, device):
+            result = _train_loop(cfg, run_dir, probed, data, record, log, meta)
         final, steps = result.status, result.counters.step
         last, reason = result.counters.last_loss, result.reason or ""
     state = final["status"]

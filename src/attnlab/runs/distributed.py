@@ -96,6 +96,13 @@ def setup(device_pref: str) -> Dist:
     )
     backend = "nccl" if use_cuda else "gloo"
     if use_cuda:
+        gpus, local_world = torch.cuda.device_count(), int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+        if max(local_world, local_rank + 1) > gpus:
+            raise UserError(
+                f"torchrun started {max(local_world, local_rank + 1)} processes on this node but "
+                f"only {gpus} GPU(s) are visible (one GPU per process); use "
+                f"--nproc_per_node={gpus}, or train.device=cpu to run the ranks on CPU (Gloo)"
+            )
         torch.cuda.set_device(local_rank)
     tdist.init_process_group(backend=backend)
     return Dist(

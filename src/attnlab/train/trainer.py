@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from attnlab.config import Config, dump_toml
+from attnlab.determinism import deterministic_mode
 from attnlab.errors import UserError
 from attnlab.runs import checkpoint, lock, rundir
 from attnlab.runs.device import resolve_device, resolve_precision
@@ -155,7 +156,10 @@ def train(
         _on_main(dist, lock.acquire, run_dir)
         locked = dist.is_main
         forked = [device.index or 0] if device.type == "cuda" else []
-        with torch.random.fork_rng(devices=forked):
+        with (
+            torch.random.fork_rng(devices=forked),
+            deterministic_mode(cfg.train.deterministic, device),
+        ):
             if cfg.train.threads:
                 torch.set_num_threads(cfg.train.threads)
             return _Pretraining(cfg, run_dir, dist, device, progress).run(resume, _stop_after)
@@ -376,6 +380,7 @@ class _Pretraining(TrainTask):
             "flops_per_token": self.flops_per_token,
             "device": str(self.device),
             "dtype": self.precision.name,
+            "deterministic": t.deterministic,
             "torch_version": torch.__version__,
         }
         loop = Loop(
