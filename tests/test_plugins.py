@@ -148,6 +148,8 @@ def test_compare_with_jobs_runs_plugin_variants_and_reports_their_params(lab):
     record = json.loads((root / "cmp" / "experiment.json").read_text())
     mine = next(v for v in record["variants"] if v["name"] == "mine")
     assert mine["config"]["plugins"] == [str(lab["plugin"])]
+    assert [r["spec"] for r in record["plugins"]] == [str(lab["plugin"])]
+    assert record["plugins"][0]["sha256"]
 
 
 def test_bench_times_a_plugin_variant(lab):
@@ -255,3 +257,18 @@ def test_a_plugin_side_branch_probes_a_tiny_pretrained_model(lab, tmp_path):
 
     model, _ = load_probed_model(run)
     assert sum("side_branch" in n for n, _ in model.named_parameters()) == 2 * layers
+
+
+def test_runs_record_plugin_hashes_and_warn_when_the_source_changed(lab, tmp_path):
+    plugin = tmp_path / "mine.py"
+    plugin.write_text(EXAMPLE.read_text())
+    cfg = tmp_path / "run.toml"
+    cfg.write_text(lab["cfg"].read_text().replace('"ideas/my_ideas.py"', '"mine.py"'))
+    attnlab("train", str(cfg), "--out", "r", "--quiet", "--set", PARTS[0], cwd=tmp_path)
+    records = json.loads((tmp_path / "r" / "plugins.json").read_text())["plugins"]
+    from attnlab.parts.plugins import source_hash
+
+    assert [(r["spec"], r["sha256"]) for r in records] == [(str(plugin), source_hash([plugin]))]
+    plugin.write_text(EXAMPLE.read_text() + "\n# edited after training\n")
+    p = attnlab("generate", "r", "--prompt", "the", "--max-new-tokens", "2", cwd=tmp_path)
+    assert "changed since the run was made" in p.stderr and str(plugin) in p.stderr

@@ -53,8 +53,12 @@ class RunOutcome:
 
 def write_record(exp: Experiment, out_dir: Path) -> None:
     """Store the resolved experiment in ``OUT/experiment.json`` (atomically)."""
+    from attnlab.parts.plugins import manifest
+
     out_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(out_dir / EXPERIMENT_FILE, exp.to_record())
+    specs = sorted({p for v in exp.variants.values() for p in v.config.plugins})
+    record = exp.to_record() | {"plugins": manifest(specs)}  # the parts' sources, hashed
+    atomic_write_json(out_dir / EXPERIMENT_FILE, record)
 
 
 def read_record(out_dir: str | Path) -> dict[str, Any]:

@@ -241,3 +241,27 @@ def loaded() -> list[PluginRecord]:
 
 def record_of(spec: str) -> PluginRecord | None:
     return _loaded.get(spec)
+
+
+def manifest(specs: list[str]) -> list[dict]:
+    """What a run records of its plugins: one :class:`PluginRecord` per spec it names (loaded
+    here if need be), and every installed entry-point plugin (distribution and version)."""
+    out = [load_plugin(spec).to_dict() for spec in specs]
+    out += [r.to_dict() for r in _loaded.values() if r.distribution is not None]
+    return out
+
+
+def changed(records: list[dict]) -> list[str]:
+    """Sentences for recorded plugins whose source differs from what is loaded now."""
+    out = []
+    for rec in records:
+        if not isinstance(rec, dict) or not rec.get("sha256"):
+            continue
+        now = _loaded.get(str(rec.get("spec")))
+        if now is not None and now.sha256 != rec["sha256"]:
+            out.append(
+                f"plugin {rec['spec']} changed since the run was made (sha256 "
+                f"{rec['sha256'][:12]} then, {now.sha256 and now.sha256[:12]} now): its parts may "
+                "not compute what was trained"
+            )
+    return out

@@ -140,6 +140,7 @@ def check_or_write_config(run_dir: Path, cfg: ProbeConfig) -> ConfigRecord:
     record = ConfigRecord(file=artifacts.PROBE_TOML, text=dump_probe_toml(cfg))
     rundir.reconcile_config(run_dir, record.text, file=record.file, unchecked=UNCHECKED)
     rundir.write_config(run_dir, record.text, file=record.file)
+    rundir.write_plugins(run_dir, cfg.plugins)
     return record
 
 

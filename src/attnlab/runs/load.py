@@ -96,7 +96,8 @@ def load_run_model(run_dir: str | Path, device: str | torch.device = "cpu"):
             f"{run_dir} has no checkpoint yet{every}; let `attnlab train` run until its first "
             "checkpoint, or pick another run"
         )
-    cfg = _config_of(run_dir, ckpt)
+    cfg = _config_of(run_dir, ckpt)  # loads the plugins the config names
+    rundir.check_plugins(run_dir)
     model = build_model(cfg.model)
     try:
         model.load_state_dict(ckpt.model, strict=True)

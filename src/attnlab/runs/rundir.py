@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import tomllib
+import json
 import warnings
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -293,3 +294,32 @@ def reconcile_config(
 def write_config(run_dir: str | Path, text: str, file: str = CONFIG_FILE) -> None:
     """Atomically replace the run's config file."""
     atomic_write_text(Path(run_dir) / file, text)
+
+
+PLUGINS_FILE = "plugins.json"
+
+
+def write_plugins(run_dir: str | Path, specs: list[str]) -> None:
+    """Record the run's plugins (spec, module, file, sha256 of the source, distribution) in
+    ``plugins.json``; nothing is written for a run without plugins."""
+    from attnlab.parts.plugins import manifest
+
+    records = manifest(list(specs))
+    if records:
+        atomic_write_json(Path(run_dir) / PLUGINS_FILE, {"plugins": records})
+
+
+def check_plugins(run_dir: str | Path) -> None:
+    """Warn when a plugin's source differs from the one the run recorded."""
+    from attnlab.parts.plugins import changed
+
+    path = Path(run_dir) / PLUGINS_FILE
+    if not path.is_file():
+        return
+    try:
+        records = json.loads(path.read_text(encoding="utf-8")).get("plugins", [])
+    except (OSError, ValueError, AttributeError):
+        _warn(f"{path} is damaged; the plugins' sources cannot be checked against the run")
+        return
+    for sentence in changed(records if isinstance(records, list) else []):
+        _warn(f"{run_dir}: {sentence}")

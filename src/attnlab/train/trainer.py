@@ -398,6 +398,7 @@ class _Pretraining(TrainTask):
         peak = measure_peak_flops(self.device, self.precision.compute_dtype)
         if dist.is_main:
             rundir.write_config(self.run_dir, self.config.text)
+            rundir.write_plugins(self.run_dir, self.cfg.plugins)
         result = loop.run(
             peak_flops=peak,
             stop_after=stop_after,
