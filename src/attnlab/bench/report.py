@@ -239,10 +239,6 @@ def to_markdown(r: BenchResult, title: str = "attnlab bench") -> str:
     return "\n".join(out)
 
 
-def default_stem(r: BenchResult, directory: str | Path) -> Path:
-    return Path(directory) / r.machine.slug()
-
-
 def write_results(r: BenchResult, stem: str | Path, title: str = "attnlab bench") -> list[Path]:
     """Write ``stem.md`` and ``stem.json`` (a ``.md``/``.json`` suffix on ``stem`` is dropped)."""
     stem = Path(stem)

@@ -9,7 +9,6 @@ drifts between rounds better than a ratio of medians.
 from __future__ import annotations
 
 import statistics
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -21,16 +20,6 @@ def synchronize(device: torch.device | str) -> None:
     device = torch.device(device)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-
-
-def time_call(fn: Callable[[], object], device: torch.device | str, n: int = 1) -> float:
-    """Seconds per call of ``fn`` over ``n`` back-to-back calls (device-synchronised)."""
-    synchronize(device)
-    t0 = time.perf_counter()
-    for _ in range(n):
-        fn()
-    synchronize(device)
-    return (time.perf_counter() - t0) / n
 
 
 @dataclass

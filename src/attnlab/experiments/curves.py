@@ -26,10 +26,6 @@ class Band:
     hi: np.ndarray
     n: np.ndarray  # how many seeds contribute at each step
 
-    def at(self, step: int) -> float | None:
-        idx = np.nonzero(self.steps == step)[0]
-        return float(self.mean[idx[0]]) if idx.size else None
-
 
 def band(curves: Sequence[Sequence[tuple[int, float]]]) -> Band:
     """Aggregate per-seed ``(step, value)`` curves by step."""

@@ -239,10 +239,6 @@ def loaded() -> list[PluginRecord]:
     return list(_loaded.values())
 
 
-def record_of(spec: str) -> PluginRecord | None:
-    return _loaded.get(spec)
-
-
 def manifest(specs: list[str]) -> list[dict]:
     """What a run records of its plugins: one :class:`PluginRecord` per spec it names (loaded
     here if need be), and every installed entry-point plugin (distribution and version)."""

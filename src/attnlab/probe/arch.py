@@ -40,7 +40,6 @@ class ArchSpec:
     q_module: str
     q_layout: QLayout
     lora_targets: tuple[str, ...]
-    parallel_residual_attr: str | None = None
 
     def layer_list(self, model: nn.Module) -> nn.ModuleList:
         node: Any = model
@@ -68,7 +67,6 @@ SPECS: dict[str, ArchSpec] = {
         "query_key_value",
         "per_head_qkv",
         ("query_key_value", "dense"),
-        parallel_residual_attr="use_parallel_residual",
     ),
     "llama": _LLAMA,
     "mistral": _LLAMA,
@@ -110,11 +108,6 @@ def dims_of(model: nn.Module) -> Dims:
         heads_out=heads,
         mixer_in=heads * head_dim,
     )
-
-
-def parallel_residual(model: nn.Module, spec: ArchSpec) -> bool:
-    attr = spec.parallel_residual_attr
-    return bool(attr and getattr(model.config, attr, False))
 
 
 def add_to_q(out: Tensor, f: Tensor, layout: QLayout, n_heads: int) -> Tensor:

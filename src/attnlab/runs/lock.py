@@ -113,11 +113,3 @@ def locked(directory: str | os.PathLike, what: str = "run directory") -> Iterato
         yield Path(directory)
     finally:
         release(directory)
-
-
-def is_held(directory: str | os.PathLike) -> bool:
-    """Whether this process holds the lock of ``directory``."""
-    try:
-        return Path(directory).resolve() in _held
-    except OSError:
-        return False

@@ -16,8 +16,8 @@ a given config that trains something else is refused with the differing keys.
 from __future__ import annotations
 
 import contextlib
-import tomllib
 import json
+import tomllib
 import warnings
 from collections.abc import Iterable, Mapping
 from pathlib import Path
