@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import typing
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -68,6 +70,15 @@ def describe(spec) -> dict[str, Any]:
     }
 
 
+def _short(source: str) -> str:
+    """A plugin path relative to the working directory when it lies below it."""
+    p = Path(source)
+    if p.is_absolute():
+        with contextlib.suppress(ValueError):
+            return str(p.relative_to(Path.cwd()))
+    return source
+
+
 def run(args: argparse.Namespace) -> int:
     from attnlab.errors import UserError
     from attnlab.parts import SLOTS, registry
@@ -91,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
         table.add_column("what it computes; cost")
         table.add_column("options")
         table.add_column("declares")
-        table.add_column("from")
+        table.add_column("from", overflow="fold")
         for row in (r for r in rows if r["slot"] == slot):
             opts = "\n".join(
                 f"{k}: {v['type']} = {v['default']!r}" for k, v in row["options"].items()
@@ -102,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
                 what,
                 opts or "—",
                 "\n".join([f"params row: {row['param_label']}", *row["declares"]]),
-                row["source"],
+                _short(row["source"]),
             )
         con.print(table)
     return 0
