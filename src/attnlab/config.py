@@ -17,7 +17,16 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
 from attnlab.errors import UserError
 
@@ -26,10 +35,34 @@ class ConfigError(UserError, ValueError):
     """A configuration that cannot be used; the message names the key, the cause and the fix."""
 
 
-class Section(BaseModel):
-    """Base of every config table: unknown keys are errors, assignment is validated."""
+#: the largest integer any config field takes (torch sizes and seeds are int64)
+INT_MAX = 2**63 - 1
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+def _numeric_kinds(annotation: Any) -> set[type]:
+    """``{int}``, ``{float}``, both or neither: the number types a field annotation admits."""
+    args = get_args(annotation) or (annotation,)
+    return {a for a in args if a in (int, float)}
+
+
+class Section(BaseModel):
+    """Base of every config table: unknown keys are errors, assignment is validated, floats must
+    be finite, ``true``/``false`` is no number, and integers fit in int64."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _strict_numbers(cls, v: Any, info: ValidationInfo) -> Any:
+        field = cls.model_fields.get(info.field_name or "")
+        kinds = _numeric_kinds(field.annotation) if field is not None else set()
+        if not kinds:
+            return v
+        if isinstance(v, bool):
+            raise PydanticCustomError("bool_not_number", "a boolean is not a number; give a number")
+        if isinstance(v, int) and abs(v) > INT_MAX:
+            raise PydanticCustomError("int_too_large", f"too large; at most {INT_MAX} (int64)")
+        return v
 
 
 # --------------------------------------------------------------------------------------------- model
@@ -337,7 +370,7 @@ class DataConfig(Section):
     replace_invalid_utf8: bool = False
     max_documents: int | None = Field(None, ge=1)
     text_field: str = Field("text", description=".jsonl/.parquet field holding the text")
-    split_seed: int = Field(0, description="seed of the train/validation split by document")
+    split_seed: int = Field(0, ge=0, description="seed of the train/validation split by document")
 
 
 # --------------------------------------------------------------------------------------------- train
@@ -347,7 +380,7 @@ class TrainConfig(Section):
     """The from-scratch recipe (SPEC 2.1): AdamW, warmup + cosine, clipping, accumulation."""
 
     max_steps: int = Field(1000, ge=1)
-    seed: int = 0
+    seed: int = Field(0, ge=0, description="seed of the batch schedule, init and dropout")
     batch_size: int = Field(8, ge=1, description="sequences per micro-batch per process")
     tokens_per_step: int | None = Field(
         None, ge=1, description="accumulate micro-batches up to this many tokens per step"
@@ -403,7 +436,7 @@ class ExperimentConfig(Section):
 
     name: str = ""
     variant: str = ""
-    seed_index: int = 0
+    seed_index: int = Field(0, ge=0)
     tags: list[str] = Field(default_factory=list)
 
 
