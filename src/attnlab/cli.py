@@ -1,7 +1,9 @@
 """``attnlab <command>``: every command lives in its own module under ``attnlab.commands``.
 
 A command module defines ``NAME``, ``HELP`` and ``add_arguments(parser)`` and ``run(args) -> int``.
-Expected user errors (a bad config, a missing file, bad data) print one clear message and exit 2.
+Expected user errors (a bad config, a missing file, bad data) print one clear message and exit 2;
+system failures (a full disk, a file-size limit, out of memory, input nested too deeply) are
+described the same way, never as a traceback. Exit codes: :mod:`attnlab.exitcodes`.
 """
 
 from __future__ import annotations
@@ -9,11 +11,13 @@ from __future__ import annotations
 import argparse
 import importlib
 import pkgutil
+import signal
 import sys
 from collections.abc import Sequence
 
-from attnlab import __version__
+from attnlab import __version__, exitcodes
 from attnlab.errors import UserError
+from attnlab.failures import SYSTEM_FAILURES, describe
 
 
 def _command_modules() -> list:
@@ -30,6 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="attnlab",
         description="A laboratory for transformer attention-block designs.",
+        epilog=exitcodes.EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"attnlab {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -44,16 +50,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "_run", None):
-        parser.print_help()
-        return 1
+        parser.print_help(sys.stderr)
+        return exitcodes.USER_ERROR
+    if hasattr(signal, "SIGXFSZ"):  # a file-size limit then fails the write (EFBIG), not us
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     try:
         return int(args._run(args) or 0)
     except UserError as e:
         print(f"attnlab {args.command}: error: {e}", file=sys.stderr)
-        return 2
+        return int(getattr(e, "exit_code", exitcodes.USER_ERROR))
+    except SYSTEM_FAILURES as e:
+        print(f"attnlab {args.command}: error: {describe(e)}", file=sys.stderr)
+        return exitcodes.USER_ERROR
     except KeyboardInterrupt:
         print(f"attnlab {args.command}: interrupted", file=sys.stderr)
-        return 130
+        return exitcodes.INTERRUPTED
 
 
 if __name__ == "__main__":
