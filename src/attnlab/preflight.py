@@ -283,6 +283,27 @@ def check(est: Estimate, free: int | None = None, command: str = "this job") -> 
     raise PreflightError("\n".join(lines))
 
 
+def check_concurrent(
+    configs: list[Config], concurrent: int, command: str, device: str | None = None
+) -> None:
+    """``concurrent`` trainings at once (``compare --jobs``): the largest estimate times the
+    number running together, against one device's free memory (one GPU each when several)."""
+    if not configs:
+        return
+    dev = resolve_device(device or configs[0].train.device)
+    ests = [training_estimate(c, device=dev) for c in configs]
+    est = max(ests, key=lambda e: e.total)
+    n = max(1, concurrent)
+    if dev.startswith("cuda"):
+        import torch
+
+        n = max(1, -(-n // max(1, torch.cuda.device_count())))
+    if n > 1:
+        est.items = {k: (b * n, f"{how}; x{n} runs at once") for k, (b, how) in est.items.items()}
+        est.knobs = {k: f"{v}, or lower --jobs" for k, v in est.knobs.items()}
+    check(est, command=command)
+
+
 def check_training(cfg: Config, command: str = "attnlab train", **kw) -> Estimate:
     """:func:`training_estimate` of ``cfg`` on its ``train.device``, checked."""
     device = resolve_device(kw.pop("device", None) or cfg.train.device)

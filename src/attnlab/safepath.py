@@ -6,6 +6,7 @@ directory. Every writer into such a directory checks first:
 
 * :func:`check_out_dir` -- an output directory that is a directory, or can be created, before any
   work starts (``--out /proc/x`` fails at once, with its reason);
+* :func:`check_out_file` -- the same for an output file (its directory);
 * :func:`check_tree` -- no link inside the directory leads out of it (checked once per command);
 * :func:`inside` -- one path to be written resolves inside its root (checked per write).
 """
@@ -62,16 +63,31 @@ def check_tree(root: str | os.PathLike) -> None:
                 )
 
 
-def check_out_dir(path: str | os.PathLike, flag: str = "--out") -> Path:
+def check_out_file(path: str | os.PathLike, flag: str = "--out") -> Path:
+    """An output file that is not a directory and whose directory exists or can be created."""
+    p = Path(path)
+    if p.is_dir():
+        raise UserError(f"{flag} {p} is a directory; give a file name")
+    if p.is_symlink() and not p.exists():
+        raise UserError(f"{flag} {p} is a dangling link; remove it or give another file name")
+    check_out_dir(p.parent if str(p.parent) else Path("."), f"the directory of {flag} {p}")
+    if p.exists() and not os.access(p, os.W_OK):
+        raise UserError(f"{flag} {p} is not writable; choose a file you can write")
+    return p
+
+
+def check_out_dir(path: str | os.PathLike, flag: str = "--out", *, tree: bool = True) -> Path:
     """An output directory that exists as a directory or can be created (the first missing
-    component is created and removed again to find out), and holds no link out of itself."""
+    component is created and removed again to find out), and, with ``tree``, holds no link out
+    of itself (:func:`check_tree`)."""
     p = Path(path)
     if p.exists() and not p.is_dir():
         raise UserError(f"{flag} {p} is a file; give a directory")
     if p.is_dir():
         if not os.access(p, os.W_OK | os.X_OK):
             raise UserError(f"{flag} {p} is not writable; choose a directory you can write")
-        check_tree(p)
+        if tree:
+            check_tree(p)
         return p
     missing = p
     while not missing.parent.exists() and missing.parent != missing:

@@ -15,7 +15,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from attnlab.experiments import build_report
+    from attnlab.safepath import check_tree
 
+    check_tree(args.out)
     path = build_report(args.out)
     print(f"wrote {path}")
     return 0

@@ -104,4 +104,7 @@ def _load_run(path: Path, device: str | torch.device | None) -> AttnlabLM:
         return AttnlabLM.from_run(path.parent.parent, device=device, checkpoint=path.name)
     if not (path / "config.toml").is_file():
         raise UserError(f"{path} is not a run directory (no config.toml)")
+    from attnlab.runstate import require_weights
+
+    require_weights(path)
     return AttnlabLM.from_run(path, device=device)
