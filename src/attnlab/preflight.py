@@ -58,9 +58,9 @@ def param_count(cfg: ModelConfig):
             if "overflow" not in str(e).lower() and not isinstance(e, OverflowError):
                 raise
             raise PreflightError(
-                f"the model is too large to describe: one of its weights would have more than "
-                f"2^63 elements (model.d_model={cfg.d_model}, model.vocab_size={cfg.vocab_size}, "
-                f"FFN hidden {cfg.ffn_hidden}); use realistic widths"
+                f"the model is too large to exist: one of its weights would need more bytes than "
+                f"a tensor can address (model.d_model={cfg.d_model}, model.vocab_size="
+                f"{cfg.vocab_size}, FFN hidden {cfg.ffn_hidden}); use realistic widths"
             ) from None
 
     dec = cfg.n_decoder_layers

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import tempfile
 from pathlib import Path
 
 from attnlab.errors import UserError
@@ -70,10 +71,23 @@ def check_out_file(path: str | os.PathLike, flag: str = "--out") -> Path:
         raise UserError(f"{flag} {p} is a directory; give a file name")
     if p.is_symlink() and not p.exists():
         raise UserError(f"{flag} {p} is a dangling link; remove it or give another file name")
-    check_out_dir(p.parent if str(p.parent) else Path("."), f"the directory of {flag} {p}")
+    check_out_dir(p.parent, f"{flag} {p}: its directory", tree=False)
     if p.exists() and not os.access(p, os.W_OK):
         raise UserError(f"{flag} {p} is not writable; choose a file you can write")
     return p
+
+
+def _probe_write(directory: Path, flag: str) -> None:
+    """Create and delete a hidden file in ``directory``: the only test that also holds for root
+    and for special file systems (``/proc``) where permission bits say nothing."""
+    try:
+        with tempfile.NamedTemporaryFile(dir=directory, prefix=".attnlab-probe-"):
+            pass
+    except OSError as e:
+        raise UserError(
+            f"{flag}: cannot write in {directory} ({e.strerror or e}); choose a directory on a "
+            "writable file system"
+        ) from None
 
 
 def check_out_dir(path: str | os.PathLike, flag: str = "--out", *, tree: bool = True) -> Path:
@@ -84,8 +98,7 @@ def check_out_dir(path: str | os.PathLike, flag: str = "--out", *, tree: bool = 
     if p.exists() and not p.is_dir():
         raise UserError(f"{flag} {p} is a file; give a directory")
     if p.is_dir():
-        if not os.access(p, os.W_OK | os.X_OK):
-            raise UserError(f"{flag} {p} is not writable; choose a directory you can write")
+        _probe_write(p, flag)
         if tree:
             check_tree(p)
         return p

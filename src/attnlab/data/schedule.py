@@ -120,8 +120,9 @@ def _check_args(split: str, seq_len: int, seqs_per_step: int, n_steps: int, n_to
     if n_tokens <= seq_len + 1:
         raise UserError(
             f"the {split} split has {n_tokens} tokens, too few for sequences of {seq_len} "
-            f"(needs more than seq_len + 1 = {seq_len + 1}); use a shorter seq_len, a larger "
-            "corpus, or a larger --val-fraction"
+            f"(needs more than seq_len + 1 = {seq_len + 1}); use a shorter data.seq_len or a "
+            "larger corpus, or prepare the data again with a larger data.val_fraction "
+            "(--val-fraction of `attnlab data prepare`, with --force)"
         )
 
 
