@@ -530,6 +530,8 @@ def source_dict(name_or_path: str | Path) -> dict[str, Any]:
     """The raw (unvalidated) dict of a preset name or a TOML file, with ``extends`` resolved."""
     s = str(name_or_path)
     if s.endswith(".toml") or Path(s).exists():
+        if Path(s).is_dir():
+            raise ConfigError(f"config {s!r} is a directory; give a TOML file or a preset name")
         if not Path(s).is_file():
             raise ConfigError(f"config file {s!r} does not exist; give a preset name or a path")
         return _resolve_extends(read_toml_file(s))

@@ -305,6 +305,10 @@ def check_concurrent(
 
 
 def check_training(cfg: Config, command: str = "attnlab train", **kw) -> Estimate:
-    """:func:`training_estimate` of ``cfg`` on its ``train.device``, checked."""
+    """:func:`training_estimate` of ``cfg`` on its ``train.device``, checked (with its thread
+    count)."""
+    from attnlab.devices import check_threads
+
+    check_threads(cfg.train.threads, "train.threads")
     device = resolve_device(kw.pop("device", None) or cfg.train.device)
     return check(training_estimate(cfg, device=device, **kw), command=command)

@@ -102,7 +102,6 @@ def _check_counts(args: argparse.Namespace) -> None:
         ("--steps", args.steps, 1),
         ("--repeats", args.repeats, 1),
         ("--warmup", args.warmup, 0),
-        ("--threads", args.threads, 1),
         ("--prompt-len", args.prompt_len, 1),
         ("--new-tokens", args.new_tokens, 1),
         ("--decode-batch", args.decode_batch, 1),
@@ -147,11 +146,14 @@ def run(args: argparse.Namespace) -> int:
     import sys
 
     from attnlab.bench.report import print_report, results_dir, write_results
+    from attnlab.devices import check_device, check_threads
 
     if args.list:
         return _list()
     log = (lambda m: print(m, file=sys.stderr)) if args.json else print
     _check_counts(args)
+    check_threads(args.threads)
+    check_device(args.device)
     if args.targets:
         if args.config or args.preset or args.overrides:
             raise UserError("--targets measures its own fixed config; drop the config and --set")

@@ -7,6 +7,7 @@ import argparse
 import json
 from pathlib import Path
 
+from attnlab.devices import check_device
 from attnlab.errors import UserError
 from attnlab.safepath import check_out_file
 
@@ -171,6 +172,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.target:
         raise UserError("give a TARGET to evaluate (or --build-cloze DATA_DIR); see --help")
     _check_flags(args)
+    check_device(args.device)
     if args.out:
         check_out_file(args.out)
     defaults = _run_defaults(args.target)

@@ -51,6 +51,7 @@ def _prompt_text(prompt: str) -> str:
 def run(args: argparse.Namespace) -> int:
     import torch
 
+    from attnlab.devices import check_device
     from attnlab.finite import check_weights
     from attnlab.model import generate
     from attnlab.runstate import require_weights
@@ -58,8 +59,9 @@ def run(args: argparse.Namespace) -> int:
 
     _check_flags(args)
     prompt_text = _prompt_text(args.prompt)
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
-        raise UserError(f"--device {args.device}: no CUDA device is visible; use --device cpu")
+    check_device(args.device)
+    if args.device == "auto":
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
     _preflight(args)
     require_weights(args.run_dir)
     model, cfg, tok = load_run_model(args.run_dir, device=args.device)
