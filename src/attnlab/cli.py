@@ -51,6 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not getattr(args, "_run", None):
         parser.print_help(sys.stderr)
+        print("attnlab: error: no command given; choose one of the commands above", file=sys.stderr)
         return exitcodes.USER_ERROR
     if hasattr(signal, "SIGXFSZ"):  # a file-size limit then fails the write (EFBIG), not us
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)

@@ -236,11 +236,32 @@ def training_estimate(
     return est
 
 
+def run_weight_bytes(run_dir: str | Path) -> int | None:
+    """Size of the newest checkpoint's weights file of a run (what loading it costs), if any."""
+    from attnlab.train.checkpoint import MODEL_FILE, complete_checkpoints
+
+    for _, path in complete_checkpoints(Path(run_dir)):
+        try:
+            return (path / MODEL_FILE).stat().st_size
+        except OSError:
+            continue
+    return None
+
+
 def inference_estimate(
-    m: ModelConfig, *, batch_size: int, seq_len: int, device: str = "cpu", weight_bytes: int = 4
+    m: ModelConfig,
+    *,
+    batch_size: int,
+    seq_len: int,
+    device: str = "cpu",
+    weights_bytes: float | None = None,
 ) -> Estimate:
-    """Weights plus one layer's activations and the logits of a ``batch_size x seq_len`` batch."""
-    _, weights = _weights_item(m, weight_bytes)
+    """Weights (``weights_bytes``, e.g. :func:`run_weight_bytes`, else counted at float32) plus
+    one layer's activations and the logits of a ``batch_size x seq_len`` batch."""
+    if weights_bytes is None:
+        _, weights = _weights_item(m, 4)
+    else:
+        weights = (float(weights_bytes), "the checkpoint's weights file")
     est = Estimate("inference", device)
     est.items["parameters"] = weights
     est.items["logits"] = (

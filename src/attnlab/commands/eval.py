@@ -133,14 +133,21 @@ def _check_flags(args: argparse.Namespace) -> None:
 
 def _preflight(cfg, args: argparse.Namespace, batch_size: int) -> None:
     """Weights plus one batch of logits of a run's model against the device's free memory."""
-    from attnlab.preflight import check, inference_estimate, resolve_device
+    from attnlab.preflight import check, inference_estimate, resolve_device, run_weight_bytes
 
     m = cfg.model
+    run_dir = Path(args.target.removeprefix("run:"))
+    if run_dir.parent.name == "checkpoints":
+        run_dir = run_dir.parent.parent
+    weights = run_weight_bytes(run_dir)
+    if weights is None:
+        return  # nothing to load: the loader says why
     est = inference_estimate(
         m,
         batch_size=batch_size,
         seq_len=min(args.max_length or m.max_seq_len, m.max_seq_len),
         device=resolve_device(args.device),
+        weights_bytes=weights,
     )
     check(est, command="attnlab eval")
 
@@ -191,14 +198,14 @@ def run(args: argparse.Namespace) -> int:
     for spec in tasks:  # fail on a misspelt task before loading a model
         task_key(spec)
     batch_size = args.batch_size or defaults.get("batch_size") or 8
-    if defaults.get("config") is not None:
-        _preflight(defaults["config"], args, batch_size)
+    limit = args.limit if args.limit is not None else defaults.get("limit")
+    if defaults.get("config") is not None:  # a batch never holds more than --limit items
+        _preflight(defaults["config"], args, min(batch_size, limit or batch_size))
     lm = load_language_model(
         args.target, device=args.device, dtype=args.dtype, max_length=args.max_length
     )
     if isinstance(getattr(lm, "model", None), torch.nn.Module):
         check_weights(lm.model, lm.name)
-    limit = args.limit if args.limit is not None else defaults.get("limit")
     results = evaluate(
         lm,
         tasks,

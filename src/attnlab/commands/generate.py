@@ -116,11 +116,14 @@ def _preflight(args: argparse.Namespace) -> None:
     from pathlib import Path
 
     from attnlab.config import load_config
-    from attnlab.preflight import check, inference_estimate
+    from attnlab.preflight import check, inference_estimate, run_weight_bytes
 
     cfg_path = Path(args.run_dir) / "config.toml"
-    if not cfg_path.is_file():
+    weights = run_weight_bytes(args.run_dir)
+    if not cfg_path.is_file() or weights is None:
         return  # load_run_model says what is missing
     m = load_config(cfg_path).model
-    est = inference_estimate(m, batch_size=1, seq_len=m.max_seq_len, device=args.device)
+    est = inference_estimate(
+        m, batch_size=1, seq_len=m.max_seq_len, device=args.device, weights_bytes=weights
+    )
     check(est, command="attnlab generate")
