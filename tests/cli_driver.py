@@ -25,7 +25,10 @@ import attnlab.eval.evaluate
 import attnlab.model
 import attnlab.preflight
 import attnlab.train
+from attnlab.config import load_config
+from attnlab.model.params import count
 
+count(load_config("tiny").model)  # the first meta-device build imports torch._dynamo: once, here
 WARM = (
     attnlab.commands.bench,
     attnlab.eval.evaluate,

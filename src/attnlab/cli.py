@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from attnlab import __version__, exitcodes
 from attnlab.errors import UserError
-from attnlab.failures import SYSTEM_FAILURES, describe
+from attnlab.failures import SYSTEM_FAILURES, describe, os_error_of
 
 
 def _command_modules() -> list:
@@ -62,6 +62,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(getattr(e, "exit_code", exitcodes.USER_ERROR))
     except SYSTEM_FAILURES as e:
         print(f"attnlab {args.command}: error: {describe(e)}", file=sys.stderr)
+        return exitcodes.USER_ERROR
+    except Exception as e:  # a library's own exception type around an OS error (disk full)
+        os_error = os_error_of(e)
+        if os_error is None:
+            raise  # a bug: keep its traceback
+        print(f"attnlab {args.command}: error: {describe(os_error)}", file=sys.stderr)
         return exitcodes.USER_ERROR
     except KeyboardInterrupt:
         print(f"attnlab {args.command}: interrupted", file=sys.stderr)

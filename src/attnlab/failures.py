@@ -9,8 +9,13 @@ input) and ``UnicodeError``, named by operation and file, never as a traceback.
 from __future__ import annotations
 
 import errno
+import os
+import re
 
 from attnlab.errors import UserError
+
+#: how Rust libraries (safetensors, tokenizers) print the OS error inside their own exceptions
+_RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)")
 
 _ADVICE = {
     errno.ENOSPC: "the disk is full; free space (or point --out at another disk) and rerun",
@@ -52,6 +57,22 @@ def describe(exc: BaseException) -> str:
     if isinstance(exc, UnicodeError):
         return f"text is not valid UTF-8 ({exc}); save the file or argument as UTF-8"
     return f"{type(exc).__name__}: {exc}"
+
+
+def os_error_of(exc: BaseException) -> OSError | None:
+    """The OS error behind ``exc``: itself, one a library wrapped in its own exception type
+    (e.g. safetensors' ``I/O error: File too large (os error 27)``), or one in its cause chain."""
+    seen = 0
+    e: BaseException | None = exc
+    while e is not None and seen < 8:
+        if isinstance(e, OSError):
+            return e
+        m = _RUST_OS_ERROR.search(str(e))
+        if m:
+            code = int(m.group(1))
+            return OSError(code, os.strerror(code))
+        e, seen = e.__cause__ or e.__context__, seen + 1
+    return None
 
 
 def as_user_error(exc: BaseException, context: str = "") -> UserError:
