@@ -56,6 +56,8 @@ def _cases() -> dict[str, Case]:
         ("model.d_model", "1000000000000000000", r"too large to exist.*model\.d_model"),
         ("model.vocab_size", "-5", r"model\.vocab_size"),
         ("model.n_layers", "0", r"model\.n_layers.*greater than or equal to 1"),
+        ("model.ffn.ratio", "1e300", r"too large to exist: FFN hidden"),
+        ("train.compile", "1", r"train\.compile.*true or false"),
     ]:
         add(f"params-{key}={value}", 2, pattern)(
             lambda L, T, kv=f"{key}={value}": ["params", "tiny", "--set", kv]
@@ -249,6 +251,12 @@ def _cases() -> dict[str, Case]:
     add("data-empty-corpus", 2, r"no non-empty documents")(prep("empty.jsonl"))
     add("data-one-document", 2, r"single document.*add documents")(prep("one.jsonl"))
     add("data-missing-corpus", 2, r"does not exist")(prep("/nonexistent/c.jsonl"))
+    add("data-bpe-vocab-too-big", 2, r"bpe-99999999999: .*at most")(
+        lambda L, T: [
+            *("data", "prepare", "--corpus", str(L.root / "corpus.jsonl")),
+            *("--tokenizer", "bpe-99999999999", "--out", str(T / "d"), "--no-progress"),
+        ]
+    )
     add("data-val-fraction-2", 2, r"val_fraction=2\.0 must be in")(
         prep("one.jsonl", "--val-fraction", "2")
     )

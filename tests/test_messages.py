@@ -22,7 +22,7 @@ def _numeric_fields(model: type[BaseModel], prefix: str = "") -> list[tuple[str,
         subs = [a for a in args if isinstance(a, type) and issubclass(a, BaseModel)]
         if subs:
             out += _numeric_fields(subs[0], f"{prefix}{name}.")
-        kinds = {a for a in args if a in (int, float)}
+        kinds = {a for a in args if a in (int, float, bool)}
         if kinds:
             out.append((f"{prefix}{name}", kinds))
     return out
@@ -44,6 +44,11 @@ def _raw(key: str, value) -> dict:
 def test_every_numeric_config_field_refuses_booleans_infinities_and_huge_ints():
     assert len(NUMERIC) > 60  # the walk found the tree
     for key, kinds in NUMERIC:
+        if kinds == {bool}:  # and a switch refuses numbers
+            for bad in (1, 0, "yes"):
+                with pytest.raises(ConfigError, match=re.escape(key) + ".*true or false"):
+                    validate(_raw(key, bad))
+            continue
         for bad in (True, False):
             with pytest.raises(ConfigError, match=re.escape(key) + ".*boolean"):
                 validate(_raw(key, bad))

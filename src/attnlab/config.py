@@ -39,15 +39,16 @@ class ConfigError(UserError, ValueError):
 INT_MAX = 2**63 - 1
 
 
-def _numeric_kinds(annotation: Any) -> set[type]:
-    """``{int}``, ``{float}``, both or neither: the number types a field annotation admits."""
+def _scalar_kinds(annotation: Any) -> set[type]:
+    """The scalar types among ``int``, ``float`` and ``bool`` a field annotation admits."""
     args = get_args(annotation) or (annotation,)
-    return {a for a in args if a in (int, float)}
+    return {a for a in args if a in (int, float, bool)}
 
 
 class Section(BaseModel):
     """Base of every config table: unknown keys are errors, assignment is validated, floats must
-    be finite, ``true``/``false`` is no number, and integers fit in int64."""
+    be finite, ``true``/``false`` is no number and a number no ``true``/``false``, and integers
+    fit in int64."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
@@ -55,7 +56,11 @@ class Section(BaseModel):
     @classmethod
     def _strict_numbers(cls, v: Any, info: ValidationInfo) -> Any:
         field = cls.model_fields.get(info.field_name or "")
-        kinds = _numeric_kinds(field.annotation) if field is not None else set()
+        kinds = _scalar_kinds(field.annotation) if field is not None else set()
+        if kinds == {bool}:
+            if not isinstance(v, bool):
+                raise PydanticCustomError("bool_expected", "give true or false")
+            return v
         if not kinds:
             return v
         if isinstance(v, bool):

@@ -63,6 +63,7 @@ def param_count(cfg: ModelConfig):
                 f"{cfg.vocab_size}, FFN hidden {cfg.ffn_hidden}); use realistic widths"
             ) from None
 
+    _check_widths(cfg)
     dec = cfg.n_decoder_layers
     if cfg.n_layers + (dec or 0) <= DIRECT_COUNT_LAYERS:
         return at(cfg.n_layers, dec)
@@ -71,6 +72,29 @@ def param_count(cfg: ModelConfig):
     if dec:
         steps.append((dec - 1, at(1, 2)))
     return _extrapolate(base, steps, ParamReport)
+
+
+def _num(n: int) -> str:
+    return f"{n:,}" if n < 10**15 else f"{n:.3g}"
+
+
+def _check_widths(cfg: ModelConfig) -> None:
+    """Refuse widths whose weight matrices no tensor can hold, before torch is asked to."""
+    d = cfg.d_model
+    widths = {
+        "model.vocab_size": cfg.vocab_size,
+        "FFN hidden": cfg.ffn_hidden,
+        "model.max_seq_len": cfg.max_seq_len,
+        "attention width": cfg.attention.n_heads * cfg.head_dim,
+        "query bottleneck": int(cfg.query.ratio * d),
+        "pre-projection width": int(cfg.pre_projection.expansion * d),
+    }
+    for name, n in widths.items():
+        if n * d * 8 > 2**63 - 1:
+            raise PreflightError(
+                f"the model is too large to exist: {name} {_num(n)} x model.d_model {_num(d)} is "
+                "more than a tensor can hold; use realistic sizes"
+            )
 
 
 def _extrapolate(base, steps, report_type):
