@@ -91,6 +91,7 @@ def _files(d: Path) -> None:
     (d / "empty.jsonl").write_bytes(b"")
     (d / "one.jsonl").write_text(json.dumps({"text": "one lonely document " * 20}) + "\n")
     (d / "garbage.toml").write_text("[[[\n")
+    (d / "deep.toml").write_text("a = " + "[" * 100_000 + "]" * 100_000 + "\n")
     (d / "adir.toml").mkdir()
     (d / "wrong_shape.jsonl").write_text("[1, 2, 3]\n")
     (d / "probe_dots.toml").write_text(

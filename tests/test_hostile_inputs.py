@@ -68,6 +68,12 @@ def _cases() -> dict[str, Case]:
     add("params-bad-toml", 2, r"garbage\.toml.*not valid TOML")(
         lambda L, T: ["params", L.f("garbage.toml")]
     )
+    add("params-deep-toml", 2, r"deep\.toml: TOML nested too deeply")(
+        lambda L, T: ["params", L.f("deep.toml")]
+    )
+    add("params-deep-override", 2, r"override 'model\.d_model'.*nested too deeply")(
+        lambda L, T: ["params", "tiny", "--set", "model.d_model=" + "[" * 5000 + "]" * 5000]
+    )
     add("params-dir-as-config", 2, r"adir\.toml.*is a directory")(
         lambda L, T: ["params", L.f("adir.toml")]
     )

@@ -482,6 +482,8 @@ def _read_toml(text: str, where: str) -> dict[str, Any]:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{where}: not valid TOML ({e}); fix the syntax at that line") from None
+    except RecursionError:
+        raise ConfigError(f"{where}: TOML nested too deeply to read; flatten it") from None
 
 
 def read_toml_file(path: str | Path, what: str = "config file") -> dict[str, Any]:
@@ -560,6 +562,8 @@ def parse_override(item: str) -> tuple[list[str], Any]:
         value = tomllib.loads(f"v = {text}")["v"]
     except tomllib.TOMLDecodeError:
         value = text
+    except RecursionError:
+        raise ConfigError(f"override {key!r}: the value is nested too deeply to read") from None
     return key.split("."), value
 
 
