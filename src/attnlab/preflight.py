@@ -21,9 +21,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from attnlab.config import Config, ModelConfig
 from attnlab.errors import UserError
+
+if TYPE_CHECKING:
+    from attnlab.model.params import ParamReport
 
 #: deeper stacks are counted by extrapolation from one and two layers
 DIRECT_COUNT_LAYERS = 64
@@ -45,7 +49,7 @@ def fmt_bytes(n: float) -> str:
 # ---------------------------------------------------------------------------- parameter count
 
 
-def param_count(cfg: ModelConfig):
+def param_count(cfg: ModelConfig) -> ParamReport:
     """:func:`attnlab.model.params.count` for any depth, or a :class:`PreflightError` when a
     weight would have more elements than a tensor can index (int64)."""
     from attnlab.model.params import ParamReport, count
@@ -54,8 +58,8 @@ def param_count(cfg: ModelConfig):
         c = cfg.model_copy(update={"n_layers": layers, "n_decoder_layers": dec})
         try:
             return count(c)
-        except (RuntimeError, OverflowError) as e:
-            if "overflow" not in str(e).lower() and not isinstance(e, OverflowError):
+        except (RuntimeError, OverflowError, TypeError) as e:  # torch: "... overflow ..."
+            if "overflow" not in str(e).lower():
                 raise
             raise PreflightError(
                 f"the model is too large to exist: one of its weights would need more bytes than "
@@ -97,7 +101,9 @@ def _check_widths(cfg: ModelConfig) -> None:
             )
 
 
-def _extrapolate(base, steps, report_type):
+def _extrapolate(
+    base: ParamReport, steps: list[tuple[int, ParamReport]], report_type: type
+) -> ParamReport:
     """``base + sum(k * (r - base))`` for every integer field of a :class:`ParamReport`."""
     values = {}
     for f in fields(report_type):
