@@ -22,6 +22,7 @@ import torch  # noqa: F401  (imported once here, not in every child)
 import attnlab.cli
 import attnlab.commands.bench
 import attnlab.eval.evaluate
+import attnlab.experiments
 import attnlab.model
 import attnlab.preflight
 import attnlab.train
@@ -29,9 +30,11 @@ from attnlab.config import load_config
 from attnlab.model.params import count
 
 count(load_config("tiny").model)  # the first meta-device build imports torch._dynamo: once, here
+attnlab.cli.build_parser()  # imports every command module and what their flags list
 WARM = (
     attnlab.commands.bench,
     attnlab.eval.evaluate,
+    attnlab.experiments,
     attnlab.model,
     attnlab.preflight,
     attnlab.train,
