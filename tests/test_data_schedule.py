@@ -52,11 +52,11 @@ def test_schedule_is_prefix_stable(data_dir: Path) -> None:
 
 def test_extending_detects_a_changed_generator(data_dir: Path, monkeypatch) -> None:
     get_schedule(data_dir, "train", 16, 2, 4, seed=0)
-    real = schedule_mod.draw_offsets
+    real = schedule_mod.offset_blocks
     monkeypatch.setattr(
         schedule_mod,
-        "draw_offsets",
-        lambda *a, **k: real(*a, **k) + 1,  # a "new NumPy"
+        "offset_blocks",
+        lambda *a, **k: (b + 1 for b in real(*a, **k)),  # a "new NumPy"
     )
     with pytest.raises(UserError, match="does not extend the stored"):
         get_schedule(data_dir, "train", 16, 2, 8, seed=0)

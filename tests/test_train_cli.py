@@ -103,13 +103,16 @@ def test_mismatched_config_exits_2_with_the_keys(trained, capsys, monkeypatch):
     assert "train.max_steps: 6 -> 9" in err and "Traceback" not in err
 
 
-def test_divergence_exits_0_with_a_message(trained, capsys, monkeypatch):
+def test_divergence_exits_3_with_a_message(trained, capsys, monkeypatch):
     monkeypatch.chdir(trained)
     args = ["--set", "train.lr=1e3", "--set", "train.min_lr=1e2", "--quiet"]
-    assert main(["train", "exp.toml", "--out", "runs/div", *args]) == 0
-    out = capsys.readouterr().out
-    assert out.startswith("diverged at step") and "status.json" in out
+    assert main(["train", "exp.toml", "--out", "runs/div", *args]) == 3
+    err = capsys.readouterr().err
+    assert err.startswith("attnlab train: diverged at step") and "status.json" in err
+    assert "train longer" not in err and "--restart" in err
     assert read_status(trained / "runs" / "div")["status"] == "diverged"
+    # a rerun reports the recorded divergence with the same code, for schedulers that retry
+    assert main(["train", "exp.toml", "--out", "runs/div", *args]) == 3
 
 
 def test_progress_lines_when_not_a_terminal(tmp_path, corpus, capsys, monkeypatch):

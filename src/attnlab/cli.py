@@ -1,7 +1,9 @@
 """``attnlab <command>``: every command lives in its own module under ``attnlab.commands``.
 
 A command module defines ``NAME``, ``HELP`` and ``add_arguments(parser)`` and ``run(args) -> int``.
-Expected user errors (a bad config, a missing file, bad data) print one clear message and exit 2.
+Expected user errors (a bad config, a missing file, bad data) print one clear message and exit 2;
+system failures (a full disk, a file-size limit, out of memory, input nested too deeply) are
+described the same way, never as a traceback. Exit codes: :mod:`attnlab.exitcodes`.
 """
 
 from __future__ import annotations
@@ -9,12 +11,14 @@ from __future__ import annotations
 import argparse
 import importlib
 import pkgutil
+import signal
 import sys
 from collections.abc import Sequence
 
-from attnlab import __version__
+from attnlab import __version__, exitcodes
 from attnlab.commands._common import add_plugin_argument, plugin_specs
 from attnlab.errors import UserError
+from attnlab.failures import SYSTEM_FAILURES, describe, os_error_of
 
 
 def _command_modules() -> list:
@@ -31,6 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="attnlab",
         description="A laboratory for transformer attention-block designs.",
+        epilog=exitcodes.EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"attnlab {__version__}")
     add_plugin_argument(parser)
@@ -58,16 +64,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.plugins = plugins  # resolved (absolute) specs, as the configs record them
     if not getattr(args, "_run", None):
-        parser.print_help()
-        return 1
+        parser.print_help(sys.stderr)
+        print("attnlab: error: no command given; choose one of the commands above", file=sys.stderr)
+        return exitcodes.USER_ERROR
+    if hasattr(signal, "SIGXFSZ"):  # a file-size limit then fails the write (EFBIG), not us
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     try:
         return int(args._run(args) or 0)
     except UserError as e:
         print(f"attnlab {args.command}: error: {e}", file=sys.stderr)
-        return 2
+        return int(getattr(e, "exit_code", exitcodes.USER_ERROR))
+    except SYSTEM_FAILURES as e:
+        print(f"attnlab {args.command}: error: {describe(e)}", file=sys.stderr)
+        return exitcodes.USER_ERROR
+    except Exception as e:  # a library's own exception type around an OS error (disk full)
+        os_error = os_error_of(e)
+        if os_error is None:
+            raise  # a bug: keep its traceback
+        print(f"attnlab {args.command}: error: {describe(os_error)}", file=sys.stderr)
+        return exitcodes.USER_ERROR
     except KeyboardInterrupt:
         print(f"attnlab {args.command}: interrupted", file=sys.stderr)
-        return 130
+        return exitcodes.INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -265,7 +265,7 @@ class DataConfig(Section):
     replace_invalid_utf8: bool = False
     max_documents: int | None = Field(None, ge=1)
     text_field: str = Field("text", description=".jsonl/.parquet field holding the text")
-    split_seed: int = Field(0, description="seed of the train/validation split by document")
+    split_seed: int = Field(0, ge=0, description="seed of the train/validation split by document")
 
 
 # --------------------------------------------------------------------------------------------- train
@@ -275,7 +275,7 @@ class TrainConfig(Section):
     """The from-scratch recipe (SPEC 2.1): AdamW, warmup + cosine, clipping, accumulation."""
 
     max_steps: int = Field(1000, ge=1)
-    seed: int = 0
+    seed: int = Field(0, ge=0, description="seed of the batch schedule, init and dropout")
     batch_size: int = Field(8, ge=1, description="sequences per micro-batch per process")
     tokens_per_step: int | None = Field(
         None, ge=1, description="accumulate micro-batches up to this many tokens per step"
@@ -334,7 +334,7 @@ class ExperimentConfig(Section):
 
     name: str = ""
     variant: str = ""
-    seed_index: int = 0
+    seed_index: int = Field(0, ge=0)
     tags: list[str] = Field(default_factory=list)
 
 
@@ -377,6 +377,8 @@ def _read_toml(text: str, where: str) -> dict[str, Any]:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{where}: not valid TOML ({e}); fix the syntax at that line") from None
+    except RecursionError:
+        raise ConfigError(f"{where}: TOML nested too deeply to read; flatten it") from None
 
 
 def read_toml_file(path: str | Path, what: str = "config file") -> dict[str, Any]:
@@ -443,6 +445,8 @@ def source_dict(name_or_path: str | Path) -> dict[str, Any]:
     """The raw (unvalidated) dict of a preset name or a TOML file, with ``extends`` resolved."""
     s = str(name_or_path)
     if s.endswith(".toml") or Path(s).exists():
+        if Path(s).is_dir():
+            raise ConfigError(f"config {s!r} is a directory; give a TOML file or a preset name")
         if not Path(s).is_file():
             raise ConfigError(f"config file {s!r} does not exist; give a preset name or a path")
         return _resolve_extends(resolve_plugin_paths(read_toml_file(s), Path(s).parent))
@@ -479,6 +483,8 @@ def parse_override(item: str) -> tuple[list[str], Any]:
         value = tomllib.loads(f"v = {text}")["v"]
     except tomllib.TOMLDecodeError:
         value = text
+    except RecursionError:
+        raise ConfigError(f"override {key!r}: the value is nested too deeply to read") from None
     return key.split("."), value
 
 

@@ -4,7 +4,17 @@ from __future__ import annotations
 
 
 class UserError(Exception):
-    """Bad input (config, file, data, checkpoint); the message names the cause and the fix."""
+    """Bad input (config, file, data, checkpoint); the message names the cause and the fix.
+
+    The CLI prints the message and exits with ``exit_code`` (see :mod:`attnlab.exitcodes`)."""
+
+    exit_code = 2
+
+
+class NonFiniteError(UserError):
+    """A model whose weights or outputs are NaN/inf (e.g. a diverged checkpoint): exit code 3."""
+
+    exit_code = 3
 
 
 class InvalidRequestError(UserError, ValueError):

@@ -103,6 +103,23 @@ def _list() -> int:
     return 0
 
 
+def _check_counts(args: argparse.Namespace) -> None:
+    """Every count flag in range before anything is built (0 must not mean "the default")."""
+    for flag, value, low in (
+        ("--batch-size", args.batch_size, 1),
+        ("--seq-len", args.seq_len, 1),
+        ("--steps", args.steps, 1),
+        ("--repeats", args.repeats, 1),
+        ("--warmup", args.warmup, 0),
+        ("--prompt-len", args.prompt_len, 1),
+        ("--new-tokens", args.new_tokens, 1),
+        ("--decode-batch", args.decode_batch, 1),
+        ("--decode-repeats", args.decode_repeats, 1),
+    ):
+        if value is not None and value < low:
+            raise UserError(f"{flag} {value} must be at least {low}")
+
+
 def _spec(args: argparse.Namespace):
     from attnlab.bench.peers import PEERS
     from attnlab.bench.runner import SECTIONS, BenchSpec
@@ -140,12 +157,14 @@ def run(args: argparse.Namespace) -> int:
     import sys
 
     from attnlab.bench.report import print_report, results_dir, write_results
+    from attnlab.devices import check_device, check_threads
 
     if args.list:
         return _list()
     log = (lambda m: print(m, file=sys.stderr)) if args.json else print
-    if args.threads is not None and args.threads < 1:
-        raise UserError("--threads must be at least 1")
+    _check_counts(args)
+    check_threads(args.threads)
+    check_device(args.device)
     if args.targets:
         if args.config or args.preset or args.overrides:
             raise UserError("--targets measures its own fixed config; drop the config and --set")
@@ -156,8 +175,20 @@ def run(args: argparse.Namespace) -> int:
         title = "attnlab bench --targets (CPU)"
     else:
         from attnlab.bench.runner import run_bench
+        from attnlab.preflight import check_training
+        from attnlab.safepath import check_out_file
 
         spec = _spec(args)
+        if args.out:
+            check_out_file(args.out)
+        checked = spec.resolved()  # flags against the config, then memory
+        check_training(
+            checked.config,
+            "attnlab bench",
+            batch_size=checked.batch_size,
+            seq_len=checked.seq_len,
+            device=checked.device,
+        )
         result = run_bench(spec, log=log)
         stem = args.out
         if stem is None and args.save:

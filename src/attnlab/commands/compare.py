@@ -81,11 +81,18 @@ def _warn(message, category, filename, lineno, file=None, line=None) -> None:
 def run(args: argparse.Namespace) -> int:
     from attnlab.experiments import build_report, load_experiment, run_all
     from attnlab.experiments.progress import ExperimentProgress, fmt_duration
+    from attnlab.preflight import check_concurrent
     from attnlab.runs import lock
+    from attnlab.safepath import check_out_dir
 
     if args.jobs < 1:
         raise UserError("--jobs must be at least 1")
     exp = load_experiment(args.experiment, args.overrides, args.plugins)
+    check_out_dir(args.out)
+    n_runs = len(exp.variants) * len(exp.seeds)
+    check_concurrent(
+        [v.config for v in exp.variants.values()], min(args.jobs, n_runs), "attnlab compare"
+    )
     only = [n.strip() for item in args.only for n in item.split(",") if n.strip()]
     print_plan(exp, lambda line: print(line, file=sys.stderr, flush=True))
     if args.plan:

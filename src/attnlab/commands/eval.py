@@ -7,7 +7,9 @@ import argparse
 import json
 from pathlib import Path
 
+from attnlab.devices import check_device
 from attnlab.errors import UserError
+from attnlab.safepath import check_out_file
 
 NAME = "eval"
 HELP = "evaluate a run, checkpoint, probe or Hugging Face/GGUF model (perplexity, cloze, choice)"
@@ -96,7 +98,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_defaults(target: str) -> dict:
-    """``eval`` settings of a run's own config (empty for other targets)."""
+    """``eval`` settings of a run's own config, and the config itself under ``"config"``
+    (empty for other targets)."""
     from attnlab.runs.load import is_run_dir, run_config
 
     path = Path(target.removeprefix("run:"))
@@ -108,16 +111,62 @@ def _run_defaults(target: str) -> dict:
     if cfg is None:
         return {}
     ev = cfg.eval
-    return {"tasks": ev.tasks, "limit": ev.limit, "stride": ev.stride, "batch_size": ev.batch_size}
+    return {
+        "tasks": ev.tasks,
+        "limit": ev.limit,
+        "stride": ev.stride,
+        "batch_size": ev.batch_size,
+        "config": cfg,
+    }
+
+
+def _check_flags(args: argparse.Namespace) -> None:
+    """Counts must be positive: a zero or negative one is refused before anything loads."""
+    for flag, value, hint in (
+        ("--limit", args.limit, "leave it out to use every item"),
+        ("--batch-size", args.batch_size, "e.g. 8"),
+        ("--stride", args.stride, "leave it out for max_length/2"),
+        ("--max-length", args.max_length, "leave it out for the model's context"),
+    ):
+        if value is not None and value < 1:
+            raise UserError(f"{flag} {value} must be at least 1 ({hint})")
+
+
+def _preflight(cfg, args: argparse.Namespace, batch_size: int) -> None:
+    """Weights plus one batch of logits of a run's model against the device's free memory."""
+    from attnlab.preflight import check, inference_estimate, resolve_device, run_weight_bytes
+
+    m = cfg.model
+    run_dir = Path(args.target.removeprefix("run:"))
+    if run_dir.parent.name == "checkpoints":
+        run_dir = run_dir.parent.parent
+    weights = run_weight_bytes(run_dir)
+    if weights is None:
+        return  # nothing to load: the loader says why
+    est = inference_estimate(
+        m,
+        batch_size=batch_size,
+        seq_len=min(args.max_length or m.max_seq_len, m.max_seq_len),
+        device=resolve_device(args.device),
+        weights_bytes=weights,
+    )
+    check(est, command="attnlab eval")
 
 
 def _build_cloze(args: argparse.Namespace) -> int:
     from attnlab.eval.cloze_build import build_cloze_set
 
+    if args.n < 1:
+        raise UserError(f"--n {args.n} must be at least 1 (the number of cloze items)")
+    if args.min_context_words < 0:
+        raise UserError(f"--min-context-words {args.min_context_words} must be >= 0")
+    if args.seed < 0:
+        raise UserError(f"--seed {args.seed} must be >= 0")
     if args.target:
         raise UserError("--build-cloze takes no TARGET; run the evaluation as a second command")
     if not args.out:
         raise UserError("--build-cloze needs --out FILE.jsonl")
+    check_out_file(args.out)
     rows = build_cloze_set(args.build_cloze, args.n, args.min_context_words, args.seed, args.out)
     short = f" (only {len(rows)} passages passed the filters)" if len(rows) < args.n else ""
     print(f"wrote {len(rows)} cloze items to {args.out}{short}")
@@ -130,33 +179,46 @@ def run(args: argparse.Namespace) -> int:
         return _build_cloze(args)
     if not args.target:
         raise UserError("give a TARGET to evaluate (or --build-cloze DATA_DIR); see --help")
+    _check_flags(args)
+    check_device(args.device)
+    if args.out:
+        check_out_file(args.out)
     defaults = _run_defaults(args.target)
     tasks = args.tasks or defaults.get("tasks")
     if not tasks:
         raise UserError("give --tasks, e.g. --tasks perplexity:DATA_DIR,cloze:FILE.jsonl")
+    import torch
+
     import attnlab.probe  # noqa: F401 (registers probe directories as evaluation targets)
     from attnlab.eval.evaluate import evaluate
     from attnlab.eval.registry import split_tasks, task_key
     from attnlab.eval.results import print_table, results_path
     from attnlab.eval.targets import load_language_model
+    from attnlab.finite import check_metrics, check_weights
 
     tasks = split_tasks(tasks)
     for spec in tasks:  # fail on a misspelt task before loading a model
         task_key(spec)
+    batch_size = args.batch_size or defaults.get("batch_size") or 8
+    limit = args.limit if args.limit is not None else defaults.get("limit")
+    if defaults.get("config") is not None:  # a batch never holds more than --limit items
+        _preflight(defaults["config"], args, min(batch_size, limit or batch_size))
     lm = load_language_model(
         args.target, device=args.device, dtype=args.dtype, max_length=args.max_length
     )
-    limit = args.limit if args.limit is not None else defaults.get("limit")
+    if isinstance(getattr(lm, "model", None), torch.nn.Module):
+        check_weights(lm.model, lm.name)
     results = evaluate(
         lm,
         tasks,
         limit,
-        batch_size=args.batch_size or defaults.get("batch_size") or 8,
+        batch_size=batch_size,
         stride=args.stride if args.stride is not None else defaults.get("stride"),
         save=not args.no_save,
         out=args.out,
         progress=not args.no_progress,
     )
+    check_metrics(results, lm.name)
     if args.json:
         print(json.dumps(results, indent=2))
         return 0

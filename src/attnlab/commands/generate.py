@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 
 from attnlab.errors import UserError
 
@@ -21,37 +22,74 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, mps or auto (default cpu)")
 
 
+def _check_flags(args: argparse.Namespace) -> None:
+    if args.max_new_tokens < 1:
+        raise UserError("--max-new-tokens must be at least 1")
+    if not math.isfinite(args.temperature) or args.temperature < 0:
+        raise UserError(
+            f"--temperature {args.temperature} must be a finite number >= 0 (0 = greedy)"
+        )
+    if args.top_k is not None and args.top_k < 1:
+        raise UserError("--top-k must be at least 1")
+    if not 0 <= args.seed < 2**63:
+        raise UserError(f"--seed {args.seed} must be between 0 and 2^63 - 1")
+
+
+def _prompt_text(prompt: str) -> str:
+    """The prompt as text: bytes that are not UTF-8 (surrogate-escaped by Python) are refused."""
+    try:
+        prompt.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raw = prompt.encode("utf-8", "surrogateescape")
+        raise UserError(
+            f"--prompt is not valid UTF-8 (byte 0x{raw[e.start]:02x} at offset {e.start}); give "
+            "the prompt as UTF-8 text"
+        ) from None
+    return prompt
+
+
 def run(args: argparse.Namespace) -> int:
     import torch
 
+    from attnlab.devices import check_device
+    from attnlab.finite import check_weights
     from attnlab.model import generate
     from attnlab.runs.device import resolve_device
     from attnlab.runs.load import load_run_model
+    from attnlab.runstate import require_weights
 
-    if args.max_new_tokens < 1:
-        raise UserError("--max-new-tokens must be at least 1")
-    if args.temperature < 0:
-        raise UserError("--temperature must be >= 0 (0 = greedy)")
-    if args.top_k is not None and args.top_k < 1:
-        raise UserError("--top-k must be at least 1")
+    _check_flags(args)
+    prompt_text = _prompt_text(args.prompt)
+    check_device(args.device)
     device = resolve_device(args.device, setting="--device")
+    args.device = str(device)
+    _preflight(args)
+    require_weights(args.run_dir)
     model, cfg, tok = load_run_model(args.run_dir, device=device)
     if cfg.model.family != "decoder":
         raise UserError(
             f"{args.run_dir} holds a model.family={cfg.model.family!r} model; `generate` continues "
             "text with decoders only"
         )
-    ids = list(tok.encode(args.prompt))
+    check_weights(model, str(args.run_dir))
+    ids = list(tok.encode(prompt_text))
     if not ids:
         if tok.eos_id is None:
             raise UserError("the prompt is empty; give some text with --prompt")
         ids = [tok.eos_id]  # an empty prompt starts a new document
     limit = cfg.model.max_seq_len if cfg.model.position.kind == "learned" else None
     if limit is not None and len(ids) + args.max_new_tokens > limit:
+        if len(ids) >= limit:
+            fix = (
+                f"shorten the prompt to at most {limit - args.max_new_tokens} tokens"
+                if args.max_new_tokens < limit
+                else f"shorten the prompt and use --max-new-tokens below {limit}"
+            )
+        else:
+            fix = f"use --max-new-tokens {limit - len(ids)} or a shorter prompt"
         raise UserError(
             f"the prompt has {len(ids)} tokens; with --max-new-tokens {args.max_new_tokens} that "
-            f"exceeds the model's {limit} learned positions; use --max-new-tokens "
-            f"{max(1, limit - len(ids))} or a shorter prompt"
+            f"exceeds the model's {limit} learned positions; {fix}"
         )
     gen = torch.Generator(device=device).manual_seed(args.seed)
     prompt = torch.tensor([ids], dtype=torch.long, device=device)
@@ -70,5 +108,21 @@ def run(args: argparse.Namespace) -> int:
         new = new[: new.index(tok.eos_id)]
     # ids above the tokenizer's vocabulary (mask/sentinel slots) are not text
     new = [i for i in new if i < tok.vocab_size]
-    print(args.prompt + tok.decode(new))
+    print(prompt_text + tok.decode(new))
     return 0
+
+
+def _preflight(args: argparse.Namespace) -> None:
+    """The run's weights and one step's logits against the device's free memory, before loading."""
+    from attnlab.preflight import check, inference_estimate, run_weight_bytes
+    from attnlab.runs.load import run_config
+
+    cfg = run_config(args.run_dir)
+    weights = run_weight_bytes(args.run_dir)
+    if cfg is None or weights is None:
+        return  # load_run_model says what is missing
+    m = cfg.model
+    est = inference_estimate(
+        m, batch_size=1, seq_len=m.max_seq_len, device=args.device, weights_bytes=weights
+    )
+    check(est, command="attnlab generate")

@@ -24,10 +24,10 @@ def _m(n: int) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from attnlab.model.params import count
+    from attnlab.preflight import param_count
 
     cfg = config_from_args(args)
-    rep = count(cfg.model)
+    rep = param_count(cfg.model)  # count(), extrapolated for very deep stacks
     if args.json:
         print(json.dumps(rep.to_dict(), indent=2))
         return 0

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 NAME = "probe"
 HELP = "frozen probe: inject pre-projection / content skip / anchored query (or LoRA) into a pretrained LM"
@@ -65,9 +64,10 @@ def _print_table(rows: list[dict], title: str) -> None:
 def run(args: argparse.Namespace) -> int:
     from attnlab.errors import UserError
     from attnlab.probe.config import is_experiment_file, load_probe_config
+    from attnlab.safepath import check_out_dir
 
     overrides = list(args.overrides) + ([f"method={args.method}"] if args.method else [])
-    out = Path(args.out)
+    out = check_out_dir(args.out)
     if args.config and is_experiment_file(args.config):
         if args.method:
             raise UserError("--method picks one method; an experiment file lists its own methods")

@@ -21,7 +21,9 @@ def _warn(message, category, filename, lineno, file=None, line=None) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from attnlab.experiments import build_report
+    from attnlab.safepath import check_tree
 
+    check_tree(args.out)
     with warnings.catch_warnings():
         warnings.showwarning = _warn
         path = build_report(args.out)

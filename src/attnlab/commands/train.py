@@ -8,13 +8,20 @@ import os
 import sys
 import warnings
 
+from attnlab import exitcodes
 from attnlab.commands._common import add_config_arguments, config_from_args
 
 NAME = "train"
 HELP = "train a model from scratch into RUN_DIR; the same command again resumes it"
+EPILOG = f"""\
+exit codes: {exitcodes.OK} finished (or already finished), {exitcodes.USER_ERROR} bad input, \
+{exitcodes.DIVERGED} the run diverged (recorded in RUN_DIR/status.json), \
+{exitcodes.INTERRUPTED} interrupted (rerun to resume)
+"""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.epilog = EPILOG
     add_config_arguments(p)
     p.add_argument("--out", required=True, metavar="RUN_DIR", help="the run directory")
     p.add_argument(
@@ -34,12 +41,17 @@ def _warn(message, category, filename, lineno, file=None, line=None) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from attnlab.preflight import check_training
     from attnlab.runs import lock
+    from attnlab.safepath import check_out_dir
 
     cfg = config_from_args(args)
+    check_out_dir(args.out, "--out")
     main = int(os.environ.get("RANK", "0")) == 0
-    # lock before the slow imports, so a second process on the same --out fails at once
+    # lock before the slow imports and the preflight, so a second process on the same --out
+    # fails at once
     with lock.locked(args.out) if main else contextlib.nullcontext():
+        check_training(cfg)
         from attnlab.runs.progress import console_reporter
         from attnlab.train import train
 
@@ -52,11 +64,15 @@ def run(args: argparse.Namespace) -> int:
     val = "n/a" if result.final_val_loss is None else f"{result.final_val_loss:.4f}"
     best = "n/a" if result.best_val_loss is None else f"{result.best_val_loss:.4f}"
     if result.status == "diverged":
-        _say(
-            f"diverged at step {result.steps}/{result.max_steps}: {result.reason}. "
-            f"Recorded in {args.out}/status.json (lower train.lr or raise train.warmup_steps)"
+        print(
+            f"attnlab train: diverged at step {result.steps}/{result.max_steps}: {result.reason}. "
+            f"Recorded in {args.out}/status.json; lower train.lr or raise train.warmup_steps (or "
+            "train.grad_clip below its value), then rerun with --restart",
+            file=sys.stderr,
+            flush=True,
         )
-    elif result.already_done:
+        return exitcodes.DIVERGED
+    if result.already_done:
         _say(
             f"{args.out} already finished {result.steps} steps (val loss {val}, best {best}); "
             "nothing to do. Use --restart to train it again"

@@ -15,9 +15,11 @@ the byte offset, unless ``replace_invalid_utf8`` is set, which substitutes U+FFF
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import os
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -41,6 +43,18 @@ def file_kind(path: Path) -> str | None:
 
 def _open_binary(path: Path) -> IO[bytes]:
     return gzip.open(path, "rb") if path.name.lower().endswith(".gz") else open(path, "rb")
+
+
+@contextlib.contextmanager
+def _gzip_errors(path: Path) -> Iterator[None]:
+    """A damaged or mislabelled ``.gz`` file as a :class:`UserError` naming it."""
+    try:
+        yield
+    except (gzip.BadGzipFile, EOFError, zlib.error) as e:
+        raise UserError(
+            f"{path}: not a valid gzip file ({e or 'truncated'}); decompress or repair it, or "
+            "drop the .gz suffix if it is plain text"
+        ) from None
 
 
 def decode_utf8(data: bytes, path: Path, replace: bool, base_offset: int = 0) -> str:
@@ -76,7 +90,7 @@ def split_long_text(text: str, chunk_chars: int | None = None) -> list[str]:
 
 
 def iter_txt(path: Path, options: SourceOptions) -> Iterator[str]:
-    with _open_binary(path) as f:
+    with _gzip_errors(path), _open_binary(path) as f:
         text = decode_utf8(f.read(), path, options.replace_invalid_utf8)
     if len(text) > TXT_SPLIT_CHARS:
         yield from split_long_text(text)
@@ -87,7 +101,7 @@ def iter_txt(path: Path, options: SourceOptions) -> Iterator[str]:
 def iter_jsonl(path: Path, options: SourceOptions) -> Iterator[str]:
     field = options.text_field
     offset = 0
-    with _open_binary(path) as f:
+    with _gzip_errors(path), _open_binary(path) as f:
         for lineno, raw in enumerate(f, start=1):
             line = decode_utf8(raw, path, options.replace_invalid_utf8, base_offset=offset)
             offset += len(raw)
@@ -97,6 +111,10 @@ def iter_jsonl(path: Path, options: SourceOptions) -> Iterator[str]:
                 record = json.loads(line)
             except json.JSONDecodeError as e:
                 raise UserError(f"{path}:{lineno}: invalid JSON ({e.msg}); fix the line") from None
+            except RecursionError:
+                raise UserError(
+                    f"{path}:{lineno}: JSON nested too deeply to read; one flat object per line"
+                ) from None
             if not isinstance(record, dict) or field not in record:
                 keys = sorted(record) if isinstance(record, dict) else type(record).__name__
                 raise UserError(

@@ -209,8 +209,9 @@ def prepare(
         if val_fraction > 0 and n_docs < 2:
             raise UserError(
                 f"corpus {corpus!r} has a single document, so no document-level validation "
-                "split is possible; add documents (a .txt over 1 MiB is split at blank lines) "
-                "or pass --val-fraction 0"
+                "split is possible (and training needs one); add documents: one per line of a "
+                ".jsonl, or a .txt over 1 MiB, which is split at blank lines. Only `attnlab data "
+                "prepare --val-fraction 0` prepares it without a validation split"
             )
         is_val = assign_splits(spool.u, val_fraction)
         order = {"train": np.flatnonzero(~is_val), "val": np.flatnonzero(is_val)}

@@ -10,15 +10,21 @@ batches first, and every variant trained on a data directory sees identical batc
 
 Stored as ``DIR/schedules/<split>-T<T>-B<B>-N<N>-S<seed>.npy`` (written atomically) with a JSON
 record of the array's sha256 and the data's content hash; each load re-hashes the array, so a
-changed or corrupted file is a ``UserError`` instead of silently different batches.
+changed or corrupted file is a ``UserError`` instead of silently different batches. Drawing,
+writing, hashing and reading all go one block of rows at a time (a loaded schedule is a read-only
+memory map), so memory does not grow with the number of steps; a schedule the disk cannot hold is
+refused before any of it is drawn.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-import io
 import json
+import os
 import re
+import shutil
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,14 +33,18 @@ import numpy as np
 from attnlab.data.shards import SPLITS
 from attnlab.data.tokendata import read_meta
 from attnlab.errors import UserError
-from attnlab.runs.atomic import atomic_write_bytes, atomic_write_json
+from attnlab.runs.atomic import atomic_write_json, temp_sibling
 
 STEPS_PER_DRAW = 1024
 
 
 @dataclass(frozen=True)
 class Schedule:
-    """``offsets[step, seq]`` start positions in ``split``; ``hash`` is the sha256 of the offsets."""
+    """``offsets[step, seq]`` start positions in ``split``; ``hash`` is the sha256 of the offsets.
+
+    ``offsets`` is a read-only memory map of the stored file (or a slice of one), so a long
+    schedule costs page cache, not process memory.
+    """
 
     offsets: np.ndarray
     hash: str
@@ -52,32 +62,51 @@ class Schedule:
         return self.offsets[i]
 
 
+def _row_chunks(offsets: np.ndarray, rows: int = STEPS_PER_DRAW) -> Iterator[np.ndarray]:
+    for start in range(0, offsets.shape[0], rows):
+        yield np.ascontiguousarray(offsets[start : start + rows], dtype="<i8")
+
+
 def offsets_hash(offsets: np.ndarray) -> str:
-    """sha256 of the offsets as little-endian int64 in row-major order."""
-    return hashlib.sha256(np.ascontiguousarray(offsets, dtype="<i8").tobytes()).hexdigest()
+    """sha256 of the offsets as little-endian int64 in row-major order (read in row chunks)."""
+    h = hashlib.sha256()
+    for chunk in _row_chunks(offsets):
+        h.update(chunk.tobytes())
+    return h.hexdigest()
+
+
+def offset_blocks(
+    n_tokens: int, seq_len: int, seqs_per_step: int, n_steps: int, seed: int
+) -> Iterator[np.ndarray]:
+    """The schedule's rows in blocks of at most ``STEPS_PER_DRAW`` (module doc): uniform starts in
+    ``[0, n_tokens - seq_len - 1]``, one ``default_rng(seed)`` draw per block, the last block cut
+    to ``n_steps``. Memory is one block whatever ``n_steps`` is."""
+    high = n_tokens - seq_len - 1  # inclusive: the last start whose target window fits
+    rng = np.random.default_rng(seed)
+    for drawn in range(0, n_steps, STEPS_PER_DRAW):
+        block = rng.integers(
+            0, high, size=(STEPS_PER_DRAW, seqs_per_step), dtype=np.int64, endpoint=True
+        )
+        yield block[: n_steps - drawn]
 
 
 def draw_offsets(
     n_tokens: int, seq_len: int, seqs_per_step: int, n_steps: int, seed: int
 ) -> np.ndarray:
-    """Uniform starts in ``[0, n_tokens - seq_len - 1]``; prefix-stable in ``n_steps``."""
-    high = n_tokens - seq_len - 1  # inclusive: the last start whose target window fits
-    rng = np.random.default_rng(seed)
-    blocks, drawn = [], 0
-    while drawn < n_steps:
-        blocks.append(
-            rng.integers(
-                0, high, size=(STEPS_PER_DRAW, seqs_per_step), dtype=np.int64, endpoint=True
-            )
-        )
-        drawn += STEPS_PER_DRAW
+    """All of :func:`offset_blocks` in one array; prefix-stable in ``n_steps``."""
+    blocks = list(offset_blocks(n_tokens, seq_len, seqs_per_step, n_steps, seed))
     if not blocks:
         return np.zeros((0, seqs_per_step), dtype=np.int64)
-    return np.concatenate(blocks)[:n_steps]
+    return np.concatenate(blocks)
 
 
 def schedule_name(split: str, seq_len: int, seqs_per_step: int, n_steps: int, seed: int) -> str:
     return f"{split}-T{seq_len}-B{seqs_per_step}-N{n_steps}-S{seed}"
+
+
+def schedule_bytes(seqs_per_step: int, n_steps: int) -> int:
+    """Size of a stored schedule file (int64 offsets plus the .npy header)."""
+    return 8 * seqs_per_step * n_steps + 128
 
 
 def _check_args(split: str, seq_len: int, seqs_per_step: int, n_steps: int, n_tokens: int) -> None:
@@ -91,23 +120,77 @@ def _check_args(split: str, seq_len: int, seqs_per_step: int, n_steps: int, n_to
     if n_tokens <= seq_len + 1:
         raise UserError(
             f"the {split} split has {n_tokens} tokens, too few for sequences of {seq_len} "
-            f"(needs more than seq_len + 1 = {seq_len + 1}); use a shorter seq_len, a larger "
-            "corpus, or a larger --val-fraction"
+            f"(needs more than seq_len + 1 = {seq_len + 1}); use a shorter data.seq_len or a "
+            "larger corpus, or prepare the data again with a larger data.val_fraction "
+            "(--val-fraction of `attnlab data prepare`, with --force)"
         )
 
 
-def _load(npy: Path, record: Path, content_hash: str) -> np.ndarray:
+def _check_disk(directory: Path, split: str, seqs_per_step: int, n_steps: int) -> None:
+    """Refuse a schedule that cannot be stored, before drawing any of it."""
+    need = schedule_bytes(seqs_per_step, n_steps)
+    probe = directory if directory.exists() else directory.parent
+    try:
+        free = shutil.disk_usage(probe).free
+    except OSError:
+        return
+    if need > free:
+        raise UserError(
+            f"the {split} batch schedule of {n_steps:,} steps x {seqs_per_step} sequences needs "
+            f"{fmt_size(need)} in {directory}, but the disk has {fmt_size(free)} free; lower "
+            "train.max_steps (or the sequences per step), or free disk space"
+        )
+
+
+def fmt_size(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB", "PB"):
+        if n < 1000 or unit == "PB":
+            return f"{n:.3g} {unit}"
+        n /= 1000
+    return f"{n:.3g} PB"  # pragma: no cover
+
+
+def _open_stored(npy: Path) -> np.ndarray:
+    return np.load(npy, mmap_mode="r", allow_pickle=False)
+
+
+def _load(npy: Path, record: Path, content_hash: str) -> tuple[np.ndarray, str]:
+    """The stored schedule (memory-mapped) and its sha256, checked against its record."""
     fix = f"delete {npy} and {record.name} to draw it again"
     try:
         info = json.loads(record.read_text())
-        offsets = np.load(npy, allow_pickle=False)
+        offsets = _open_stored(npy)
+        digest = offsets_hash(offsets)
     except (OSError, ValueError) as e:
         raise UserError(f"schedule {npy} is unreadable ({e}); {fix}") from None
-    if offsets_hash(offsets) != info.get("sha256"):
+    if not isinstance(info, dict) or digest != info.get("sha256"):
         raise UserError(f"schedule {npy} does not match its recorded sha256 (modified?); {fix}")
     if info.get("content_hash") != content_hash:
         raise UserError(f"schedule {npy} was drawn for different token data; {fix}")
-    return offsets
+    return offsets, digest
+
+
+def _write_npy(npy: Path, seqs: int, n_steps: int, blocks: Iterable[np.ndarray]) -> str:
+    """Stream ``blocks`` into ``npy`` (an ordinary .npy file, written atomically); their sha256."""
+    npy.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temp_sibling(npy)
+    h = hashlib.sha256()
+    try:
+        out = np.lib.format.open_memmap(tmp, mode="w+", dtype="<i8", shape=(n_steps, seqs))
+        row = 0
+        for block in blocks:
+            out[row : row + len(block)] = block
+            h.update(np.ascontiguousarray(block, dtype="<i8").tobytes())
+            row += len(block)
+        out.flush()
+        del out
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, npy)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+    return h.hexdigest()
 
 
 def _longer_sibling(
@@ -146,38 +229,45 @@ def get_schedule(
 
     A missing schedule is taken as a prefix of a stored longer one when there is one (after
     verifying it); a newly drawn one is checked against any stored shorter one, so a change in
-    NumPy's generator cannot silently give a longer run different early batches.
+    NumPy's generator cannot silently give a longer run different early batches. Drawing,
+    storing and hashing go block by block, so memory does not grow with ``n_steps``; a schedule
+    the disk cannot hold is refused before anything is drawn.
     """
     data_dir = Path(data_dir)
     meta = read_meta(data_dir)
     n_tokens = int(meta["splits"][split]["tokens"]) if split in meta["splits"] else 0
     _check_args(split, seq_len, seqs_per_step, n_steps, n_tokens)
+    if seed < 0:
+        raise UserError(f"schedule seed {seed} is negative; seeds are integers >= 0")
     content_hash = meta["content_hash"]
     directory = data_dir / "schedules"
     name = schedule_name(split, seq_len, seqs_per_step, n_steps, seed)
     npy, record = directory / f"{name}.npy", directory / f"{name}.json"
 
     if record.exists():  # the record is written last: without it the schedule is incomplete
-        offsets = _load(npy, record, content_hash)
+        offsets, digest = _load(npy, record, content_hash)
     else:
+        _check_disk(directory, split, seqs_per_step, n_steps)
         longer = _longer_sibling(directory, split, seq_len, seqs_per_step, n_steps, seed)
         if longer is not None:
             path, _ = longer
-            offsets = _load(path, path.with_suffix(".json"), content_hash)[:n_steps]
+            prefix = _load(path, path.with_suffix(".json"), content_hash)[0][:n_steps]
+            blocks: Iterable[np.ndarray] = _row_chunks(prefix)
         else:
-            offsets = draw_offsets(n_tokens, seq_len, seqs_per_step, n_steps, seed)
-            for path, n in _shorter_siblings(
-                directory, split, seq_len, seqs_per_step, n_steps, seed
+            blocks = offset_blocks(n_tokens, seq_len, seqs_per_step, n_steps, seed)
+        digest = _write_npy(npy, seqs_per_step, n_steps, blocks)
+        offsets = _open_stored(npy)
+        for path, n in _shorter_siblings(directory, split, seq_len, seqs_per_step, n_steps, seed):
+            stored = _load(path, path.with_suffix(".json"), content_hash)[0]
+            if any(
+                not np.array_equal(a, b)
+                for a, b in zip(_row_chunks(stored), _row_chunks(offsets[:n]))
             ):
-                prefix = _load(path, path.with_suffix(".json"), content_hash)
-                if not np.array_equal(prefix, offsets[:n]):
-                    raise UserError(
-                        f"the newly drawn schedule {name} does not extend the stored {path.name} "
-                        "(NumPy's generator changed?); delete the stored schedules to start over"
-                    )
-        buf = io.BytesIO()
-        np.save(buf, offsets, allow_pickle=False)
-        atomic_write_bytes(npy, buf.getvalue())
+                npy.unlink(missing_ok=True)
+                raise UserError(
+                    f"the newly drawn schedule {name} does not extend the stored {path.name} "
+                    "(NumPy's generator changed?); delete the stored schedules to start over"
+                )
         atomic_write_json(
             record,
             {
@@ -188,14 +278,14 @@ def get_schedule(
                 "seed": seed,
                 "n_tokens": n_tokens,
                 "high": n_tokens - seq_len - 1,
-                "sha256": offsets_hash(offsets),
+                "sha256": digest,
                 "content_hash": content_hash,
                 "numpy": np.__version__,
             },
         )
     return Schedule(
         offsets=offsets,
-        hash=offsets_hash(offsets),
+        hash=digest,
         split=split,
         seq_len=seq_len,
         seqs_per_step=seqs_per_step,

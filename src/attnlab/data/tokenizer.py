@@ -36,6 +36,7 @@ from attnlab.errors import UserError
 EOT = "<|endoftext|>"
 BUILTIN_NAMES = ("bytes", "bpe-4096", "bpe-8192", "gpt2", "pythia")
 _BPE_NAME = re.compile(r"^bpe-(\d+)$")
+BPE_MAX_VOCAB = 1 << 24
 
 
 class Tokenizer(ABC):
@@ -83,6 +84,8 @@ def bpe_vocab_size(name: str) -> int | None:
     size = int(m.group(1))
     if size < 258:
         raise UserError(f"{name}: a byte-level BPE needs vocab >= 258 (256 bytes + end-of-text)")
+    if size > BPE_MAX_VOCAB:  # the trainer's sizes are 32-bit: beyond, it aborts the process
+        raise UserError(f"{name}: a byte-level BPE vocab must be at most {BPE_MAX_VOCAB:,}")
     return size
 
 

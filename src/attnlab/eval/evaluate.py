@@ -14,6 +14,7 @@ from attnlab.eval.lm import LanguageModel
 from attnlab.eval.registry import run_task, split_tasks, task_key
 from attnlab.eval.results import merge_results, results_path
 from attnlab.eval.targets import load_language_model
+from attnlab.safepath import inside
 
 
 def evaluate(
@@ -40,6 +41,8 @@ def evaluate(
     specs = split_tasks(list(tasks) if not isinstance(tasks, str) else tasks)
     keys = [task_key(s) for s in specs]  # validate every name before loading anything
     lm = load_language_model(target, device=device, dtype=dtype, max_length=max_length)
+    if save and lm.results_dir is not None:  # a received run may hold links out of it
+        inside(lm.results_dir, results_path(lm.results_dir))
     settings = {
         "lm": lm,
         "limit": limit,
@@ -63,7 +66,7 @@ def evaluate(
             **outcome.extra,
         }
     if save and lm.results_dir is not None:
-        merge_results(results_path(lm.results_dir), results)
+        merge_results(inside(lm.results_dir, results_path(lm.results_dir)), results)
     if out is not None:
         merge_results(out, results)
     return results

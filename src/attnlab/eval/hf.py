@@ -73,11 +73,13 @@ class HFCausalLM(LanguageModel):
                 f"loading {src!r} needs a package that is missing ({e}); GGUF files need "
                 "`pip install gguf accelerate`"
             ) from None
-        except OSError as e:
+        except Exception as e:  # transformers raises many kinds for files it cannot use
             where = f"{src}/{gguf_file}" if gguf_file else src
+            reason = " ".join(str(e).split())[:400] or type(e).__name__
             raise UserError(
-                f"cannot load the Hugging Face model {where!r}: {e}. Give a local directory with "
-                "config.json and weights, a .gguf file, or a hub id while online"
+                f"cannot load the Hugging Face model {where!r} ({type(e).__name__}: {reason}). "
+                "Give a local directory with config.json, tokenizer files and intact weights, a "
+                ".gguf file, or a hub id while online"
             ) from None
         name = f"hf:{src}" if not gguf_file else str(Path(src) / gguf_file)
         return cls(

@@ -23,14 +23,25 @@ def read_jsonl(path: str | Path, required: tuple[str, ...] = ()) -> list[dict[st
     if not p.is_file():
         raise UserError(f"task file {str(p)!r} does not exist")
     rows = []
-    with p.open(encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
+    with p.open("rb") as f:
+        for n, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise UserError(
+                    f"{p}:{n}: not UTF-8 text (byte 0x{raw[e.start]:02x}); a task file is JSON "
+                    "lines in UTF-8"
+                ) from None
             if not line.strip():
                 continue
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as e:
                 raise UserError(f"{p}:{n}: not valid JSON ({e.msg}); one object per line") from None
+            except RecursionError:
+                raise UserError(
+                    f"{p}:{n}: JSON nested too deeply to read; one flat object per line"
+                ) from None
             if not isinstance(row, dict):
                 raise UserError(f"{p}:{n}: expected a JSON object, got {type(row).__name__}")
             missing = [k for k in required if k not in row]

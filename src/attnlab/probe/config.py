@@ -39,7 +39,14 @@ from attnlab.config import (
 )
 from attnlab.config import explain as explain_validation
 from attnlab.parts import PartOptions, registry
-from attnlab.probe.methods import Component, Method, MethodError, find_component, parse_method
+from attnlab.probe.methods import (
+    Component,
+    Method,
+    MethodError,
+    find_component,
+    method_slug,
+    parse_method,
+)
 from attnlab.schema import Section
 
 
@@ -210,6 +217,18 @@ class ProbeConfig(Section):
             opts if opts is not None else registry.get(comp.slot, comp.kind).options(kind=comp.kind)
         )
 
+    @field_validator("name")
+    @classmethod
+    def _safe_name(cls, v: str) -> str:
+        """The name becomes a directory under ``OUT/runs``: a plain file name, nothing else."""
+        bad = [c for c in v if c in "\\:" or not c.isprintable()]
+        if v and (v.startswith((".", "-")) or bad or len(v) > 100):
+            raise ValueError(
+                f"name {v!r} cannot be a directory name; use letters, digits and - _ . + @ "
+                "(not starting with '.' or '-', at most 100 characters)"
+            )
+        return v
+
     @field_validator("method")
     @classmethod
     def _parse(cls, v: str) -> str:
@@ -225,6 +244,12 @@ class ProbeConfig(Section):
     @property
     def label(self) -> str:
         return self.name or self.method
+
+    @property
+    def dir_name(self) -> str:
+        """The run's directory name under ``OUT/runs``: the name, or the method's slug."""
+        name = self.name or method_slug(parse_method(self.method))
+        return name.replace("/", "-").replace(" ", "-")
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
@@ -353,11 +378,12 @@ def load_experiment(
             cfg = validate_probe(one)
         except ConfigError as e:
             raise ConfigError(f"{path}: methods[{i}] ({entry.method!r}): {e}") from None
-        if cfg.label in seen:
+        if cfg.label in seen or cfg.dir_name in seen:
             raise ConfigError(
-                f"{path}: method {cfg.label!r} appears twice; give one of them a distinct 'name'"
+                f"{path}: method {cfg.label!r} appears twice (or shares the run directory "
+                f"runs/{cfg.dir_name} with another); give one of them a distinct 'name'"
             )
-        seen.add(cfg.label)
+        seen.update((cfg.label, cfg.dir_name))
         configs.append(cfg)
     return name, configs
 

@@ -19,7 +19,6 @@ from typing import Any
 
 from attnlab.errors import UserError
 from attnlab.probe.config import ProbeConfig, load_experiment
-from attnlab.probe.methods import method_slug, parse_method
 from attnlab.probe.report import make_row, write_report
 from attnlab.probe.skip_norms import to_markdown, write_skip_norms
 from attnlab.probe.trainer import ProbeResult, train_probe
@@ -52,8 +51,7 @@ class SharedBase:
 
 
 def run_dir_for(out_dir: Path, cfg: ProbeConfig) -> Path:
-    name = method_slug(parse_method(cfg.method)) if not cfg.name else cfg.name
-    return out_dir / "runs" / name.replace("/", "-").replace(" ", "-")
+    return out_dir / "runs" / cfg.dir_name
 
 
 def lora_note(label: str, counts: dict[str, Any]) -> str | None:
