@@ -147,6 +147,14 @@ def run(args: argparse.Namespace) -> int:
         from attnlab.bench.runner import run_bench
 
         spec = _spec(args)
+        if "memory" in spec.sections:
+            from attnlab.extras import require
+
+            require(
+                "bench",
+                "psutil",
+                what="the memory section of attnlab bench (or pass --sections training,inference)",
+            )
         result = run_bench(spec, log=log)
         stem = args.out
         if stem is None and args.save:

@@ -22,6 +22,7 @@ from urllib.parse import urlparse
 
 from attnlab.data.corpus import Corpus, SourceOptions
 from attnlab.errors import UserError
+from attnlab.extras import require
 
 
 @dataclass(frozen=True)
@@ -107,11 +108,10 @@ class HubCorpus(Corpus):
 
     def _load(self) -> Any:
         ref = self.dataset.path + (f" ({self.dataset.config})" if self.dataset.config else "")
+        require("data", "datasets", what=f"the hf: corpus {ref}")
         require_hub(ref)
-        try:
-            import datasets
-        except ImportError:
-            raise UserError("hf: corpora need the datasets package: pip install datasets") from None
+        import datasets
+
         try:
             return datasets.load_dataset(
                 self.dataset.path, self.dataset.config, split="train", streaming=True

@@ -112,6 +112,9 @@ def iter_jsonl(path: Path, options: SourceOptions) -> Iterator[str]:
 
 
 def iter_parquet(path: Path, options: SourceOptions) -> Iterator[str]:
+    from attnlab.extras import require
+
+    require("data", "pyarrow", what=f"reading the Parquet file {path}")
     import pyarrow as pa
     import pyarrow.parquet as pq
 
