@@ -186,6 +186,14 @@ class LocalFiles(Corpus):
             assert kind is not None
             yield from _READERS[kind](path, self.options)
 
+    def fingerprint(self) -> Any:
+        return [[os.fspath(p), p.stat().st_size, p.stat().st_mtime_ns] for p in self.files]
+
+    def size_hint(self) -> int | None:
+        if any(p.name.lower().endswith(".gz") for p in self.files):
+            return None
+        return sum(p.stat().st_size for p in self.files)
+
     def attribution(self) -> dict[str, Any]:
         return {
             "source": self.spec,
