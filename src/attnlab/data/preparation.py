@@ -45,7 +45,7 @@ from attnlab.errors import UserError
 
 COMMIT_BYTES = 32 << 20  # a progress record after about every 32 MB of text
 COMMIT_SECONDS = 30.0  # ... or every 30 s, whichever comes first
-PARALLEL_AFTER_BYTES = 4 << 20  # smaller corpora are done before worker processes would start
+PARALLEL_AFTER_BYTES = 1 << 20  # the first MB is encoded in process: tiny corpora start no workers
 _SPOOL = ".documents.spool"
 _SPOOL_BOUNDS = ".documents.bounds.npy"
 

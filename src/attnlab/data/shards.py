@@ -107,7 +107,11 @@ class ShardWriter:
 
 
 def open_shard(path: Path, dtype: np.dtype, tokens: int) -> np.ndarray:
-    """Read-only memmap of a split (a plain empty array when it holds no tokens)."""
+    """Read-only memmap of a split (a plain empty array when it holds no tokens).
+
+    Mapping a file takes address space, not memory. Where even that is capped below the file's
+    size (``ulimit -v``), the split is a :class:`attnlab.data.windowed.WindowedShard`, which
+    maps only the windows a read touches."""
     if not path.exists():
         raise UserError(f"{path} is missing; re-run attnlab data prepare for this directory")
     expected = tokens * dtype.itemsize
@@ -119,4 +123,9 @@ def open_shard(path: Path, dtype: np.dtype, tokens: int) -> np.ndarray:
         )
     if tokens == 0:
         return np.zeros(0, dtype=dtype)
-    return np.memmap(path, dtype=dtype, mode="r", shape=(tokens,))
+    try:
+        return np.memmap(path, dtype=dtype, mode="r", shape=(tokens,))
+    except (OSError, ValueError, MemoryError):  # no address space for the whole file (ulimit -v)
+        from attnlab.data.windowed import WindowedShard
+
+        return WindowedShard(path, dtype, tokens)  # type: ignore[return-value]

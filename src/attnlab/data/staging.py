@@ -26,6 +26,20 @@ from attnlab.data.atomic import atomic_write_json, temp_sibling
 from attnlab.errors import UserError
 
 PROGRESS = "progress.json"
+_HELD: set[int] = set()  # lock file descriptors this process holds
+
+
+def _close_held_in_child() -> None:
+    # A forked encoding worker inherits the lock's descriptor; closing its copy keeps the lock
+    # with the parent alone, so it is released the moment the parent dies, not when they do.
+    for fd in _HELD:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _HELD.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_close_held_in_child)
 
 
 def staging_dir(out: Path) -> Path:
@@ -62,6 +76,7 @@ def output_lock(out: Path) -> Iterator[None]:
         if same:
             break
         os.close(fd)
+    _HELD.add(fd)
     try:
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)
@@ -69,6 +84,7 @@ def output_lock(out: Path) -> Iterator[None]:
     finally:
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
+        _HELD.discard(fd)
         os.close(fd)  # releases the lock
 
 
