@@ -123,7 +123,12 @@ class HubCorpus(Corpus):
             ) from None
 
     def _rows(self) -> Iterator[dict[str, Any]]:
-        it = iter(self._load())
+        ds = self._load()
+        try:
+            self._size_hint = int(ds.info.splits["train"].num_bytes) or None
+        except (AttributeError, KeyError, TypeError, ValueError):
+            self._size_hint = None
+        it = iter(ds)
         while True:
             try:
                 row = next(it)
@@ -147,6 +152,10 @@ class HubCorpus(Corpus):
             value = row[field]
             if isinstance(value, str):
                 yield value
+
+    def size_hint(self) -> int | None:
+        """The train split's size from the dataset card, once the stream is open (else None)."""
+        return getattr(self, "_size_hint", None)
 
     def documents(self) -> Iterator[str]:
         texts = self._texts(self._rows())

@@ -389,6 +389,8 @@ def _encode(
                     take, reached = int(np.argmax(reach)) + 1, True
             writer.write(enc, chunk, take)
             state = {**state, **writer.state(), "position": end}
+            if total is None and (total := source.size_hint()):  # a stream's size, once open
+                bar.update(task, total=total)
             bar.update(task, completed=writer.text_bytes, tokens=f"{writer.tokens:,} tokens")
             if budget is not None and writer.tokens:
                 estimate = budget * writer.text_bytes / writer.tokens
