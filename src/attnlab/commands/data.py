@@ -96,6 +96,8 @@ def _print_summary(meta: dict, directory: str) -> None:
         f"text {_fmt(meta['text_bytes'])} bytes, {meta['bytes_per_token']} bytes/token; "
         f"content hash {meta['content_hash'][:16]}; prepared in {meta['prepare_seconds']} s"
     )
+    if meta.get("max_tokens"):
+        console.print(f"stopped at the token budget --max-tokens {_fmt(meta['max_tokens'])}")
     attribution = meta.get("attribution") or {}
     credit = [f"{k}: {attribution[k]}" for k in ("source", "license") if attribution.get(k)]
     if "n_articles" in attribution:
