@@ -283,6 +283,31 @@ def test_stale_leftovers_are_removed_and_a_second_prepare_is_refused(tmp_path: P
     assert left == [".other.tmp-00000000", "data", "docs.jsonl"]
 
 
+def test_a_waiting_prepare_uses_what_the_lock_holder_prepared(tmp_path: Path, monkeypatch) -> None:
+    import shutil
+    import threading
+
+    src = write_jsonl(tmp_path / "docs.jsonl", make_docs(30))
+    ready = prepare(str(src), "bytes", tmp_path / "ready", progress=False)
+    out = tmp_path / "data"
+    held = threading.Event()
+
+    def holder() -> None:  # another prepare of `out`, finishing while we wait
+        with output_lock(out):
+            held.set()
+            time.sleep(0.5)
+            shutil.copytree(tmp_path / "ready", out)
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    held.wait(5)
+    counting = CountingBytes()
+    monkeypatch.setattr(prepare_mod, "load_tokenizer", lambda name: counting)
+    meta = prepare(str(src), "bytes", out, progress=False, wait=True)
+    thread.join()
+    assert counting.encoded == 0 and meta["content_hash"] == ready["content_hash"]
+
+
 RLIMIT_SCRIPT = textwrap.dedent(
     """
     import json, resource, sys

@@ -207,12 +207,15 @@ def prepare(
     chunk_bytes: int = CHUNK_BYTES,
     commit_bytes: int = COMMIT_BYTES,
     parallel_after: int = PARALLEL_AFTER_BYTES,
+    wait: bool = False,
 ) -> dict[str, Any]:
     """Tokenize ``corpus`` into ``out_dir`` (see module docstring); returns the meta dict.
 
     ``workers`` encoding processes (default: every core; the output does not depend on it);
     ``max_tokens`` stops after the document that brings both splits together to that many
     tokens; ``restart`` discards the progress of an interrupted run instead of resuming it.
+    A second prepare of the same ``out_dir`` fails at once, or with ``wait`` waits for the first
+    and then uses what it prepared.
     """
     started = time.perf_counter()
     out = Path(out_dir)
@@ -225,7 +228,8 @@ def prepare(
     workers = default_workers() if workers is None else workers
     if workers < 1:
         raise UserError(f"workers={workers} must be >= 1")
-    _check_out_dir(out, overwrite)
+    if not (wait and (out / "meta.json").exists()):
+        _check_out_dir(out, overwrite)
     bpe_size = bpe_vocab_size(tokenizer)
     tok: Tokenizer | None = None
     if bpe_size is None:
@@ -245,7 +249,9 @@ def prepare(
         "split_seed": split_seed,
         "version": FORMAT_VERSION,
     }
-    with output_lock(out), _progress(show) as bar:
+    with output_lock(out, wait=wait), _progress(show) as bar:
+        if wait and not overwrite and (out / "meta.json").exists():
+            return read_meta(out)  # prepared by the process we waited for
         remove_stale(out)
         stage = Stage(out, opts)
         try:
@@ -438,5 +444,6 @@ def ensure_prepared(data_cfg: Any, root: str | Path = "data") -> TokenData:
         max_documents=data_cfg.max_documents,
         text_field=data_cfg.text_field,
         split_seed=data_cfg.split_seed,
+        wait=True,
     )
-    return TokenData.open(directory)
+    return ensure_prepared(data_cfg, root)  # checks what a concurrent prepare may have made

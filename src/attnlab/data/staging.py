@@ -51,8 +51,9 @@ def lock_path(out: Path) -> Path:
 
 
 @contextlib.contextmanager
-def output_lock(out: Path) -> Iterator[None]:
-    """Hold the exclusive lock of ``out`` (see the module docstring); UserError if another has it."""
+def output_lock(out: Path, wait: bool = False) -> Iterator[None]:
+    """Hold the exclusive lock of ``out`` (see the module docstring); if another process has it,
+    a UserError, or with ``wait`` block until it is released."""
     import fcntl
 
     path = lock_path(out)
@@ -60,7 +61,7 @@ def output_lock(out: Path) -> Iterator[None]:
     while True:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
         except BlockingIOError:
             holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
             os.close(fd)
