@@ -15,6 +15,7 @@ Cost: one ``importlib.util.find_spec`` per module (a path lookup, no import).
 from __future__ import annotations
 
 import importlib.util
+import sys
 
 from attnlab.errors import UserError
 
@@ -39,8 +40,11 @@ def install_line(extra: str) -> str:
 def available(module: str) -> bool:
     """Whether top-level ``module`` can be imported (without importing it).
 
-    A module set to ``None`` in ``sys.modules`` (Python's way to block an import) counts as missing.
+    A module set to ``None`` in ``sys.modules`` (Python's way to block an import) counts as missing;
+    one already imported (or put there by a test) counts as present.
     """
+    if module in sys.modules:
+        return sys.modules[module] is not None
     try:
         return importlib.util.find_spec(module) is not None
     except (ImportError, ValueError):
