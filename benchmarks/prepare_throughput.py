@@ -140,7 +140,8 @@ def write_results(record: dict) -> Path:
         + f". Commit {record['commit']}. Tokenizer {record['tokenizer']}, "
         f"{record['rounds']} interleaved rounds, median wall time.",
         f"Load average (1 min) at start {record['load_start'][0]:.2f}, "
-        f"at end {record['load_end'][0]:.2f}.",
+        f"at end {record['load_end'][0]:.2f}; niceness {record['niceness']} (a negative value: "
+        "run at raised priority to get whole cores on a shared machine).",
         "",
         "| corpus | text MB | tokens | 1 core MB/s | all cores MB/s | speedup | CPU s (1 / all) "
         "| identical output |",
@@ -188,6 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         "tokenizer": args.tokenizer,
         "rounds": args.rounds,
         "load_start": os.getloadavg(),
+        "niceness": os.nice(0),
         "runs": [],
         "summary": [],
     }
