@@ -25,6 +25,7 @@ import mmap
 import re
 import sys
 import time
+from array import array
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -110,15 +111,16 @@ def _spool_and_train(
     from attnlab.data.bpe import train_bpe
 
     reading = bar.add_task(f"reading {source.name}", total=source.size_hint(), tokens="")
-    bounds, u, offset = [], [], 0
+    ends, u = array("q"), array("d")  # 16 bytes per document, not Python objects
     with open(directory / _SPOOL, "wb") as f:
         for _, data in _document_bytes(source, opts["replace_invalid_utf8"], opts["max_documents"]):
             f.write(data)
-            bounds.append((offset, offset + len(data)))
+            ends.append((ends[-1] if ends else 0) + len(data))
             u.append(document_u(data, opts["split_seed"]))
-            offset += len(data)
             bar.advance(reading, len(data))
-    np.save(directory / _SPOOL_BOUNDS, np.array(bounds, dtype=np.int64).reshape(-1, 2))
+    stop = np.frombuffer(ends, dtype=np.int64)
+    bounds = np.stack([np.concatenate([[0], stop])[:-1].astype(np.int64), stop], axis=1)
+    np.save(directory / _SPOOL_BOUNDS, bounds)
     _check_documents(len(bounds), opts)
     is_val = assign_splits(u, opts["val_fraction"])
     training = bar.add_task(f"training {tokenizer}", total=None, tokens="")
