@@ -386,3 +386,10 @@ def test_windowed_shard_reads_like_the_memmap(tmp_path: Path) -> None:
     np.testing.assert_array_equal(y, y2)
     with pytest.raises(IndexError):
         w[ids.size]
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs /proc")
+def test_unwritable_out_is_a_user_error(tmp_path: Path) -> None:
+    src = write_jsonl(tmp_path / "docs.jsonl", make_docs(5))
+    with pytest.raises(UserError, match="choose a writable --out"):
+        prepare(str(src), "bytes", "/proc/attnlab-test/data", progress=False)

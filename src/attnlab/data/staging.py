@@ -57,9 +57,14 @@ def output_lock(out: Path, wait: bool = False) -> Iterator[None]:
     import fcntl
 
     path = lock_path(out)
-    path.parent.mkdir(parents=True, exist_ok=True)
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise UserError(
+                f"cannot write in {path.parent} ({e.strerror or e}); choose a writable --out"
+            ) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
         except BlockingIOError:
