@@ -6,6 +6,8 @@ PY ?= python
 
 .PHONY: install install-test develop quick test lint
 
+# `install` is the core + [offline] (all `make quick` needs: no probe/eval/bench extras);
+# `install-test` adds every extra through [test] (= [all] + [offline] + pytest, scipy).
 # A regular (non-editable) install, so that attnlab-lm-eval.pth lands in site-packages and plain
 # `lm_eval --model attnlab` works. `make develop` installs editable for working on attnlab.
 install:

@@ -25,8 +25,6 @@ import subprocess
 import sys
 from dataclasses import asdict, dataclass
 
-import psutil
-
 
 @dataclass
 class MemoryRow:
@@ -99,6 +97,7 @@ def _import_peer(name: str) -> None:
 
 def probe(spec: dict) -> dict:
     """Run in the child: build ``spec['name']``, train ``spec['steps']`` steps, report memory."""
+    import psutil
     import torch
 
     from attnlab.bench.subjects import build_subject

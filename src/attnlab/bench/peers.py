@@ -87,9 +87,9 @@ def build_nanogpt(cfg: ModelConfig) -> nn.Module:
 def build_hf_gpt2(cfg: ModelConfig) -> nn.Module:
     try:
         from transformers import GPT2Config, GPT2LMHeadModel
-    except ImportError as e:  # pragma: no cover - transformers is a dependency
+    except ImportError as e:
         raise PeerUnavailableError(
-            f"transformers is not importable ({e}); pip install transformers"
+            f"transformers is not importable ({e}); pip install 'attnlab[bench]'"
         ) from None
     conf = GPT2Config(
         vocab_size=cfg.vocab_size,

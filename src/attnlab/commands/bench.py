@@ -189,6 +189,14 @@ def run(args: argparse.Namespace) -> int:
             seq_len=checked.seq_len,
             device=checked.device,
         )
+        if "memory" in spec.sections:
+            from attnlab.extras import require
+
+            require(
+                "bench",
+                "psutil",
+                what="the memory section of attnlab bench (or pass --sections training,inference)",
+            )
         result = run_bench(spec, log=log)
         stem = args.out
         if stem is None and args.save:

@@ -15,7 +15,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
         "prepare",
         help="tokenize a corpus into train.bin/val.bin + meta.json",
-        description="Tokenize a corpus into DIR/train.bin, DIR/val.bin (memmaps) and meta.json.",
+        description="Tokenize a corpus into DIR/train.bin, DIR/val.bin (memmaps) and meta.json, "
+        "encoding on every core. An interrupted prepare resumes when run again with the same "
+        "arguments (documents already encoded are not encoded again).",
     )
     p.add_argument(
         "--corpus",
@@ -39,9 +41,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="replace invalid UTF-8 bytes with U+FFFD instead of stopping",
     )
     p.add_argument("--max-documents", type=int, default=None, help="read at most N documents")
+    p.add_argument(
+        "--max-tokens",
+        type=int,
+        default=None,
+        metavar="N",
+        help="stop once train + val hold N tokens (the document that reaches N is kept whole)",
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        metavar="N",
+        help="encoding processes (default: every core); the output does not depend on it",
+    )
     p.add_argument("--text-field", default="text", help="JSONL field / Parquet column with text")
     p.add_argument("--split-seed", type=int, default=0, help="seed of the document split hash")
     p.add_argument("--force", action="store_true", help="replace an existing data directory")
+    p.add_argument(
+        "--restart",
+        action="store_true",
+        help="discard the progress of an interrupted prepare instead of resuming it",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     i = sub.add_parser("info", help="print the summary of a prepared data directory")
@@ -75,6 +96,8 @@ def _print_summary(meta: dict, directory: str) -> None:
         f"text {_fmt(meta['text_bytes'])} bytes, {meta['bytes_per_token']} bytes/token; "
         f"content hash {meta['content_hash'][:16]}; prepared in {meta['prepare_seconds']} s"
     )
+    if meta.get("max_tokens"):
+        console.print(f"stopped at the token budget --max-tokens {_fmt(meta['max_tokens'])}")
     attribution = meta.get("attribution") or {}
     credit = [f"{k}: {attribution[k]}" for k in ("source", "license") if attribution.get(k)]
     if "n_articles" in attribution:
@@ -96,10 +119,13 @@ def _prepare(args: argparse.Namespace) -> int:
         val_fraction=args.val_fraction,
         replace_invalid_utf8=args.replace_invalid_utf8,
         max_documents=args.max_documents,
+        max_tokens=args.max_tokens,
         text_field=args.text_field,
         split_seed=args.split_seed,
         overwrite=args.force,
         progress=None if not args.no_progress else False,
+        workers=args.workers,
+        restart=args.restart,
     )
     _print_summary(meta, str(out))
     return 0

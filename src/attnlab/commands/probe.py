@@ -63,6 +63,9 @@ def _print_table(rows: list[dict], title: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from attnlab.errors import UserError
+    from attnlab.extras import require
+
+    require("probe", "transformers", "peft", "accelerate", "gguf", what="attnlab probe")
     from attnlab.probe.config import is_experiment_file, load_probe_config
     from attnlab.safepath import check_out_dir
 

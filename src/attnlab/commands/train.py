@@ -5,11 +5,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shutil
 import sys
 import warnings
+from pathlib import Path
 
 from attnlab import exitcodes
 from attnlab.commands._common import add_config_arguments, config_from_args
+from attnlab.errors import UserError
 
 NAME = "train"
 HELP = "train a model from scratch into RUN_DIR; the same command again resumes it"
@@ -40,6 +43,12 @@ def _warn(message, category, filename, lineno, file=None, line=None) -> None:
     print(f"attnlab train: warning: {message}", file=sys.stderr, flush=True)
 
 
+def _remove_fresh(out: Path) -> None:
+    """Remove the directory the lock just created (it holds the lock file and nothing else)."""
+    if {p.name for p in out.iterdir()} <= {".lock"}:
+        shutil.rmtree(out, ignore_errors=True)
+
+
 def run(args: argparse.Namespace) -> int:
     from attnlab.preflight import check_training
     from attnlab.runs import lock
@@ -48,10 +57,16 @@ def run(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
     check_out_dir(args.out, "--out")
     main = int(os.environ.get("RANK", "0")) == 0
+    fresh = not Path(args.out).exists()
     # lock before the slow imports and the preflight, so a second process on the same --out
     # fails at once
     with lock.locked(args.out) if main else contextlib.nullcontext():
-        check_training(cfg)
+        try:
+            check_training(cfg)
+        except UserError:
+            if fresh and main:  # a refused run leaves nothing behind, not even its lock file
+                _remove_fresh(Path(args.out))
+            raise
         from attnlab.runs.progress import console_reporter
         from attnlab.train import train
 

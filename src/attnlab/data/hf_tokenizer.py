@@ -92,6 +92,9 @@ class AutoTokenizerAdapter(Tokenizer):
     """``transformers.AutoTokenizer`` from a local directory, or from the Hub by name (online)."""
 
     def __init__(self, source: str, name: str, local: bool) -> None:
+        from attnlab.extras import require
+
+        require("data", "transformers", what=f"the tokenizer {name!r} (transformers.AutoTokenizer)")
         if not local:
             from attnlab.data.hub import require_hub
 

@@ -22,6 +22,7 @@ from urllib.parse import urlparse
 
 from attnlab.data.corpus import Corpus, SourceOptions
 from attnlab.errors import UserError
+from attnlab.extras import require
 
 
 @dataclass(frozen=True)
@@ -107,11 +108,10 @@ class HubCorpus(Corpus):
 
     def _load(self) -> Any:
         ref = self.dataset.path + (f" ({self.dataset.config})" if self.dataset.config else "")
+        require("data", "datasets", what=f"the hf: corpus {ref}")
         require_hub(ref)
-        try:
-            import datasets
-        except ImportError:
-            raise UserError("hf: corpora need the datasets package: pip install datasets") from None
+        import datasets
+
         try:
             return datasets.load_dataset(
                 self.dataset.path, self.dataset.config, split="train", streaming=True
@@ -123,7 +123,12 @@ class HubCorpus(Corpus):
             ) from None
 
     def _rows(self) -> Iterator[dict[str, Any]]:
-        it = iter(self._load())
+        ds = self._load()
+        try:
+            self._size_hint = int(ds.info.splits["train"].num_bytes) or None
+        except (AttributeError, KeyError, TypeError, ValueError):
+            self._size_hint = None
+        it = iter(ds)
         while True:
             try:
                 row = next(it)
@@ -147,6 +152,10 @@ class HubCorpus(Corpus):
             value = row[field]
             if isinstance(value, str):
                 yield value
+
+    def size_hint(self) -> int | None:
+        """The train split's size from the dataset card, once the stream is open (else None)."""
+        return getattr(self, "_size_hint", None)
 
     def documents(self) -> Iterator[str]:
         texts = self._texts(self._rows())

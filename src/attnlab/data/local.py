@@ -130,6 +130,9 @@ def iter_jsonl(path: Path, options: SourceOptions) -> Iterator[str]:
 
 
 def iter_parquet(path: Path, options: SourceOptions) -> Iterator[str]:
+    from attnlab.extras import require
+
+    require("data", "pyarrow", what=f"reading the Parquet file {path}")
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -200,6 +203,14 @@ class LocalFiles(Corpus):
             kind = file_kind(path)
             assert kind is not None
             yield from _READERS[kind](path, self.options)
+
+    def fingerprint(self) -> Any:
+        return [[os.fspath(p), p.stat().st_size, p.stat().st_mtime_ns] for p in self.files]
+
+    def size_hint(self) -> int | None:
+        if any(p.name.lower().endswith(".gz") for p in self.files):
+            return None
+        return sum(p.stat().st_size for p in self.files)
 
     def attribution(self) -> dict[str, Any]:
         return {

@@ -9,6 +9,7 @@ the pages it touches.
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 from types import TracebackType
 from typing import BinaryIO
@@ -18,6 +19,7 @@ import numpy as np
 from attnlab.errors import UserError
 
 SPLITS = ("train", "val")
+_HASH_BLOCK = 1 << 20
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
@@ -39,16 +41,43 @@ def shard_path(directory: Path, split: str) -> Path:
 
 
 class ShardWriter:
-    """Append token ids to one split's file, counting them and hashing the bytes written."""
+    """Append token ids to one split's file, counting them and hashing the bytes written.
 
-    def __init__(self, path: Path, dtype: np.dtype, vocab_size: int) -> None:
+    ``resume=(tokens, documents)`` continues a file an interrupted run wrote: it is cut to its
+    first ``tokens`` ids (what a progress record vouches for) and those bytes are hashed again
+    (streamed, 1 MiB at a time), so the final sha256 covers the whole file.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        dtype: np.dtype,
+        vocab_size: int,
+        resume: tuple[int, int] | None = None,
+    ) -> None:
         self.path = path
         self.dtype = dtype
         self.vocab_size = vocab_size
         self.tokens = 0
         self.documents = 0
         self.sha256 = hashlib.sha256()
-        self._file: BinaryIO = open(path, "wb")  # noqa: SIM115 (closed in close/__exit__)
+        if resume is None:
+            self._file: BinaryIO = open(path, "wb")  # noqa: SIM115 (closed in close/__exit__)
+            return
+        self.tokens, self.documents = resume
+        size = self.tokens * dtype.itemsize
+        self._file = open(path, "r+b")  # noqa: SIM115
+        if os.fstat(self._file.fileno()).st_size < size:
+            self._file.close()
+            raise UserError(f"{path} is shorter than its progress record; prepare again")
+        self._file.truncate(size)
+        while chunk := self._file.read(min(_HASH_BLOCK, size - self._file.tell())):
+            self.sha256.update(chunk)
+        self._file.seek(size)
+
+    @property
+    def file(self) -> BinaryIO:
+        return self._file
 
     def write(self, ids: np.ndarray, documents: int) -> None:
         if ids.size and (ids.min() < 0 or ids.max() >= self.vocab_size):
@@ -78,7 +107,11 @@ class ShardWriter:
 
 
 def open_shard(path: Path, dtype: np.dtype, tokens: int) -> np.ndarray:
-    """Read-only memmap of a split (a plain empty array when it holds no tokens)."""
+    """Read-only memmap of a split (a plain empty array when it holds no tokens).
+
+    Mapping a file takes address space, not memory. Where even that is capped below the file's
+    size (``ulimit -v``), the split is a :class:`attnlab.data.windowed.WindowedShard`, which
+    maps only the windows a read touches."""
     if not path.exists():
         raise UserError(f"{path} is missing; re-run attnlab data prepare for this directory")
     expected = tokens * dtype.itemsize
@@ -90,4 +123,9 @@ def open_shard(path: Path, dtype: np.dtype, tokens: int) -> np.ndarray:
         )
     if tokens == 0:
         return np.zeros(0, dtype=dtype)
-    return np.memmap(path, dtype=dtype, mode="r", shape=(tokens,))
+    try:
+        return np.memmap(path, dtype=dtype, mode="r", shape=(tokens,))
+    except (OSError, ValueError, MemoryError):  # no address space for the whole file (ulimit -v)
+        from attnlab.data.windowed import WindowedShard
+
+        return WindowedShard(path, dtype, tokens)  # type: ignore[return-value]

@@ -65,6 +65,21 @@ class Tokenizer(ABC):
             parts.append(np.array([self.eos_id], dtype=np.int64))
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
+    def encode_chunk(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(ids, lengths) on this thread only: ``ids`` as in :meth:`encode_documents` (int64),
+        ``lengths[i]`` the token count of document ``i`` with its end-of-text.
+
+        The unit of work of a ``prepare`` worker process, so it never starts threads itself.
+        """
+        flat: list[int] = []
+        lengths = np.empty(len(texts), dtype=np.int64)
+        for i, text in enumerate(texts):
+            ids = self.encode(text)
+            flat.extend(ids)
+            flat.append(self.eos_id)
+            lengths[i] = len(ids) + 1
+        return np.array(flat, dtype=np.int64), lengths
+
     @abstractmethod
     def save(self, directory: Path) -> dict[str, Any]:
         """Write whatever files are needed into ``directory``; return the spec for meta.json."""

@@ -278,8 +278,8 @@ def wiki_sample_path() -> Path:
     spec = find_spec("gensim")
     if spec is None or not spec.submodule_search_locations:
         raise UserError(
-            "the wiki-sample corpus needs gensim's test data: pip install gensim==4.4.0 "
-            "(or pass a local .txt/.jsonl/.parquet file as --corpus)"
+            "the wiki-sample corpus needs gensim's test data: pip install gensim==4.4.0, or "
+            "pip install 'attnlab[offline]' (or pass a local .txt/.jsonl/.parquet file as --corpus)"
         )
     path = Path(next(iter(spec.submodule_search_locations))) / "test" / "test_data"
     path = path / WIKI_SAMPLE_FILE

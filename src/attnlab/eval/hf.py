@@ -57,6 +57,9 @@ class HFCausalLM(LanguageModel):
         """Load with ``AutoModelForCausalLM`` / ``AutoTokenizer``: a hub id (online), a local
         directory, or ``gguf_file`` inside the directory ``name_or_path`` (de-quantized to
         ``dtype``, float32 by default; needs the ``gguf`` package)."""
+        from attnlab.extras import require
+
+        require("eval", "transformers", what=f"evaluating the Hugging Face model {name_or_path}")
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         src = str(name_or_path)

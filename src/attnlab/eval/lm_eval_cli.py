@@ -9,11 +9,20 @@ Every lm-eval argument works as usual, e.g.::
 
 from __future__ import annotations
 
-import attnlab.eval.harness  # noqa: F401  (registers the "attnlab" model)
+import sys
 
 
 def main() -> None:
+    from attnlab.errors import UserError
+    from attnlab.extras import require
+
+    try:
+        require("eval", "lm_eval", what="attnlab-lm-eval")
+    except UserError as e:
+        sys.exit(f"attnlab-lm-eval: error: {e}")
     from lm_eval.__main__ import cli_evaluate
+
+    import attnlab.eval.harness  # noqa: F401  (registers the "attnlab" model)
 
     cli_evaluate()
 

@@ -85,6 +85,9 @@ def _text_documents(lm: LanguageModel, path: Path, limit: int | None) -> list[Do
 
 
 def _wikitext(run: TaskRun) -> TaskOutcome:
+    from attnlab.extras import require
+
+    require("eval", "lm_eval", what="the wikitext task (lm-eval's detokenizer)")
     from lm_eval.tasks.wikitext.preprocess_wikitext import wikitext_detokenizer
 
     docs = []

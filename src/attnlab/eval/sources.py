@@ -93,10 +93,11 @@ def load_hub_rows(
     reason = _offline()
     if reason:
         raise UserError(f"{hint} ({reason})")
-    try:
-        import datasets
-    except ImportError:
-        raise UserError(f"{hint}; the 'datasets' package is not installed") from None
+    from attnlab.extras import require
+
+    require("eval", "datasets", what=f"task {task!r} from the hub")
+    import datasets
+
     try:
         ds = datasets.load_dataset(path, name, split=split)
     except Exception as e:  # connection errors come in many types across datasets versions

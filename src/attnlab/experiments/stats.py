@@ -4,8 +4,9 @@
 - relative improvement over the baseline, seed 001's convention: ``100 (b - v) / b`` percent,
   positive = the variant has the lower (better) loss;
 - paired tests on per-seed final losses (seed ``k`` of the variant against seed ``k`` of the
-  baseline, which read the same batches): the paired t-test (``scipy.stats.ttest_rel``,
-  two-sided; assumes normal differences) is the one reported, and the exact sign-flip permutation
+  baseline, which read the same batches): the paired t-test (two-sided, assumes normal
+  differences; computed as ``scipy.stats.ttest_rel`` does, by :mod:`attnlab.experiments.student_t`,
+  so the core install needs no SciPy) is the one reported, and the exact sign-flip permutation
   test (no distribution assumed) is shown beside it. With ``n`` seeds the sign-flip test cannot go
   below ``2 / 2^n`` (0.5 for 2 seeds, 0.0625 for 5), so it needs 6+ seeds to reach 0.05.
 """
@@ -18,6 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
+from attnlab.experiments.student_t import paired_t_pvalue
 
 #: sign-flip test: exact up to this many pairs, Monte Carlo (fixed seed) beyond
 EXACT_FLIPS_MAX_N = 16
@@ -102,7 +105,5 @@ def paired_test(baseline: Sequence[float], variant: Sequence[float]) -> PairedTe
         if diffs[0] == 0:
             return PairedTest(n, mean_diff, None, flip, "identical losses")
         return PairedTest(n, mean_diff, 0.0, flip, "")
-    from scipy.stats import ttest_rel
-
-    p = float(ttest_rel(v, b).pvalue)
+    p = paired_t_pvalue(v, b)
     return PairedTest(n, mean_diff, p, flip, "")

@@ -131,8 +131,16 @@ def pick_dtype(name: str, device: torch.device) -> torch.dtype:
     return _DTYPES[name]
 
 
+def _require_packages(source: BaseSource) -> None:
+    from attnlab.extras import require
+
+    gguf = ("gguf", "accelerate") if source.gguf_file else ()
+    require("probe", "transformers", *gguf, what=f"loading the base model {source.label!r}")
+
+
 def load_tokenizer_for(source: BaseSource) -> Any:
     """The base model's transformers tokenizer (from the GGUF metadata for a GGUF file)."""
+    _require_packages(source)
     from transformers import AutoTokenizer
 
     if source.kind == "hub":
@@ -152,6 +160,7 @@ def load_base(
     attn_implementation: str = "auto",
 ) -> tuple[Any, Any]:
     """(model, tokenizer) for ``source``; the model in eval mode on the CPU."""
+    _require_packages(source)
     from transformers import AutoModelForCausalLM
 
     if source.kind == "hub":

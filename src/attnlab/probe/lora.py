@@ -128,6 +128,9 @@ def plan_lora(
 
 def apply_lora(model: nn.Module, plan: LoraPlan, opts: LoraOptions) -> Any:
     """``peft.get_peft_model`` with ``plan``'s rank on its exact target modules."""
+    from attnlab.extras import require
+
+    require("probe", "peft", what="a LoRA probe")
     from peft import LoraConfig, get_peft_model
 
     conv1d = any(
