@@ -22,6 +22,9 @@
     match_params = "preproj-skip"          # optional: resize this variant's MLP (match_by) so its
     match_by = "model.ffn.hidden"          #   non-embedding parameter count is closest to that one
 
+    [sweep]                                # optional: a grid over config keys, run for every
+    "train.lr" = [1e-3, 3e-3, 1e-2]        #   variant and seed (see attnlab.experiments.sweep_spec)
+
 Every key is checked (unknown keys name the nearest spelling); the variants' configs are fully
 validated by :mod:`attnlab.experiments.resolve` before anything trains.
 """
@@ -35,6 +38,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from attnlab.config import ConfigError, fields_at, read_toml_file
+from attnlab.experiments.sweep_spec import SweepSpec
 
 #: a variant name becomes a directory name
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._+-]*$"
@@ -100,6 +104,7 @@ class ExperimentSpec(_Spec):
     budget: Budget
     baseline: str | None = None
     evaluate: EvaluateSpec | None = None
+    sweep: SweepSpec | None = None
     variants: list[VariantSpec] = Field(min_length=1)
 
     @field_validator("seeds")
