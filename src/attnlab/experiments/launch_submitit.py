@@ -106,7 +106,7 @@ class SubmititLauncher:
         self._executor()  # unknown --launcher-arg keys fail here, before anything is written
 
     def _executor(self) -> Any:
-        ex = self.submitit.AutoExecutor(folder=self.folder / "%j", cluster=self.cluster)
+        ex = self.submitit.AutoExecutor(folder=self.folder, cluster=self.cluster)
         params = {"timeout_min": DEFAULT_TIMEOUT_MIN, "name": "attnlab", **self.params}
         if self.cluster == "slurm":
             params.setdefault("slurm_array_parallelism", self.jobs)
