@@ -130,9 +130,11 @@ def run(args: argparse.Namespace) -> int:
     runs = exp.runs(args.out, only or None)
     if args.plan:
         from attnlab.experiments.estimate import estimate
+        from attnlab.experiments.launch import effective_jobs
         from attnlab.experiments.runner import is_over
 
-        est = estimate(exp, runs, args.jobs, skip_over=is_over)
+        jobs = effective_jobs(args.jobs, runs)[0] if args.launcher == "local" else args.jobs
+        est = estimate(exp, runs, jobs, skip_over=is_over)
         done = len(runs) - est.runs
         say(est.describe() + (f"; {done} runs already over in {args.out}" if done else ""))
     check_budget(exp, args.max_runs)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import shutil
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -85,7 +86,7 @@ class SubmititLauncher:
         params: dict[str, Any] | None = None,
         jobs: int = 1,
         poll_s: float | None = None,
-        say=lambda m: None,
+        say: Callable[[str], None] = lambda m: None,
     ) -> None:
         if launcher not in CLUSTERS:
             raise UserError(f"--launcher {launcher!r}: use local, {', '.join(CLUSTERS)}")
@@ -128,6 +129,8 @@ class SubmititLauncher:
         if not runs:
             return {}
         ex = self._executor()
+        if self.cluster == "local" and self.jobs > 1:
+            self.say("submitit's local executor starts every job at once; --jobs is not applied")
         jobs = ex.map_array(RunJob(), runs, [evaluate] * len(runs))
         by_id = {j.job_id: r for j, r in zip(jobs, runs)}
         self.say(

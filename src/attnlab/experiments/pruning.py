@@ -42,7 +42,9 @@ def val_at(r: RunPlan, step: int) -> float | None:
 
 
 def decide(
-    values: dict[tuple[str, int], float], groups: dict[tuple[str, int], tuple[str, int]], factor
+    values: dict[tuple[str, int], float],
+    groups: dict[tuple[str, int], tuple[str, int]],
+    factor: float,
 ) -> dict[tuple[str, int], tuple[float, float]]:
     """Runs to prune: ``{run: (its loss, its group's median)}`` for losses above
     ``factor x median`` of their group. ``values``: loss per run; ``groups``: run -> group."""
