@@ -149,7 +149,11 @@ def stable_ranges(
         stable = sorted(
             float(c.point[x]) for c in mine if c.complete and c.n_bad == 0 and c.mean <= threshold
         )
-        alive = [float(c.point[x]) for c in mine if c.n and not c.counts.get("diverged")]
+        alive = [
+            float(c.point[x])
+            for c in mine
+            if (c.n_ok or c.counts.get("pruned")) and not c.counts.get("diverged")
+        ]
         out.append(StableRange(variant, facet, lrs, stable, threshold, max(alive, default=None)))
     return out
 

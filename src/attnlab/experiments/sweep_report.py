@@ -100,6 +100,10 @@ def _grid_tables(cs: list[Cell], grid, variants: Sequence[str], base: str) -> li
     return lines
 
 
+def _compare(width: float, base: float) -> str:
+    return "wider than" if width > base else "narrower than" if width < base else "the same as"
+
+
 def _stable_table(ranges: dict[str, list[StableRange]], base: str, within: float) -> list[str]:
     rows = []
     for v, rs in ranges.items():
@@ -120,7 +124,24 @@ def _stable_table(ranges: dict[str, list[StableRange]], base: str, within: float
                     cmp,
                 ]
             )
+    verdicts = []
+    for v, rs in ranges.items():
+        if v == base or not ranges.get(base):
+            continue
+        pairs = list(zip(rs, ranges[base]))
+        words = [_compare(r.width, b.width) for r, b in pairs]
+        if len(set(words)) == 1:
+            verdicts.append(f"- {v}: {words[0]} the baseline's at every setting of the grid")
+        else:
+            verdicts.append(
+                f"- {v}: "
+                + "; ".join(
+                    f"{w} the baseline's at {sweep_plots.facet_title(r.facet)}"
+                    for w, (r, _) in zip(words, pairs)
+                )
+            )
     return [
+        *(["Stable range compared with the baseline's:", "", *verdicts, ""] if verdicts else []),
         _table(
             [
                 "variant",
