@@ -279,6 +279,8 @@ def test_best_vs_best_uses_the_paired_test(synthetic):
 def test_stable_range_counts_lrs_within_x_percent_that_did_not_diverge(synthetic):
     stable = section((synthetic / "report.md").read_text(), "Stable learning-rate range")
     rows = {tuple(c.strip() for c in x.split("|")[1:3]): x for x in stable.splitlines()[2:]}
+    assert "- nlq: wider than the baseline's at every setting of the grid" in stable
+    assert "- mlp: the same as the baseline's at every setting of the grid" in stable
     # baseline: best 2.51; 5% -> 2.6355: 1e-3 (2.61) and 4e-3 in; 1.6e-2 diverged
     assert "| 0.001, 0.004 | 2/3 | x4 | 0.004 |" in rows[("baseline", "weight_decay = 0")]
     # one seed of 1.6e-2 diverged at wd 0.1: not stable, and not "not diverged"
