@@ -349,3 +349,23 @@ def test_stable_range_with_a_gap_is_marked_not_contiguous():
     (r,) = stable_ranges(cs, {"train.lr": [1e-3, 2e-3, 4e-3, 8e-3]}, "a", 5.0)
     assert r.stable == [1e-3, 4e-3] and not r.contiguous and r.width == pytest.approx(4.0)
     assert r.max_not_diverged == 8e-3  # pruned is not diverged
+
+
+def test_a_run_paused_for_pruning_is_not_counted_done():
+    import io
+
+    from attnlab.experiments.progress import ExperimentProgress
+
+    for rich in (False, True):
+        p = ExperimentProgress(2, {"a": 1.0, "b": 1.0}, rich=rich, stream=io.StringIO())
+        p.begin([("a", 0, 10), ("b", 0, 10)])
+        p.start_run("a", 0, 10)
+        p.pause_run("a", 0, 5)
+        assert p.done == 0 and p.paused == {("a", 0): 5} and p.pending == [("b", 10)]
+        p.eta.record("a", 1.0)
+        assert p.remaining() == pytest.approx(5 + 10)  # the paused run's 5 steps count
+        p.start_run("a", 0, 10)
+        assert p.pending == [("b", 10)] and not p.paused  # resuming takes no pending slot
+        p.end_run("a", 0, "finished")
+        assert p.done == 1
+        p.finish()
