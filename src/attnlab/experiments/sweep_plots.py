@@ -54,7 +54,7 @@ def loss_vs_lr(
                 continue
             xs = np.array([float(c.point[x_key]) for c in mine])
             # a small horizontal offset per variant keeps markers at one lr apart
-            shift = 1.0 + 0.04 * (j - (n_var - 1) / 2)
+            shift = 1.0 + 0.07 * (j - (n_var - 1) / 2)
             ok = [c for c in mine if c.complete]
             lw = 2.2 if v == baseline else 1.5
             label = f"{v} (baseline)" if v == baseline else v
