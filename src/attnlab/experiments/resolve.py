@@ -40,18 +40,12 @@ from attnlab.experiments.spec import (
     parse_experiment,
     read_experiment,
 )
-from attnlab.experiments.sweep_spec import SweepSpec
+from attnlab.experiments.sweep_spec import SCHEDULE_TRAIN_KEYS, SweepSpec
 from attnlab.model.params import ParamReport, count
 
 #: train.* keys that decide the batch schedule or the validation points; only the base sets them
-SCHEDULE_KEYS = (
-    "seed",
-    "max_steps",
-    "batch_size",
-    "tokens_per_step",
-    "eval_every",
-    "eval_batches",
-)
+#: (a sweep may not grid them either: one list, kept in sweep_spec, which spec.py imports)
+SCHEDULE_KEYS = SCHEDULE_TRAIN_KEYS
 #: top-level keys of the experiment file that ``--set`` may change (the rest go to the base)
 EXPERIMENT_KEYS = ("budget", "seeds", "baseline", "name", "description", "sweep")
 

@@ -31,7 +31,8 @@ from attnlab.config import Config
 
 #: grid keys live in these config sections
 GRID_SECTIONS = ("model", "train", "eval")
-#: train.* keys that decide the batch schedule or the validation points (resolve.SCHEDULE_KEYS)
+#: train.* keys that decide the batch schedule or the validation points (resolve.SCHEDULE_KEYS:
+#: no variant and no grid point may change them)
 SCHEDULE_TRAIN_KEYS = (
     "seed",
     "max_steps",
