@@ -28,7 +28,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=[],
         metavar="KEY=VALUE",
         help="override a base config value (model.*, train.*, ...) or an experiment key "
-        "(budget.steps, seeds, baseline), e.g. --set budget.steps=100 (repeatable)",
+        "(budget.steps, seeds, baseline, sweep.*), e.g. --set budget.steps=100 (repeatable)",
     )
     p.add_argument(
         "--only",
@@ -38,7 +38,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="run only this variant (repeatable, or comma-separated); the report covers all",
     )
     p.add_argument(
-        "--plan", action="store_true", help="print the variants and parameter counts and stop"
+        "--plan",
+        action="store_true",
+        help="print the variants, parameter counts (a sweep: its grid and run count) and a timed "
+        "estimate of the wall time, and stop",
     )
     p.add_argument(
         "--jobs",
@@ -46,7 +49,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=1,
         metavar="N",
         help="train N runs at once in separate processes (CPU: cores split between them; "
-        "several GPUs: one each). Results are the same as with --jobs 1",
+        "several GPUs: one each; one GPU: one after another). Results are the same as with "
+        "--jobs 1. With --launcher slurm: at most N jobs at once",
     )
     p.add_argument(
         "--max-runs",
