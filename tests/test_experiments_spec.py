@@ -254,7 +254,7 @@ def test_missing_experiment_file_is_a_user_error(tmp_path):
         load_experiment(tmp_path / "nope.toml")
 
 
-@pytest.mark.parametrize("name", ["quick", "seed004-ideas", "nonlinear-query-124m"])
+@pytest.mark.parametrize("name", ["quick", "seed004-ideas", "nonlinear-query-124m", "nlq-lr-sweep"])
 def test_shipped_experiments_load(name):
     path = Path(__file__).parent.parent / "configs" / "experiments" / f"{name}.toml"
     exp = load_experiment(path)

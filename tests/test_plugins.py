@@ -272,3 +272,29 @@ def test_runs_record_plugin_hashes_and_warn_when_the_source_changed(lab, tmp_pat
     plugin.write_text(EXAMPLE.read_text() + "\n# edited after training\n")
     p = attnlab("generate", "r", "--prompt", "the", "--max-new-tokens", "2", cwd=tmp_path)
     assert "changed since the run was made" in p.stderr and str(plugin) in p.stderr
+
+
+def test_a_pickled_config_loads_its_plugins_in_a_fresh_process(lab, tmp_path):
+    """Configs cross process boundaries (``--jobs`` workers, submitit jobs) as their dict: the
+    receiving process loads the recorded plugin before it validates the plugin part's options."""
+    import pickle
+
+    from attnlab.config import load_config
+
+    cfg = load_config("tiny", PARTS, plugins=[str(lab["plugin"])])
+    blob = tmp_path / "cfg.pkl"
+    blob.write_bytes(pickle.dumps(cfg))
+    code = (
+        "import pickle, sys; cfg = pickle.loads(open(sys.argv[1], 'rb').read()); "
+        "print(cfg.model.query.kind, cfg.model.side_branch.rank, cfg.plugins == [sys.argv[2]])"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(blob), str(lab["plugin"])],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["gated", "4", "True"]

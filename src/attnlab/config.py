@@ -362,6 +362,12 @@ class Config(Section):
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
 
+    def __reduce__(self):
+        """Pickled as its dict and validated again on unpickling, so another process (a
+        ``--jobs`` worker, a Slurm job) loads the config's plugins before their parts' options
+        classes are needed."""
+        return (validate, (self.to_dict(),))
+
 
 # ------------------------------------------------------------------------------------------ loading
 

@@ -1,5 +1,9 @@
 """``attnlab compare EXPERIMENT --out DIR``: train every (variant, seed) of an experiment file on
-identical batches, then write results.csv/json, report.md and plots. Rerunning resumes."""
+identical batches, then write results.csv/json, report.md and plots. Rerunning resumes.
+
+An experiment with a ``[sweep]`` table runs every (variant, grid point, seed); ``--plan`` shows
+the grid, its run count and an estimated time; ``--max-runs`` (or ``sweep.max_runs``) refuses a
+grid that is too large. ``--launcher slurm`` submits the runs as submitit jobs."""
 
 from __future__ import annotations
 
@@ -24,7 +28,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=[],
         metavar="KEY=VALUE",
         help="override a base config value (model.*, train.*, ...) or an experiment key "
-        "(budget.steps, seeds, baseline), e.g. --set budget.steps=100 (repeatable)",
+        "(budget.steps, seeds, baseline, sweep.*), e.g. --set budget.steps=100 (repeatable)",
     )
     p.add_argument(
         "--only",
@@ -34,7 +38,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="run only this variant (repeatable, or comma-separated); the report covers all",
     )
     p.add_argument(
-        "--plan", action="store_true", help="print the variants and parameter counts and stop"
+        "--plan",
+        action="store_true",
+        help="print the variants, parameter counts (a sweep: its grid and run count) and a timed "
+        "estimate of the wall time, and stop",
     )
     p.add_argument(
         "--jobs",
@@ -42,13 +49,44 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=1,
         metavar="N",
         help="train N runs at once in separate processes (CPU: cores split between them; "
-        "several GPUs: one each). Results are the same as with --jobs 1",
+        "several GPUs: one each; one GPU: one after another). Results are the same as with "
+        "--jobs 1. With --launcher slurm: at most N jobs at once",
+    )
+    p.add_argument(
+        "--max-runs",
+        type=int,
+        default=None,
+        metavar="N",
+        help="refuse an experiment (a sweep's grid) with more than N runs",
+    )
+    p.add_argument(
+        "--launcher",
+        choices=("local", "slurm", "submitit-local"),
+        default="local",
+        help="where runs execute: this machine (default), Slurm jobs through submitit (needs "
+        "submitit: pip install 'submitit>=1.5'), or submitit's local executor (a subprocess "
+        "per run, all at once; to try the submitit path without a cluster)",
+    )
+    p.add_argument(
+        "--launcher-arg",
+        dest="launcher_args",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a submitit executor parameter (repeatable), e.g. slurm_partition=gpu, "
+        "gpus_per_node=1, cpus_per_task=8, timeout_min=240 (the default), mem_gb=32",
     )
     p.add_argument("--quiet", action="store_true", help="no progress display")
 
 
 def print_plan(exp, say) -> None:
-    """One line per variant: non-embedding parameters, change vs the baseline, overrides, match."""
+    """One line per variant: non-embedding parameters, change vs the baseline, overrides, match;
+    a sweep adds its grid and run count."""
+    if exp.sweep is not None:
+        from attnlab.experiments.sweep_plan import print_sweep_plan
+
+        print_sweep_plan(exp, say)
+        return
     base_n = exp.variants[exp.baseline].params.non_embedding
     say(
         f"experiment {exp.name}: {len(exp.variants)} variants x {len(exp.seeds)} "
@@ -81,12 +119,17 @@ def _warn(message, category, filename, lineno, file=None, line=None) -> None:
 def run(args: argparse.Namespace) -> int:
     from attnlab.experiments import build_report, load_experiment, run_all
     from attnlab.experiments.progress import ExperimentProgress, fmt_duration
+    from attnlab.experiments.sweep import check_budget
     from attnlab.preflight import check_concurrent
     from attnlab.runs import lock
     from attnlab.safepath import check_out_dir
 
     if args.jobs < 1:
         raise UserError("--jobs must be at least 1")
+    if args.max_runs is not None and args.max_runs < 1:
+        raise UserError("--max-runs must be at least 1")
+    if args.launcher_args and args.launcher == "local":
+        raise UserError("--launcher-arg sets submitit parameters; add --launcher slurm")
     exp = load_experiment(args.experiment, args.overrides, args.plugins)
     check_out_dir(args.out)
     n_runs = len(exp.variants) * len(exp.seeds)
@@ -94,10 +137,34 @@ def run(args: argparse.Namespace) -> int:
         [v.config for v in exp.variants.values()], min(args.jobs, n_runs), "attnlab compare"
     )
     only = [n.strip() for item in args.only for n in item.split(",") if n.strip()]
-    print_plan(exp, lambda line: print(line, file=sys.stderr, flush=True))
+    say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+    print_plan(exp, say)
+    runs = exp.runs(args.out, only or None)
+    if args.plan:
+        from attnlab.experiments.estimate import estimate
+        from attnlab.experiments.launch import effective_jobs
+        from attnlab.experiments.runner import is_over
+
+        jobs = effective_jobs(args.jobs, runs)[0] if args.launcher == "local" else args.jobs
+        est = estimate(exp, runs, jobs, skip_over=is_over)
+        done = len(runs) - est.runs
+        say(est.describe() + (f"; {done} runs already over in {args.out}" if done else ""))
+    check_budget(exp, args.max_runs)
     if args.plan:
         return 0
-    runs = exp.runs(args.out, only or None)
+    launcher = None
+    if args.launcher != "local":
+        from pathlib import Path
+
+        from attnlab.experiments.launch_submitit import SubmititLauncher, parse_launcher_args
+
+        launcher = SubmititLauncher(
+            args.launcher,
+            Path(args.out) / "submitit",
+            parse_launcher_args(args.launcher_args),
+            jobs=args.jobs,
+            say=say,
+        )
     progress = None
     if not args.quiet:
         flops = {v.name: float(v.params.flops_per_token) for v in exp.variants.values()}
@@ -107,7 +174,14 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     with warnings.catch_warnings(), lock.locked(args.out, "experiment directory"):
         warnings.showwarning = _warn
-        outcomes = run_all(exp, args.out, only=only or None, progress=progress, jobs=args.jobs)
+        outcomes = run_all(
+            exp,
+            args.out,
+            only=only or None,
+            progress=progress,
+            jobs=args.jobs,
+            launcher=launcher,
+        )
         wall = time.perf_counter() - t0
         report = build_report(args.out)
     trained = sum(o.trained for o in outcomes)

@@ -5,6 +5,12 @@ budget; :func:`load_experiment` validates every variant's config (and sizes para
 controls) before anything trains; :func:`run_all` trains each (variant, seed) into
 ``DIR/runs/<variant>/seed<k>/`` with identical batches per seed; :func:`build_report` turns the
 run directories into ``results.csv``, ``results.json``, ``report.md`` and ``plots/``.
+
+A ``[sweep]`` table (:mod:`~attnlab.experiments.sweep_spec`) expands the experiment into
+variant x grid point x seed runs (:mod:`~attnlab.experiments.sweep`), optionally pruned
+(:mod:`~attnlab.experiments.pruning`), executed here or as submitit jobs
+(:mod:`~attnlab.experiments.launch`), and reported over the grid
+(:mod:`~attnlab.experiments.sweep_report`).
 """
 
 from attnlab.experiments.matching import MatchResult, closest_integer

@@ -18,7 +18,7 @@ from typing import Any
 
 from attnlab.experiments.progress import ExperimentProgress
 from attnlab.experiments.resolve import RunPlan
-from attnlab.experiments.runner import RunOutcome, _record_failure, execute
+from attnlab.experiments.runner import RunOutcome, _record_failure, execute, report_outcome
 from attnlab.experiments.spec import EvaluateSpec
 from attnlab.parts.plugins import loaded
 
@@ -116,10 +116,7 @@ def run_parallel(
                         reason = _record_failure(r.run_dir, e, traceback.format_exc())
                         out = RunOutcome(r.variant, r.seed, "failed", True, reason)
                     outcomes[(r.variant, r.seed)] = out
-                    if progress is not None:
-                        progress.end_run(
-                            r.variant, r.seed, out.status, out.detail, overhead=out.overhead
-                        )
+                    report_outcome(progress, r, out)
         except KeyboardInterrupt:
             for f in pending:
                 f.cancel()

@@ -98,6 +98,7 @@ class ExperimentProgress:
         self.eta = EtaModel(flops)
         self.pending: list[tuple[str, int]] = []
         self.active: dict[tuple[str, int], _Current] = {}
+        self.paused: dict[tuple[str, int], int] = {}  # stopped at a pruning step: steps left
         self.stream = stream
         self.log_every = max(1, log_every)
         out = stream or sys.stderr
@@ -129,10 +130,11 @@ class ExperimentProgress:
     def start_run(self, variant: str, seed: int, max_steps: int) -> None:
         key = (variant, seed)
         self.active[key] = _Current(variant, seed, max_steps)
-        for i, (v, _) in enumerate(self.pending):
-            if v == variant:
-                del self.pending[i]
-                break
+        if self.paused.pop(key, None) is None:
+            for i, (v, _) in enumerate(self.pending):
+                if v == variant:
+                    del self.pending[i]
+                    break
         label = f"{variant} seed{seed}"
         if self._progress is not None:
             self._tasks[key] = self._progress.add_task(label, total=max_steps, info="")
@@ -176,6 +178,7 @@ class ExperimentProgress:
             self.eta.record_overhead(overhead)
         key = (variant, seed)
         self.active.pop(key, None)
+        self.paused.pop(key, None)
         msg = f"[{self.done}/{self.total}] {variant} seed{seed}: {status}"
         msg += f" ({detail})" if detail else ""
         if self._progress is not None:
@@ -186,6 +189,20 @@ class ExperimentProgress:
             self._refresh()
         else:
             self._say(f"{msg}  | experiment ETA {fmt_duration(self.remaining())}")
+
+    def pause_run(self, variant: str, seed: int, steps_left: int) -> None:
+        """The run stopped at a pruning step; it resumes (or is pruned) after the whole grid got
+        there. Not counted as done."""
+        key = (variant, seed)
+        cur = self.active.pop(key, None)
+        self.paused[key] = steps_left
+        if self._progress is not None:
+            task = self._tasks.pop(key, None)
+            if task is not None:
+                self._progress.remove_task(task)
+            self._refresh()
+        elif cur is not None:
+            self._say(f"  {self._run_info(cur)}  (paused for the pruning decision)")
 
     def finish(self) -> None:
         if self._progress is not None:
@@ -201,6 +218,7 @@ class ExperimentProgress:
     # ------------------------------------------------------------------------------- helpers
     def remaining(self) -> float | None:
         work = [(c.variant, c.max_steps - c.step, True) for c in self.active.values()]
+        work += [(v, steps, True) for (v, _), steps in self.paused.items()]
         work += [(v, steps, False) for v, steps in self.pending]
         return self.eta.remaining(work, self.jobs)
 

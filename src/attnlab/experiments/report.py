@@ -214,6 +214,10 @@ def build_report(out_dir: str | Path) -> Path:
     record = read_record(out)
     rows = collect(out, record)
     write_results(out, rows, record)
+    if record.get("sweep"):  # a grid: per-variant tables and plots over it instead
+        from attnlab.experiments.sweep_report import build_sweep_report
+
+        return build_sweep_report(out, record, rows)
     names = [v["name"] for v in record["variants"]]
     vrec = {v["name"]: v for v in record["variants"]}
     base = record["baseline"]

@@ -6,6 +6,8 @@
     matched = the variant with ``match_by`` (default model.ffn.hidden) chosen by
               :func:`~attnlab.experiments.matching.closest_integer`
     run     = variant with train.seed = k and experiment.{name, variant, seed_index = k, tags}
+    sweep   = one resolution per grid point, the point's keys applied after each variant's own
+              overrides (:mod:`~attnlab.experiments.sweep`): "arms" named ``variant@point``
 
 Fairness is enforced here: a variant may change the model, the optimizer recipe and evaluation,
 but nothing that decides which tokens are read (``data.*``, ``train.seed``, ``max_steps``,
@@ -38,24 +40,23 @@ from attnlab.experiments.spec import (
     parse_experiment,
     read_experiment,
 )
+from attnlab.experiments.sweep_spec import SCHEDULE_TRAIN_KEYS, SweepSpec
 from attnlab.model.params import ParamReport, count
 
 #: train.* keys that decide the batch schedule or the validation points; only the base sets them
-SCHEDULE_KEYS = (
-    "seed",
-    "max_steps",
-    "batch_size",
-    "tokens_per_step",
-    "eval_every",
-    "eval_batches",
-)
+#: (a sweep may not grid them either: one list, kept in sweep_spec, which spec.py imports)
+SCHEDULE_KEYS = SCHEDULE_TRAIN_KEYS
 #: top-level keys of the experiment file that ``--set`` may change (the rest go to the base)
-EXPERIMENT_KEYS = ("budget", "seeds", "baseline", "name", "description")
+EXPERIMENT_KEYS = ("budget", "seeds", "baseline", "name", "description", "sweep")
 
 
 @dataclass
 class Variant:
-    """One resolved arm: its config (seed left at the base's), parameters and matching."""
+    """One resolved arm: its config (seed left at the base's), parameters and matching.
+
+    In a sweep, ``name`` is ``variant@point``, ``base`` the variant's name in the experiment file
+    and ``point`` the grid point's ``{key: value}``; otherwise ``base = name``, ``point = {}``.
+    """
 
     name: str
     description: str
@@ -63,6 +64,11 @@ class Variant:
     config: Config
     params: ParamReport
     match: MatchResult | None = None
+    base: str = ""
+    point: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.base = self.base or self.name
 
     def for_seed(self, experiment: str, seed: int) -> Config:
         cfg = self.config.model_copy(deep=True)
@@ -81,6 +87,7 @@ class RunPlan:
     seed: int
     config: Config
     run_dir: Path
+    stop_at: int | None = None  # pause at this step (a pruning checkpoint), resumable exactly
 
 
 @dataclass
@@ -98,17 +105,20 @@ class Experiment:
     tokens_per_step: int
     evaluate: EvaluateSpec | None = None
     notes: list[str] = field(default_factory=list)
+    sweep: SweepSpec | None = None
 
     def runs(self, out_dir: str | Path, only: list[str] | None = None) -> list[RunPlan]:
-        """Every (variant, seed), seed-major: each seed's full comparison completes in turn."""
+        """Every (variant, seed), seed-major: each seed's full comparison completes in turn.
+        ``only`` names variants (in a sweep: a variant selects all its grid points) or arms."""
         names = list(self.variants)
         if only:
+            bases = {v.base for v in self.variants.values()}
             for n in only:
-                if n not in self.variants:
+                if n not in self.variants and n not in bases:
                     from attnlab.experiments.spec import _unknown
 
-                    raise ConfigError(f"--only {n!r}: {_unknown(n, names)}")
-            names = [n for n in names if n in only]
+                    raise ConfigError(f"--only {n!r}: {_unknown(n, sorted(bases))}")
+            names = [n for n in names if n in only or self.variants[n].base in only]
         out = Path(out_dir)
         return [
             RunPlan(v, s, self.variants[v].for_seed(self.name, s), run_dir(out, v, s))
@@ -128,6 +138,7 @@ class Experiment:
             "tokens_per_step": self.tokens_per_step,
             "evaluate": self.evaluate.model_dump() if self.evaluate else None,
             "notes": self.notes,
+            **({"sweep": self.sweep_record()} if self.sweep is not None else {}),
             "variants": [
                 {
                     "name": v.name,
@@ -139,9 +150,23 @@ class Experiment:
                     "flops_per_token": v.params.flops_per_token,
                     "match": v.match.to_dict() if v.match else None,
                     "config": v.config.to_dict(),
+                    **({"sweep_variant": v.base, "sweep_point": v.point} if self.sweep else {}),
                 }
                 for v in self.variants.values()
             ],
+        }
+
+    def sweep_record(self) -> dict[str, Any]:
+        """The grid and its options, for the sweep report."""
+        assert self.sweep is not None
+        bases = list(dict.fromkeys(v.base for v in self.variants.values()))
+        return {
+            "grid": self.sweep.grid,
+            "variants": bases,
+            "min_lr_ratio": self.sweep.min_lr_ratio,
+            "stable_within": self.sweep.stable_within,
+            "max_runs": self.sweep.max_runs,
+            "prune": self.sweep.prune.model_dump(),
         }
 
 
@@ -292,8 +317,14 @@ def resolve(
     folder: str | Path = ".",
     base_overrides: list[str] = (),  # type: ignore[assignment]
     source: str = "",
+    point: list[str] = (),  # type: ignore[assignment]
+    min_lr_ratio: float | None = None,
 ) -> Experiment:
-    """Validate every variant's config (and size the matched ones); nothing is trained."""
+    """Validate every variant's config (and size the matched ones); nothing is trained.
+
+    ``point`` (a sweep's grid point, ``key=value`` items) is applied after each variant's own
+    overrides, so it wins over them; ``min_lr_ratio`` then sets ``train.min_lr = ratio x lr``.
+    """
     folder = Path(folder)
     base_raw = _overridden(_base_dict(spec, folder), list(base_overrides))
     base0 = _validate(base_raw, "base config")
@@ -331,8 +362,12 @@ def resolve(
     variants: dict[str, Variant] = {}
     for v in spec.variants:
         chain = _variant_overrides(v, by_name)
-        raw = _variant_dict(base_raw, chain)
-        cfg = _validate(raw, f"variant {v.name!r}")
+        raw = _overridden(_variant_dict(base_raw, chain), list(point))
+        if min_lr_ratio is not None:
+            lr = _validate({**raw, "train": {**raw.get("train", {}), "min_lr": 0.0}}, v.name)
+            raw = _overridden(raw, [f"train.min_lr={min_lr_ratio * lr.train.lr!r}"])
+        what = f"variant {v.name!r}" + (f" at sweep point {', '.join(point)}" if point else "")
+        cfg = _validate(raw, what)
         _check_fair(v.name, cfg, base)
         raws[v.name] = raw
         variants[v.name] = Variant(v.name, v.description, _describe(chain), cfg, count(cfg.model))
@@ -385,4 +420,8 @@ def load_experiment(
         spec.name = spec.name or name
     if plugins:
         spec.plugins = [*spec.plugins, *(p for p in plugins if p not in spec.plugins)]
+    if spec.sweep is not None:
+        from attnlab.experiments.sweep import expand
+
+        return expand(spec, folder=Path(path).parent, base_overrides=base_over, source=str(path))
     return resolve(spec, folder=Path(path).parent, base_overrides=base_over, source=str(path))

@@ -4,6 +4,11 @@ Each run is one call of :func:`attnlab.train.train`, so a rerun resumes an inter
 its last checkpoint and returns a finished (or diverged) one without training. A diverged run is a
 result; an exception in one run is recorded in its ``status.json`` (``failed``, the error, and
 the traceback in ``error.txt``) and the experiment goes on with the next run.
+
+Where the runs execute is the launcher's business (:mod:`~attnlab.experiments.launch`): this
+process (``--jobs N`` worker processes) or submitit jobs. A sweep with pruning on runs in phases
+(:mod:`~attnlab.experiments.pruning`); a run it pruned is over, like a diverged one, while pruning
+stays on.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from attnlab.config import dump_toml
 from attnlab.errors import UserError
@@ -26,6 +31,9 @@ from attnlab.runs.atomic import atomic_write_json
 from attnlab.runs.lock import DirectoryLockedError
 from attnlab.train.batches import prepare_if_missing, resolve_data_dir
 
+if TYPE_CHECKING:
+    from attnlab.experiments.launch import Launcher
+
 EXPERIMENT_FILE = "experiment.json"
 
 
@@ -35,7 +43,7 @@ class RunOutcome:
 
     variant: str
     seed: int
-    status: str  # finished | diverged | failed | running (stopped early)
+    status: str  # finished | diverged | pruned | failed | running (stopped early)
     trained: bool  # False when the run was already over and was skipped
     reason: str | None = None
     wall_time: float = 0.0
@@ -157,13 +165,15 @@ def run_all(
     only: list[str] | None = None,
     progress: ExperimentProgress | None = None,
     jobs: int = 1,
+    launcher: Launcher | None = None,
 ) -> list[RunOutcome]:
-    """Train (and evaluate) every run that is not over yet, ``jobs`` at a time; returns one
-    outcome per run, in the experiment's order. ``out_dir`` is locked for the call: a second
-    process on it fails at once, naming the holder's pid."""
+    """Train (and evaluate) every run that is not over yet, through ``launcher`` (default: this
+    machine, ``jobs`` at a time); returns one outcome per run, in the experiment's order.
+    ``out_dir`` is locked for the call: a second process on it fails at once, naming the holder's
+    pid."""
     out = Path(out_dir)
     with lock.locked(out, "experiment directory"):
-        return _run_all(exp, out, only, progress, jobs)
+        return _run_all(exp, out, only, progress, jobs, launcher)
 
 
 def _run_all(
@@ -172,13 +182,21 @@ def _run_all(
     only: list[str] | None,
     progress: ExperimentProgress | None,
     jobs: int,
+    launcher: Launcher | None,
 ) -> list[RunOutcome]:
+    from attnlab.experiments.launch import LocalLauncher
+
     runs = exp.runs(out, only)
     check_resumable(runs)
-    write_record(exp, out)
     say = progress.note if progress is not None else (lambda m: None)
+    launch = launcher or LocalLauncher(jobs, say)
+    launch.check(runs, out)
+    write_record(exp, out)
     prepare_data(runs, say)
     check_vocab(runs)
+    pruning = exp.sweep is not None and exp.sweep.prune.enabled
+    if not pruning:
+        unprune(runs, say)
     todo = [r for r in runs if needs_work(r, exp.evaluate)]
     waiting = {(r.variant, r.seed) for r in todo}
     outcomes: dict[tuple[str, int], RunOutcome] = {}
@@ -205,25 +223,48 @@ def _run_all(
         if progress.done:
             progress.note(f"{progress.done} of {len(runs)} runs already done")
     try:
-        if jobs > 1 and len(todo) > 1:
-            from attnlab.experiments.parallel import run_parallel
+        if pruning:
+            from attnlab.experiments.pruning import run_rungs
 
-            outcomes.update(run_parallel(todo, exp.evaluate, jobs, progress))
-        else:
-            for r in todo:
-                outcomes[(r.variant, r.seed)] = _run_here(r, exp.evaluate, progress)
+            todo = run_rungs(exp, runs, todo, launch, progress, outcomes)
+        if todo:
+            outcomes.update(launch.run(todo, exp.evaluate, progress))
     finally:
         if progress is not None:
             progress.finish()
     return [outcomes[(r.variant, r.seed)] for r in runs]
 
 
+#: statuses after which a run is not trained again (pruned: while pruning is on)
+OVER = ("finished", "diverged", "pruned")
+
+
 def is_over(r: RunPlan) -> bool:
-    """The run finished or diverged before (its ``train`` call would return at once)."""
+    """The run finished, diverged or was pruned before (nothing left to train)."""
     st = rundir.read_status(r.run_dir) or {}
-    return (
-        st.get("status") in ("finished", "diverged") and (r.run_dir / rundir.CONFIG_FILE).is_file()
-    )
+    return st.get("status") in OVER and (r.run_dir / rundir.CONFIG_FILE).is_file()
+
+
+def unprune(runs: list[RunPlan], say: Callable[[str], None]) -> None:
+    """Pruning is off: runs pruned by an earlier invocation resume from their checkpoint."""
+    for r in runs:
+        st = rundir.read_status(r.run_dir)
+        if st is not None and st.get("status") == "pruned":
+            st.update(
+                {"status": "running", "reason": "resumed: pruning is off", "updated": time.time()}
+            )
+            rundir.write_status(r.run_dir, st)
+            say(f"{r.variant} seed{r.seed} was pruned; pruning is off, so it resumes")
+
+
+def report_outcome(progress: ExperimentProgress | None, r: RunPlan, out: RunOutcome) -> None:
+    """Tell the display a run ended, or paused at its pruning step (``stop_at``)."""
+    if progress is None:
+        return
+    if r.stop_at is not None and out.status == "running":
+        progress.pause_run(r.variant, r.seed, r.config.train.max_steps - r.stop_at)
+    else:
+        progress.end_run(r.variant, r.seed, out.status, out.detail, overhead=out.overhead)
 
 
 def needs_work(r: RunPlan, evaluate: EvaluateSpec | None) -> bool:
@@ -302,7 +343,9 @@ def execute(
         train_time = 0.0
     else:
         try:
-            result = train(r.config, r.run_dir, progress=progress, resume=True)
+            result = train(
+                r.config, r.run_dir, progress=progress, resume=True, _stop_after=r.stop_at
+            )
         except KeyboardInterrupt:
             raise
         except DirectoryLockedError as e:  # another process owns that run: write nothing in it
@@ -335,5 +378,5 @@ def _run_here(
         return execute(r, evaluate, None, lambda m: None)
     progress.start_run(r.variant, r.seed, r.config.train.max_steps)
     out = execute(r, evaluate, progress, progress.note)
-    progress.end_run(r.variant, r.seed, out.status, out.detail, overhead=out.overhead)
+    report_outcome(progress, r, out)
     return out

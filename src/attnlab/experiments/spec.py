@@ -24,6 +24,9 @@
     match_params = "preproj-skip"          # optional: resize this variant's MLP (match_by) so its
     match_by = "model.ffn.hidden"          #   non-embedding parameter count is closest to that one
 
+    [sweep]                                # optional: a grid over config keys, run for every
+    "train.lr" = [1e-3, 3e-3, 1e-2]        #   variant and seed (see attnlab.experiments.sweep_spec)
+
 Every key is checked (unknown keys name the nearest spelling); the variants' configs are fully
 validated by :mod:`attnlab.experiments.resolve` before anything trains.
 """
@@ -43,6 +46,7 @@ from attnlab.config import (
     read_toml_file,
     resolve_plugin_paths,
 )
+from attnlab.experiments.sweep_spec import SweepSpec
 
 #: a variant name becomes a directory name
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._+-]*$"
@@ -109,6 +113,7 @@ class ExperimentSpec(_Spec):
     budget: Budget
     baseline: str | None = None
     evaluate: EvaluateSpec | None = None
+    sweep: SweepSpec | None = None
     variants: list[VariantSpec] = Field(min_length=1)
 
     @field_validator("seeds")

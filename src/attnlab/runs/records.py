@@ -21,7 +21,8 @@ from attnlab.errors import UserError
 
 M = TypeVar("M", bound=BaseModel)
 
-RunState = Literal["running", "finished", "diverged", "failed"]
+#: "pruned": a sweep stopped the run early (compare --prune); training it again resumes it
+RunState = Literal["running", "finished", "diverged", "failed", "pruned"]
 Step = Annotated[int, Strict(), Field(ge=0)]  # JSON integers only: no "3", no true
 
 
