@@ -11,7 +11,7 @@ import torch
 
 from attnlab.config import dump_toml, load_config
 from attnlab.model import build_model
-from attnlab.runs import checkpoint
+from attnlab.runs import checkpoint, rundir
 from attnlab.runs.records import ConfigRecord
 
 #: a meta-path finder that makes attnlab unimportable (prepended in a subprocess)
@@ -53,6 +53,7 @@ def fake_run(
     record = ConfigRecord(file="config.toml", text=text)
     empty_optim = {"state": {}, "param_groups": []}
     checkpoint.write_checkpoint(run_dir, step, model.state_dict(), empty_optim, {}, config=record)
+    rundir.write_status(run_dir, {"status": "finished", "step": step, "final_val_loss": 3.21})
     return run_dir
 
 
