@@ -107,8 +107,9 @@ def test_remote_code_without_attnlab_equals_attnlab(checks, name):
 
 def test_moe_and_virtual_heads_really_decode_with_the_cache(exported):
     """generate()'s DynamicCache holds one layer per attention slot (layers x loops)."""
-    import attnlab.hf  # noqa: F401  (the local classes)
     from transformers import AutoModelForCausalLM, DynamicCache
+
+    import attnlab.hf  # noqa: F401  (the local classes)
 
     for name in ("moe_values", "virtual_heads"):
         model = AutoModelForCausalLM.from_pretrained(exported[name])
@@ -159,8 +160,9 @@ def test_tied_embeddings_are_stored_once(exported):
 
 
 def test_loads_without_trust_remote_code_when_attnlab_is_imported(exported):
-    import attnlab.hf
     from transformers import AutoModelForCausalLM
+
+    import attnlab.hf
 
     folder = exported["nonlinear_query"]
     model = AutoModelForCausalLM.from_pretrained(folder)
@@ -202,8 +204,9 @@ print(registry.get("query", "gated").source)
 
 
 def test_right_padding_is_exact_and_left_padding_is_refused(exported):
-    import attnlab.hf  # noqa: F401
     from transformers import AutoModelForCausalLM
+
+    import attnlab.hf  # noqa: F401
 
     model = AutoModelForCausalLM.from_pretrained(exported["baseline"])
     ids = torch.arange(10, 22)[None].repeat(2, 1)
@@ -224,9 +227,7 @@ def test_export_refuses_bad_input(tmp_path, exported):
     run = exported["baseline"].parent.parent / "runs" / "baseline"
     with pytest.raises(UserError, match="not empty"):
         export(run, exported["baseline_unfused"])
-    enc = fake_run(
-        tmp_path / "enc", ["model.family=encoder", "model.attention.mask=bidirectional"]
-    )
+    enc = fake_run(tmp_path / "enc", ["model.family=encoder", "model.attention.mask=bidirectional"])
     with pytest.raises(UserError, match="only decoder-only models"):
         export(enc, tmp_path / "enc-hf")
     assert not (tmp_path / "enc-hf").exists()

@@ -26,7 +26,9 @@ logits and greedy tokens with the run's model.
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.epilog = EPILOG
-    p.add_argument("source", metavar="RUN_OR_CHECKPOINT", help="a run dir or RUN/checkpoints/step_N")
+    p.add_argument(
+        "source", metavar="RUN_OR_CHECKPOINT", help="a run dir or RUN/checkpoints/step_N"
+    )
     p.add_argument("--out", required=True, metavar="DIR", help="the folder to write")
     p.add_argument("--force", action="store_true", help="replace a non-empty --out")
     p.add_argument(
@@ -40,11 +42,15 @@ def run(args: argparse.Namespace) -> int:
     result = export(args.source, args.out, force=args.force)
     size = sum((result.out / f).stat().st_size for f in result.files)
     step = f" at step {result.step}" if result.step is not None else ""
-    print(f"exported {result.source}{step} to {result.out} ({len(result.files)} files, {size:,} bytes)")
+    print(
+        f"exported {result.source}{step} to {result.out} ({len(result.files)} files, {size:,} bytes)"
+    )
     code = [f for f in result.files if f.endswith(".py") and "/" not in f]
-    print(f"  weights   model.safetensors; config.json (model_type attnlab, auto_map)")
+    print("  weights   model.safetensors; config.json (model_type attnlab, auto_map)")
     print(f"  tokenizer {', '.join(f for f in result.files if f.startswith('tokenizer'))}")
-    print(f"  code      modeling_attnlab.py, configuration_attnlab.py + {len(code) - 2} attnlab modules")
+    print(
+        f"  code      modeling_attnlab.py, configuration_attnlab.py + {len(code) - 2} attnlab modules"
+    )
     for p in result.plugins:
         parts = ", ".join(f"{s}.{k}" for s, k, _ in p["parts"])
         print(f"  plugin    {p['spec']} ({parts}) -> {p.get('file') or p['flat_module'] + '.py'}")

@@ -8,7 +8,7 @@ This module imports nothing but transformers: ``AutoConfig`` loads it without to
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from transformers import PretrainedConfig
 
@@ -22,7 +22,7 @@ class AttnlabConfig(PretrainedConfig):
     """
 
     model_type = "attnlab"
-    keys_to_ignore_at_inference = ["past_key_values"]
+    keys_to_ignore_at_inference: ClassVar[list[str]] = ["past_key_values"]
 
     def __init__(
         self,

@@ -19,7 +19,7 @@ from attnlab.parts import load_plugin, registry
 from attnlab.parts.plugins import source_hash
 
 
-def _registered_hash(slot: str, kind: str) -> str | None | bool:
+def _registered_hash(slot: str, kind: str) -> str | bool | None:
     """The source hash of the module registering ``slot.kind`` (False if not registered)."""
     if not registry.has(slot, kind):
         return False

@@ -20,6 +20,8 @@ This module is also the remote code of an exported folder (``modeling_attnlab.py
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import pydantic  # noqa: F401  (attnlab's configs need it; named so transformers checks for it)
 import torch
 import torch.nn.functional as F
@@ -63,7 +65,7 @@ class AttnlabPreTrainedModel(PreTrainedModel):
 
     config_class = AttnlabConfig
     base_model_prefix = "model"
-    _no_split_modules = ["Block"]
+    _no_split_modules: ClassVar[list[str]] = ["Block"]
     _supports_sdpa = True
 
     def _init_weights(self, module) -> None:
@@ -73,7 +75,7 @@ class AttnlabPreTrainedModel(PreTrainedModel):
 class AttnlabForCausalLM(AttnlabPreTrainedModel, GenerationMixin):
     """attnlab's decoder-only Transformer behind transformers' causal-LM interface."""
 
-    _tied_weights_keys = {"model.lm_head.weight": "model.embed.weight"}
+    _tied_weights_keys: ClassVar[dict[str, str]] = {"model.lm_head.weight": "model.embed.weight"}
 
     def __init__(self, config: AttnlabConfig) -> None:
         super().__init__(config)
