@@ -7,6 +7,7 @@ import argparse
 import sys
 import time
 import warnings
+from pathlib import Path
 
 from attnlab.errors import UserError
 
@@ -78,6 +79,19 @@ def _warn(message, category, filename, lineno, file=None, line=None) -> None:
     print(f"attnlab compare: warning: {message}", file=sys.stderr, flush=True)
 
 
+def _log_report_plots(runs: list, out: Path) -> None:
+    """The report's plots to the runs' trackers, as one run of the experiment's group
+    (job type ``report``; TensorBoard: ``OUT/tensorboard``)."""
+    from attnlab.runs.trackers import RunInfo, log_report
+
+    if not runs:
+        return
+    cfg = runs[0].config
+    images = {f"report/{p.stem}": p for p in sorted((out / "plots").glob("*.png"))}
+    info = RunInfo(run_dir=out, name="report", group=cfg.experiment.name, job_type="report")
+    log_report(out, cfg.train.loggers, images, info)
+
+
 def run(args: argparse.Namespace) -> int:
     from attnlab.experiments import build_report, load_experiment, run_all
     from attnlab.experiments.progress import ExperimentProgress, fmt_duration
@@ -103,6 +117,7 @@ def run(args: argparse.Namespace) -> int:
         outcomes = run_all(exp, args.out, only=only or None, progress=progress, jobs=args.jobs)
         wall = time.perf_counter() - t0
         report = build_report(args.out)
+        _log_report_plots(runs, Path(args.out))
     trained = sum(o.trained for o in outcomes)
     by = {}
     for o in outcomes:

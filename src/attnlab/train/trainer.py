@@ -30,6 +30,7 @@ from attnlab.runs.optim import build_optimizer
 from attnlab.runs.peak import measure_peak_flops
 from attnlab.runs.progress import ProgressFn
 from attnlab.runs.records import ConfigRecord
+from attnlab.runs.trackers import RunInfo
 from attnlab.train import batches
 from attnlab.train.objectives import (
     Batch,
@@ -62,6 +63,21 @@ class RunResult:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def run_info(cfg: Config, run_dir: Path) -> RunInfo:
+    """The trackers' labels of a run: a compare run is ``VARIANT-seedK`` in its experiment's
+    group, with the variant as job type; a lone run is named by its directory."""
+    e = cfg.experiment
+    name = f"{e.variant}-{Path(run_dir).name}" if e.variant else Path(run_dir).name
+    return RunInfo(
+        run_dir=Path(run_dir),
+        name=name,
+        group=e.name,
+        job_type=e.variant or "train",
+        config=cfg.to_dict(),
+        tags=list(e.tags),
+    )
 
 
 def _forward(model: nn.Module, batch: Batch):
@@ -393,6 +409,8 @@ class _Pretraining(TrainTask):
             config=self.config,
             meta=meta,
             progress=self.progress,
+            loggers=t.loggers,
+            run_info=run_info(self.cfg, self.run_dir),
         )
         loop.resume()
         peak = measure_peak_flops(self.device, self.precision.compute_dtype)
