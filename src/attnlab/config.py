@@ -309,6 +309,11 @@ class TrainConfig(Section):
         default_factory=lambda: ["jsonl"],
         description="where metrics go: jsonl (metrics.jsonl, always written), tensorboard, wandb",
     )
+    init_from: str | None = Field(
+        None,
+        description="start from a GPT-2/GPT-NeoX/Llama checkpoint's weights (hf:NAME or a local "
+        "folder); set by `attnlab train --init-from`, which also sets [model] to match it",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> TrainConfig:

@@ -11,6 +11,7 @@ rank 0 locks the run directory, checks the config against the checkpoint's and w
 from __future__ import annotations
 
 import shutil
+import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -270,7 +271,20 @@ class _Pretraining(TrainTask):
 
         cfg = self.cfg
         torch.manual_seed(cfg.train.seed)
-        self.raw = build_model(cfg.model).to(self.device)
+        self.raw = build_model(cfg.model)
+        self.init_note = ""
+        if cfg.train.init_from and checkpoint.newest_state(self.run_dir) is None:
+            from attnlab.hf.init_from import load_pretrained
+
+            report = load_pretrained(cfg.train.init_from, self.raw)
+            self.init_note = f", from {report.spec} ({len(report.loaded)} tensors)"
+            if report.fresh:
+                warnings.warn(
+                    f"--init-from {report.spec}: {len(report.fresh)} parameters are not in the "
+                    f"checkpoint and keep attnlab's init: {', '.join(report.fresh[:8])}",
+                    stacklevel=1,
+                )
+        self.raw = self.raw.to(self.device)
         torch.manual_seed(cfg.train.seed + self.dist.rank)  # dropout masks differ across ranks
         self.n_params = _n_params(self.raw)
         fpt = getattr(self.raw, "flops_per_token", None)
@@ -419,6 +433,6 @@ class _Pretraining(TrainTask):
         result = loop.run(
             peak_flops=peak,
             stop_after=stop_after,
-            start=f"{self.n_params / 1e6:.2f}M params, {self.objective}",
+            start=f"{self.n_params / 1e6:.2f}M params, {self.objective}{self.init_note}",
         )
         return _run_result(self.run_dir, result.status, already_done=False)
