@@ -17,8 +17,10 @@ written next to ``DIR`` and renamed into place, so a failed export leaves no hal
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -116,6 +118,20 @@ def _copy_plugin_sources(folder: Path, entries: list[dict[str, Any]], flat: dict
         entry["sha256"] = source_hash([folder / "plugins" / path.name])
 
 
+@contextlib.contextmanager
+def _quiet_transformers() -> Iterator[None]:
+    """No progress bars from transformers while it writes (the CLI prints its own summary)."""
+    from transformers.utils import logging as hf_logging
+
+    was = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was:
+            hf_logging.enable_progress_bar()
+
+
 def export(source: str | Path, out: str | Path, *, force: bool = False) -> ExportResult:
     """Write the Hugging Face folder of a run or checkpoint (see the module doc)."""
     from transformers import GenerationConfig
@@ -166,7 +182,8 @@ def export(source: str | Path, out: str | Path, *, force: bool = False) -> Expor
         hf.generation_config = GenerationConfig(
             bos_token_id=eos, eos_token_id=eos, pad_token_id=eos, use_cache=model.supports_cache
         )
-        hf.save_pretrained(os.fspath(tmp), safe_serialization=True)
+        with _quiet_transformers():
+            hf.save_pretrained(os.fspath(tmp), safe_serialization=True)
         vendored.write(tmp)
         tok_info = write_tokenizer(tokenizer, tmp, m.max_seq_len)
         check_tracked(tmp, vendored)

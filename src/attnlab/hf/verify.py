@@ -60,6 +60,7 @@ class Check:
     remote_module: str
     attnlab_tokens: list[int]
     transformers_tokens: list[int]
+    prompt_tokens: int
 
 
 def check_exports(
@@ -119,6 +120,7 @@ def check_exports(
                 remote_module=got["module"],
                 attnlab_tokens=tokens,
                 transformers_tokens=got["generated"],
+                prompt_tokens=len(spec["prompt"]),
             )
         )
     return checks
