@@ -66,7 +66,19 @@ CASES |= {
     ],
 }
 PLUGIN = "plugin_parts"
-PLUGIN_OVERRIDES = ["model.query.kind=gated", "model.side_branch.kind=low_rank_skip"]
+PLUGIN_OVERRIDES = ["model.query.kind=gated_hf", "model.side_branch.kind=low_rank_skip_hf"]
+
+
+def _plugin_file(folder: Path) -> Path:
+    """The README's example plugin under kind names of its own (this process may hold the
+    example's own names from other test files)."""
+    text = (EXAMPLES / "my_ideas.py").read_text()
+    text = text.replace('"gated")', '"gated_hf")').replace(
+        '"low_rank_skip")', '"low_rank_skip_hf")'
+    )
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "hf_ideas.py").write_text(text)
+    return folder / "hf_ideas.py"
 
 
 @pytest.fixture(scope="module")
@@ -77,9 +89,8 @@ def exported(tmp_path_factory) -> dict[str, Path]:
     for i, (name, overrides) in enumerate(CASES.items()):
         run = fake_run(root / "runs" / name, overrides, seed=i)
         out[name] = export(run, root / "hf" / name).out
-    run = fake_run(
-        root / "runs" / PLUGIN, PLUGIN_OVERRIDES, plugins=[str(EXAMPLES / "my_ideas.py")]
-    )
+    plugin = _plugin_file(root / "lab")
+    run = fake_run(root / "runs" / PLUGIN, PLUGIN_OVERRIDES, plugins=[str(plugin)])
     out[PLUGIN] = export(run, root / "hf" / PLUGIN).out
     return out
 
@@ -177,30 +188,30 @@ def test_plugin_source_travels_with_the_folder(exported):
     folder = exported[PLUGIN]
     config = json.loads((folder / "config.json").read_text())
     (plugin,) = config["attnlab_plugins"]
-    assert plugin["file"] == "plugins/my_ideas.py"
+    assert plugin["file"] == "plugins/hf_ideas.py"
     assert sorted(map(tuple, plugin["parts"])) == [
-        ("query", "gated", "GatedQuery"),
-        ("side_branch", "low_rank_skip", "LowRankSkip"),
+        ("query", "gated_hf", "GatedQuery"),
+        ("side_branch", "low_rank_skip_hf", "LowRankSkip"),
     ]
-    original = (EXAMPLES / "my_ideas.py").read_text()
-    assert (folder / "plugins" / "my_ideas.py").read_text() == original
+    original = (folder.parent.parent / "lab" / "hf_ideas.py").read_text()
+    assert (folder / "plugins" / "hf_ideas.py").read_text() == original
     flat = (folder / f"{plugin['flat_module']}.py").read_text()
     assert "from .attnlab_parts import" in flat and "from attnlab" not in flat
 
 
 def test_plugin_export_loads_in_a_fresh_attnlab_process_from_its_copy(exported):
-    """attnlab installed, the plugin not loaded: the folder's plugins/my_ideas.py is."""
+    """attnlab installed, the plugin not loaded: the folder's plugins/hf_ideas.py is."""
     code = f"""
 import attnlab.hf, torch
 from transformers import AutoModelForCausalLM
 from attnlab.parts import registry
 model = AutoModelForCausalLM.from_pretrained({str(exported[PLUGIN])!r})
 assert type(model) is attnlab.hf.AttnlabForCausalLM
-print(registry.get("query", "gated").source)
+print(registry.get("query", "gated_hf").source)
 """
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.strip().endswith(str(exported[PLUGIN] / "plugins" / "my_ideas.py"))
+    assert proc.stdout.strip().endswith(str(exported[PLUGIN] / "plugins" / "hf_ideas.py"))
 
 
 def test_right_padding_is_exact_and_left_padding_is_refused(exported):
