@@ -91,6 +91,12 @@ def test_lm_eval_hf_on_the_export_equals_attnlab(setup):
         assert hf[task]["acc"] == pytest.approx(by_kind[kind]["acc"])
         assert hf[task]["acc_norm"] == pytest.approx(by_kind[kind]["acc_norm"])
     assert hf["attnlab_cloze_local"]["acc"] == pytest.approx(by_kind["cloze"]["acc"])
+    # attnlab eval reads the export too (hf:DIR, registered classes, no remote code)
+    (export_arc,) = evaluate(
+        f"hf:{folder}", [f"arc:{FIXTURES / 'arc.jsonl'}"], device="cpu", save=False
+    ).values()
+    assert export_arc["metrics"]["acc"] == pytest.approx(by_kind["arc"]["acc"])
+    assert export_arc["metrics"]["acc_norm"] == pytest.approx(by_kind["arc"]["acc_norm"])
     assert hf["attnlab_cloze_local"]["perplexity"] == pytest.approx(
         by_kind["cloze"]["perplexity"], rel=1e-5
     )
