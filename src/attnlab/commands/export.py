@@ -36,7 +36,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
+def require_transformers(what: str) -> None:
+    """transformers is an optional dependency: say how to get it instead of an ImportError."""
+    from importlib.util import find_spec
+
+    from attnlab.errors import UserError
+
+    if find_spec("transformers") is None:
+        raise UserError(f"{what} needs transformers: pip install 'attnlab[probe]'")
+
+
 def run(args: argparse.Namespace) -> int:
+    require_transformers("attnlab export")
     from attnlab.hf.export import export, load_source
 
     result = export(args.source, args.out, force=args.force)

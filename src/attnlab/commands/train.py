@@ -44,6 +44,9 @@ def run(args: argparse.Namespace) -> int:
     from attnlab.runs import lock
 
     if args.init_from:
+        from attnlab.commands.export import require_transformers
+
+        require_transformers("--init-from")
         from attnlab.hf.init_from import config_with_init
 
         cfg = config_with_init(args.config, args.init_from, args.overrides, args.plugins)
