@@ -8,8 +8,8 @@ PY ?= python
 
 # `install` is the core + [offline] (all `make quick` needs: no probe/eval/bench extras);
 # `install-test` adds every extra through [test] (= [all] + [offline] + pytest, scipy).
-# A regular (non-editable) install, so that attnlab-lm-eval.pth lands in site-packages and plain
-# `lm_eval --model attnlab` works. `make develop` installs editable for working on attnlab.
+# A regular (non-editable) install. `make develop` installs editable for working on attnlab; every
+# command, `attnlab-lm-eval` included, works the same in both.
 install:
 	$(PIP) install -q -c constraints.txt torch==2.13.0
 	$(PIP) install -q -c constraints.txt ".[offline]"

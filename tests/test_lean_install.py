@@ -55,8 +55,14 @@ SCRIPT = textwrap.dedent(
     from attnlab.cli import main
 
     for info in pkgutil.walk_packages(attnlab.__path__, "attnlab."):
-        # the lm-eval plugin module itself (loaded only by lm-eval); python -m entry points
-        if info.name == "attnlab.eval.harness" or info.name.endswith("__main__"):
+        # the lm-eval plugin module itself (loaded only by lm-eval); python -m entry points;
+        # attnlab.hf, whose classes subclass transformers' (reached through `attnlab export` and
+        # `train --init-from`, which name their extra: checked below)
+        if (
+            info.name == "attnlab.eval.harness"
+            or info.name.endswith("__main__")
+            or info.name.split(".")[:2] == ["attnlab", "hf"]
+        ):
             continue
         try:
             importlib.import_module(info.name)
@@ -90,6 +96,9 @@ SCRIPT = textwrap.dedent(
     out["p_ttest"] = paired_test([3.0, 3.1, 3.05], [2.9, 3.0, 3.0]).p_ttest
 
     call("probe", lambda: main(["probe", "--out", f"{work}/probe"]))
+    call("export", lambda: main(["export", f"{work}/run", "--out", f"{work}/exported"]))
+    call("init_from", lambda: main(["train", "tiny", "--init-from", "hf:gpt2",
+                                    "--out", f"{work}/init"]))
     call("eval_hf", lambda: main(["eval", f"hf:{work}", "--tasks", "perplexity"]))
     call("hf_corpus", lambda: main(["data", "prepare", "--corpus", "hf:wikitext-2",
                                     "--out", f"{work}/hf", "--no-progress"]))
@@ -136,6 +145,8 @@ def test_core_works_without_extras_and_entry_points_name_the_extra(tmp_path: Pat
     assert 0.0 < out["p_ttest"] < 1.0
     expected = {
         "probe": "probe",
+        "export": "probe",
+        "init_from": "probe",
         "eval_hf": "eval",
         "lm_eval_cli": "eval",
         "hf_corpus": "data",

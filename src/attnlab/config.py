@@ -270,6 +270,9 @@ class DataConfig(Section):
 
 # --------------------------------------------------------------------------------------------- train
 
+#: experiment trackers (attnlab.runs.trackers); jsonl is always on
+Logger = Literal["jsonl", "tensorboard", "wandb"]
+
 
 class TrainConfig(Section):
     """The from-scratch recipe (SPEC 2.1): AdamW, warmup + cosine, clipping, accumulation."""
@@ -302,6 +305,15 @@ class TrainConfig(Section):
     parallel: Literal["ddp", "fsdp"] = "ddp"
     objective: Literal["auto", "causal_lm", "masked_lm", "span_corruption"] = "auto"
     mask_prob: float = Field(0.15, gt=0, lt=1)
+    loggers: list[Logger] = Field(
+        default_factory=lambda: ["jsonl"],
+        description="where metrics go: jsonl (metrics.jsonl, always written), tensorboard, wandb",
+    )
+    init_from: str | None = Field(
+        None,
+        description="start from a GPT-2/GPT-NeoX/Llama checkpoint's weights (hf:NAME or a local "
+        "folder); set by `attnlab train --init-from`, which also sets [model] to match it",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> TrainConfig:

@@ -11,6 +11,7 @@ import argparse
 import sys
 import time
 import warnings
+from pathlib import Path
 
 from attnlab.errors import UserError
 
@@ -116,6 +117,19 @@ def _warn(message, category, filename, lineno, file=None, line=None) -> None:
     print(f"attnlab compare: warning: {message}", file=sys.stderr, flush=True)
 
 
+def _log_report_plots(runs: list, out: Path) -> None:
+    """The report's plots to the runs' trackers, as one run of the experiment's group
+    (job type ``report``; TensorBoard: ``OUT/tensorboard``)."""
+    from attnlab.runs.trackers import RunInfo, log_report
+
+    if not runs:
+        return
+    cfg = runs[0].config
+    images = {f"report/{p.stem}": p for p in sorted((out / "plots").glob("*.png"))}
+    info = RunInfo(run_dir=out, name="report", group=cfg.experiment.name, job_type="report")
+    log_report(out, cfg.train.loggers, images, info)
+
+
 def run(args: argparse.Namespace) -> int:
     from attnlab.experiments import build_report, load_experiment, run_all
     from attnlab.experiments.progress import ExperimentProgress, fmt_duration
@@ -154,8 +168,6 @@ def run(args: argparse.Namespace) -> int:
         return 0
     launcher = None
     if args.launcher != "local":
-        from pathlib import Path
-
         from attnlab.experiments.launch_submitit import SubmititLauncher, parse_launcher_args
 
         launcher = SubmititLauncher(
@@ -184,6 +196,7 @@ def run(args: argparse.Namespace) -> int:
         )
         wall = time.perf_counter() - t0
         report = build_report(args.out)
+        _log_report_plots(runs, Path(args.out))
     trained = sum(o.trained for o in outcomes)
     by = {}
     for o in outcomes:

@@ -33,6 +33,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="delete RUN_DIR's checkpoints, metrics and status and train from step 0",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar or log lines")
+    p.add_argument(
+        "--init-from",
+        metavar="hf:NAME|DIR",
+        default=None,
+        help="start from a GPT-2, GPT-NeoX or Llama checkpoint (a local Hugging Face folder, or "
+        "hf:NAME online): its architecture becomes [model], its weights the initial parameters",
+    )
 
 
 def _say(msg: str) -> None:
@@ -54,7 +61,15 @@ def run(args: argparse.Namespace) -> int:
     from attnlab.runs import lock
     from attnlab.safepath import check_out_dir
 
-    cfg = config_from_args(args)
+    if args.init_from:
+        from attnlab.extras import require
+
+        require("probe", "transformers", what="--init-from")
+        from attnlab.hf.init_from import config_with_init
+
+        cfg = config_with_init(args.config, args.init_from, args.overrides, args.plugins)
+    else:
+        cfg = config_from_args(args)
     check_out_dir(args.out, "--out")
     main = int(os.environ.get("RANK", "0")) == 0
     fresh = not Path(args.out).exists()

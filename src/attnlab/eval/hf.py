@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,8 @@ class HFCausalLM(LanguageModel):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         src = str(name_or_path)
+        if _is_attnlab_export(src):
+            import attnlab.hf  # noqa: F401  (registers the classes: no remote code needed)
         extra: dict[str, Any] = {"gguf_file": gguf_file} if gguf_file else {}
         if dtype is not None and dtype not in _DTYPES:
             raise UserError(f"dtype={dtype!r} is not one of {', '.join(_DTYPES)}")
@@ -156,6 +159,14 @@ class HFCausalLM(LanguageModel):
     def info(self) -> dict[str, object]:
         n_params = sum(p.numel() for p in self.model.parameters())
         return super().info() | {"backend": "hf", "parameters": n_params}
+
+
+def _is_attnlab_export(src: str) -> bool:
+    """A folder written by ``attnlab export`` (``model_type`` "attnlab" in its config.json)."""
+    try:
+        return json.loads((Path(src) / "config.json").read_text())["model_type"] == "attnlab"
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
 
 
 def _context_length(config: Any, tokenizer: Any) -> int:

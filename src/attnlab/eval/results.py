@@ -15,6 +15,7 @@ from typing import Any
 
 from attnlab.errors import UserError
 from attnlab.runs.atomic import atomic_write_json
+from attnlab.runs.trackers import TRACKERS_FILE, log_results
 
 
 def results_path(run_dir: str | Path) -> Path:
@@ -36,11 +37,15 @@ def load_results(path: str | Path) -> dict[str, Any]:
 
 
 def merge_results(path: str | Path, entries: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    """Replace the entries of ``entries``' tasks in the file at ``path``; written atomically."""
+    """Replace the entries of ``entries``' tasks in the file at ``path``; written atomically.
+    A run directory trained with trackers (``trackers.json``) logs them there as well."""
     p = Path(path)
     data = load_results(p)
     data["tasks"].update({k: dict(v) for k, v in entries.items()})
     atomic_write_json(p, data)  # NaN/inf become null (the engine's one JSON policy)
+    run_dir = p.parent.parent
+    if p.parent.name == "eval" and (run_dir / TRACKERS_FILE).is_file():
+        log_results(run_dir, entries)  # the run's TensorBoard / wandb get them too
     return data
 
 

@@ -122,6 +122,21 @@ def register(slot: str, kind: str) -> Callable[[P], P]:
     return deco
 
 
+def _builtin_modules() -> tuple[list[str], bool]:
+    """(dotted names of the built-in part modules, whether this is a flattened copy).
+
+    The modules are every module of ``attnlab.model.parts``, or the ``PART_MODULES`` that a
+    flattened copy of that package lists (the remote code of a Hugging Face folder written by
+    ``attnlab export``, see :mod:`attnlab.hf.vendor`, where there is no package to list)."""
+    import attnlab.model.parts as pkg
+
+    listed = getattr(pkg, "PART_MODULES", None)
+    if listed is not None:
+        return list(listed), True
+    infos = sorted(pkgutil.iter_modules(pkg.__path__), key=lambda i: i.name)
+    return [f"{pkg.__name__}.{info.name}" for info in infos], False
+
+
 def _load_builtins() -> None:
     global _builtins_loaded, _builtins_loading
     if _builtins_loaded or _builtins_loading:
@@ -129,16 +144,17 @@ def _load_builtins() -> None:
     with _lock:
         if _builtins_loaded:
             return
-        import attnlab.model.parts as pkg
-
+        modules, flattened = _builtin_modules()
         _builtins_loading = True
         try:
             with registering_as(BUILTIN):
-                for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda i: i.name):
-                    importlib.import_module(f"{pkg.__name__}.{info.name}")
+                for name in modules:
+                    importlib.import_module(name)
         finally:
             _builtins_loading = False
         _builtins_loaded = True
+    if flattened:  # an exported model holds exactly its own parts: no installed plugins
+        return
     from attnlab.parts.plugins import load_entry_points
 
     load_entry_points()

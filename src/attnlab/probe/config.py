@@ -30,6 +30,7 @@ from pydantic_core import PydanticCustomError
 
 from attnlab.config import (
     ConfigError,
+    Logger,
     apply_overrides,
     deep_merge,
     load_config_plugins,
@@ -130,6 +131,10 @@ class ProbeTrainConfig(Section):
     checkpoint_every: int = Field(100, ge=1)
     eval_every: int = Field(0, ge=0, description="validation loss every n steps; 0 = at the end")
     spike_factor: float = Field(0.0, ge=0, description="diverged if loss > factor * best (0 = off)")
+    loggers: list[Logger] = Field(
+        default_factory=lambda: ["jsonl"],
+        description="where metrics go: jsonl (metrics.jsonl, always written), tensorboard, wandb",
+    )
 
     @property
     def micro(self) -> int:

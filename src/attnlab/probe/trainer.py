@@ -43,10 +43,11 @@ from attnlab.runs.loop import Loop, LoopResult, LoopSettings, TrainTask
 from attnlab.runs.optim import build_optimizer
 from attnlab.runs.progress import ProgressEvent
 from attnlab.runs.records import ConfigRecord
+from attnlab.runs.trackers import RunInfo
 
 Log = Callable[[str], None]
 # keys a rerun may change without invalidating the trained adapter
-UNCHECKED = ("eval", "name")
+UNCHECKED = ("eval", "name", "train.loggers")
 
 
 @dataclass
@@ -263,6 +264,14 @@ def _train_loop(
         config=record,
         meta=meta | {"dtype": precision.name, "device": str(device)},
         progress=_reporter(cfg.label, log, t.log_every),
+        loggers=t.loggers,
+        run_info=RunInfo(
+            run_dir=run_dir,
+            name=cfg.label,
+            group=f"probe {cfg.base.model}",
+            job_type="probe",
+            config=cfg.model_dump(mode="json"),
+        ),
     )
     loop.resume()
     return loop.run()

@@ -27,7 +27,7 @@ import contextlib
 import math
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,6 +46,7 @@ from attnlab.runs.peak import mfu
 from attnlab.runs.progress import ProgressEvent, ProgressFn
 from attnlab.runs.records import ConfigRecord, RngRecord
 from attnlab.runs.rng import rng_state, set_rng_state
+from attnlab.runs.trackers import RunInfo, Trackers, check_clients
 
 
 @dataclass(frozen=True)
@@ -165,6 +166,8 @@ class Loop:
         config: ConfigRecord,
         meta: dict[str, Any] | None = None,
         progress: ProgressFn | None = None,
+        loggers: Sequence[str] = (),
+        run_info: RunInfo | None = None,
     ) -> None:
         self.task, self.s = task, settings
         self.run_dir, self.dist, self.device, self.precision = run_dir, dist, device, precision
@@ -175,6 +178,9 @@ class Loop:
         self.monitor = DivergenceMonitor(settings.spike_factor)
         self.resumed_from: int | None = None
         self.peak_flops = 0.0
+        self.loggers = list(loggers)
+        self.run_info = run_info or RunInfo(run_dir=run_dir, name=run_dir.name)
+        self.trackers: Trackers | None = None
 
     # -------------------------------------------------------------------------------- resume
 
@@ -300,18 +306,22 @@ class Loop:
         return out
 
     def _emit(self, kind: str, **kw: Any) -> None:
+        """One progress event to the caller's reporter and to the run's trackers."""
+        if self.progress is None and self.trackers is None:
+            return
+        c = self.counters
+        ev = ProgressEvent(
+            kind=kind,  # type: ignore[arg-type]
+            step=c.step,
+            max_steps=self.s.max_steps,
+            tokens=c.tokens,
+            elapsed=c.elapsed,
+            **kw,
+        )
         if self.progress is not None:
-            c = self.counters
-            self.progress(
-                ProgressEvent(
-                    kind=kind,  # type: ignore[arg-type]
-                    step=c.step,
-                    max_steps=self.s.max_steps,
-                    tokens=c.tokens,
-                    elapsed=c.elapsed,
-                    **kw,
-                )
-            )
+            self.progress(ev)
+        if self.trackers is not None:
+            self.trackers(ev)
 
     # ---------------------------------------------------------------------------------- run
 
@@ -322,6 +332,9 @@ class Loop:
         that many steps as if the process had been killed. An exception marks the run
         ``failed`` in ``status.json`` and propagates."""
         self.peak_flops = peak_flops
+        check_clients(self.loggers)  # on every rank: a missing client stops them all
+        if self.dist.is_main:
+            self.trackers = Trackers.open(self.loggers, self.run_info, self.config.text)
         metrics = None
         if self.dist.is_main:
             metrics = rundir.MetricsLog(self.run_dir, keep_through_step=self.counters.step)
@@ -332,7 +345,9 @@ class Loop:
             reason = (
                 "interrupted" if isinstance(e, KeyboardInterrupt) else f"{type(e).__name__}: {e}"
             )
-            self.status("failed", reason=reason)
+            failed = self.status("failed", reason=reason)
+            if self.trackers is not None:
+                self.trackers.close(failed)
             raise
         finally:
             if metrics is not None:
@@ -392,8 +407,9 @@ class Loop:
             remaining = (s.max_steps - c.step) * (c.train_time / max(c.step, 1))
             tps = log_tokens / log_time if log_time > 0 else 0.0
             is_log = c.step % s.log_every == 0 or c.step == 1 or c.step == s.max_steps
-            if metrics is not None and (is_log or val is not None):
-                row: dict[str, Any] = {
+            row: dict[str, Any] | None = None
+            if is_log or val is not None:
+                row = {
                     "step": c.step,
                     "loss": loss,
                     "lr": lr,
@@ -406,7 +422,8 @@ class Loop:
                 row["elapsed"] = c.elapsed
                 if val is not None:
                     row["val_loss"] = val
-                metrics.append(row)
+                if metrics is not None:
+                    metrics.append(row)
             if is_log:
                 log_tokens, log_time = 0, 0.0
             self._emit(
@@ -416,18 +433,20 @@ class Loop:
                 lr=lr,
                 tokens_per_s=tps or None,
                 eta_s=remaining,
+                metrics=row,
             )
             if c.step % s.checkpoint_every == 0 or c.step == s.max_steps:
                 self._save()
                 self.status("running")
             if stop_after is not None and c.step >= stop_after and c.step < s.max_steps:
-                self._emit("end", message="stopped early")
-                return LoopResult("running", self.status("running"), c, self.resumed_from)
+                st = self.status("running")
+                self._emit("end", message="stopped early", status=st)
+                return LoopResult("running", st, c, self.resumed_from)
         c.elapsed = time.perf_counter() - session_start
         if state == "diverged":
             final = self.status("diverged", reason=reason, step=c.step + 1)
-            self._emit("end", message=f"diverged: {reason}")
+            self._emit("end", message=f"diverged: {reason}", status=final)
         else:
             final = self.status("finished")
-            self._emit("end", val_loss=c.last_val_loss, eta_s=0.0, message="finished")
+            self._emit("end", val_loss=c.last_val_loss, eta_s=0.0, message="finished", status=final)
         return LoopResult(state, final, c, self.resumed_from, reason)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal, TextIO
+from typing import Any, Literal, TextIO
 
 EventKind = Literal["start", "step", "eval", "end"]
 
@@ -29,6 +29,10 @@ class ProgressEvent:
     elapsed: float = 0.0
     eta_s: float | None = None
     message: str = ""
+    #: the ``metrics.jsonl`` row written at this step, if one was (every column, for trackers)
+    metrics: dict[str, Any] | None = None
+    #: at ``end``: the run's final ``status.json`` content
+    status: dict[str, Any] | None = None
 
 
 ProgressFn = Callable[[ProgressEvent], None]

@@ -40,7 +40,8 @@ STATUS_FILE = "status.json"
 METRICS_FILE = "metrics.jsonl"
 FINAL_STATES = ("finished", "diverged")
 # Config sections that do not change what is trained: a rerun may differ in them.
-UNCHECKED_SECTIONS = ("eval", "experiment")
+#: top-level sections, or dotted keys, that may change between sessions of one run
+UNCHECKED_SECTIONS = ("eval", "experiment", "train.loggers")
 
 
 def _warn(message: str) -> None:
@@ -189,13 +190,13 @@ def config_diff(
     unchecked: Iterable[str] = UNCHECKED_SECTIONS,
 ) -> list[str]:
     """``key: saved -> given`` for every dotted key that differs, outside ``unchecked`` (top-level
-    sections or keys that do not change what is trained)."""
+    sections or dotted keys that do not change what is trained)."""
     skip = set(unchecked)
     a, b = _flatten(saved), _flatten(given)
     return [
         f"{key}: {a.get(key)!r} -> {b.get(key)!r}"
         for key in sorted(set(a) | set(b))
-        if key.split(".", 1)[0] not in skip and a.get(key) != b.get(key)
+        if key.split(".", 1)[0] not in skip and key not in skip and a.get(key) != b.get(key)
     ]
 
 

@@ -11,6 +11,7 @@ rank 0 locks the run directory, checks the config against the checkpoint's and w
 from __future__ import annotations
 
 import shutil
+import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from attnlab.runs.optim import build_optimizer
 from attnlab.runs.peak import measure_peak_flops
 from attnlab.runs.progress import ProgressFn
 from attnlab.runs.records import ConfigRecord
+from attnlab.runs.trackers import RunInfo
 from attnlab.train import batches
 from attnlab.train.objectives import (
     Batch,
@@ -62,6 +64,21 @@ class RunResult:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def run_info(cfg: Config, run_dir: Path) -> RunInfo:
+    """The trackers' labels of a run: a compare run is ``VARIANT-seedK`` in its experiment's
+    group, with the variant as job type; a lone run is named by its directory."""
+    e = cfg.experiment
+    name = f"{e.variant}-{Path(run_dir).name}" if e.variant else Path(run_dir).name
+    return RunInfo(
+        run_dir=Path(run_dir),
+        name=name,
+        group=e.name,
+        job_type=e.variant or "train",
+        config=cfg.to_dict(),
+        tags=list(e.tags),
+    )
 
 
 def _forward(model: nn.Module, batch: Batch):
@@ -254,7 +271,20 @@ class _Pretraining(TrainTask):
 
         cfg = self.cfg
         torch.manual_seed(cfg.train.seed)
-        self.raw = build_model(cfg.model).to(self.device)
+        self.raw = build_model(cfg.model)
+        self.init_note = ""
+        if cfg.train.init_from and checkpoint.newest_state(self.run_dir) is None:
+            from attnlab.hf.init_from import load_pretrained
+
+            report = load_pretrained(cfg.train.init_from, self.raw)
+            self.init_note = f", from {report.spec} ({len(report.loaded)} tensors)"
+            if report.fresh:
+                warnings.warn(
+                    f"--init-from {report.spec}: {len(report.fresh)} parameters are not in the "
+                    f"checkpoint and keep attnlab's init: {', '.join(report.fresh[:8])}",
+                    stacklevel=1,
+                )
+        self.raw = self.raw.to(self.device)
         torch.manual_seed(cfg.train.seed + self.dist.rank)  # dropout masks differ across ranks
         self.n_params = _n_params(self.raw)
         fpt = getattr(self.raw, "flops_per_token", None)
@@ -393,6 +423,8 @@ class _Pretraining(TrainTask):
             config=self.config,
             meta=meta,
             progress=self.progress,
+            loggers=t.loggers,
+            run_info=run_info(self.cfg, self.run_dir),
         )
         loop.resume()
         peak = measure_peak_flops(self.device, self.precision.compute_dtype)
@@ -402,6 +434,6 @@ class _Pretraining(TrainTask):
         result = loop.run(
             peak_flops=peak,
             stop_after=stop_after,
-            start=f"{self.n_params / 1e6:.2f}M params, {self.objective}",
+            start=f"{self.n_params / 1e6:.2f}M params, {self.objective}{self.init_note}",
         )
         return _run_result(self.run_dir, result.status, already_done=False)

@@ -1,0 +1,219 @@
+"""``attnlab export RUN_OR_CHECKPOINT --out DIR``: a standard Hugging Face model folder.
+
+The folder::
+
+    config.json               model_type "attnlab", auto_map (remote code), the attnlab config
+    model.safetensors         the weights (tied embeddings stored once, re-tied on load)
+    generation_config.json    end-of-text / BOS / padding ids; use_cache as the parts allow
+    tokenizer.json, tokenizer_config.json, ...   for AutoTokenizer (:mod:`.tokenizer_files`)
+    configuration_attnlab.py, modeling_attnlab.py, attnlab_*.py   the code (:mod:`.vendor`)
+    plugins/                  the original source of the run's plugin parts, if any
+    README.md                 the model card (:mod:`.card`)
+
+The weights are written by transformers' own ``save_pretrained`` from an
+:class:`~attnlab.hf.modeling.AttnlabForCausalLM` holding the run's model, and the folder is
+written next to ``DIR`` and renamed into place, so a failed export leaves no half folder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import attnlab
+from attnlab.config import Config
+from attnlab.errors import UserError
+from attnlab.hf.vendor import PluginModule, check_tracked, flatten
+from attnlab.parts import registry
+from attnlab.parts.plugins import loaded, source_hash
+
+AUTO_MAP = {
+    "AutoConfig": "configuration_attnlab.AttnlabConfig",
+    "AutoModelForCausalLM": "modeling_attnlab.AttnlabForCausalLM",
+}
+
+
+@dataclass
+class ExportResult:
+    """What ``export`` wrote."""
+
+    out: Path
+    source: str
+    step: int | None
+    files: list[str] = field(default_factory=list)
+    plugins: list[dict[str, Any]] = field(default_factory=list)
+
+
+def load_source(source: str | Path):
+    """(model, Config, tokenizer, run_dir, step) of a run directory (its newest intact checkpoint)
+    or of one checkpoint directory ``RUN/checkpoints/step_N``."""
+    from attnlab.runs.checkpoint import CheckpointError, newest_state, read_checkpoint
+    from attnlab.runs.load import is_run_dir, load_run_model
+
+    path = Path(source)
+    if not path.exists():
+        raise UserError(f"{str(source)!r} does not exist; give a run directory or a checkpoint")
+    ckpt_dir = None
+    if (path / "model.safetensors").is_file() and path.parent.name == "checkpoints":
+        ckpt_dir, path = path, path.parent.parent
+    if not is_run_dir(path):
+        raise UserError(
+            f"{str(source)!r} is not a run directory (config.toml, checkpoints/) or a checkpoint "
+            "(RUN/checkpoints/step_N); give the --out of `attnlab train`"
+        )
+    model, cfg, tokenizer = load_run_model(path, device="cpu")
+    newest = newest_state(path)
+    step = newest[1].step if newest is not None else None
+    if ckpt_dir is not None:
+        try:
+            ckpt = read_checkpoint(ckpt_dir, with_optim=False)
+        except CheckpointError as e:
+            raise UserError(f"cannot read checkpoint {ckpt_dir}: {e}") from None
+        model.load_state_dict(ckpt.model, strict=True)
+        step = ckpt.step
+    return model, cfg, tokenizer, path, step
+
+
+def plugin_modules(cfg: Config) -> tuple[list[PluginModule], list[dict[str, Any]]]:
+    """The plugin modules that define the model's non-built-in parts, and their config records."""
+    by_module: dict[str, list[tuple[str, str, str]]] = {}
+    for slot, opts in cfg.model.slots().items():
+        spec = registry.get(slot, opts.kind)
+        if spec.kind == "none" or spec.source == registry.BUILTIN:
+            continue
+        by_module.setdefault(spec.cls.__module__, []).append((slot, spec.kind, spec.cls.__name__))
+    records = loaded()
+    modules, entries = [], []
+    for module, parts in by_module.items():
+        rec = next(
+            (r for r in records if r.module == module or module.startswith(f"{r.module}.")), None
+        )
+        spec = rec.spec if rec is not None else module
+        modules.append(PluginModule(module=module, spec=spec, parts=tuple(parts)))
+        entries.append({"spec": spec, "module": module, "parts": [list(p) for p in parts]})
+    return modules, entries
+
+
+def _copy_plugin_sources(folder: Path, entries: list[dict[str, Any]], flat: dict[str, str]) -> None:
+    """Each plugin's original file under ``plugins/`` (what attnlab loads when installed)."""
+    import sys
+
+    for entry in entries:
+        module = sys.modules.get(entry["module"])
+        path = Path(getattr(module, "__file__", "") or "")
+        entry["flat_module"] = flat[entry["module"]]
+        if not path.is_file() or path.name == "__init__.py" or "." in entry["module"]:
+            entry["file"], entry["sha256"] = None, None  # a package: loaded by name when installed
+            continue
+        (folder / "plugins").mkdir(exist_ok=True)
+        shutil.copyfile(path, folder / "plugins" / path.name)
+        entry["file"] = f"plugins/{path.name}"
+        entry["sha256"] = source_hash([folder / "plugins" / path.name])
+
+
+@contextlib.contextmanager
+def _quiet_transformers() -> Iterator[None]:
+    """No progress bars from transformers while it writes (the CLI prints its own summary)."""
+    from transformers.utils import logging as hf_logging
+
+    was = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was:
+            hf_logging.enable_progress_bar()
+
+
+def export(source: str | Path, out: str | Path, *, force: bool = False) -> ExportResult:
+    """Write the Hugging Face folder of a run or checkpoint (see the module doc)."""
+    from transformers import GenerationConfig
+
+    from attnlab.hf import AttnlabConfig, AttnlabForCausalLM
+    from attnlab.hf.card import model_card, read_json
+    from attnlab.hf.tokenizer_files import write_tokenizer
+    from attnlab.model.params import count
+
+    out = Path(out)
+    if out.exists() and any(out.iterdir()) and not force:
+        raise UserError(f"{out} exists and is not empty; choose another --out or pass --force")
+    model, cfg, tokenizer, run_dir, step = load_source(source)
+    m = cfg.model
+    if m.family != "decoder":
+        raise UserError(
+            f"{source} is a model.family={m.family!r} model; only decoder-only models export as "
+            "a transformers causal LM (AutoModelForCausalLM)"
+        )
+    modules, plugins = plugin_modules(cfg)
+    vendored = flatten(modules)
+    tmp = out.with_name(f".{out.name}.export-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        _copy_plugin_sources(tmp, plugins, vendored.names)
+        eos = tokenizer.eos_id
+        config = AttnlabConfig(
+            attnlab_model=m.model_dump(mode="json"),
+            attnlab_plugins=plugins,
+            attnlab_version=attnlab.__version__,
+            vocab_size=m.vocab_size,
+            hidden_size=m.d_model,
+            num_hidden_layers=m.n_layers * m.loops,
+            num_attention_heads=m.attention.n_heads,
+            num_key_value_heads=m.n_kv_heads,
+            head_dim=m.head_dim,
+            max_position_embeddings=m.max_seq_len,
+            tie_word_embeddings=m.tie_embeddings,
+            use_cache=model.supports_cache,
+            bos_token_id=eos,
+            eos_token_id=eos,
+            pad_token_id=eos,
+        )
+        config.auto_map = dict(AUTO_MAP)
+        hf = AttnlabForCausalLM(config)
+        hf.model.load_state_dict(model.state_dict(), strict=True)
+        hf.generation_config = GenerationConfig(
+            bos_token_id=eos, eos_token_id=eos, pad_token_id=eos, use_cache=model.supports_cache
+        )
+        with _quiet_transformers():
+            hf.save_pretrained(os.fspath(tmp), safe_serialization=True)
+        vendored.write(tmp)
+        tok_info = write_tokenizer(tokenizer, tmp, m.max_seq_len)
+        check_tracked(tmp, vendored)
+        data_dir = Path(cfg.data.dir) if cfg.data.dir else None
+        card = model_card(
+            cfg=cfg,
+            source=str(source),
+            step=step,
+            status=read_json(run_dir / "status.json"),
+            data_meta=read_json(data_dir / "meta.json") if data_dir else None,
+            results=read_json(run_dir / "eval" / "results.json"),
+            params=count(m).to_dict(),
+            tokenizer=tok_info,
+            plugins=plugins,
+            name=out.name,
+        )
+        (tmp / "README.md").write_text(card, encoding="utf-8")
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    files = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+    return ExportResult(out=out, source=str(source), step=step, files=files, plugins=plugins)
+
+
+def max_abs_logit_difference(model: torch.nn.Module, hf: torch.nn.Module, ids: torch.Tensor):
+    """max |attnlab logits - transformers logits| on ``ids`` (both in eval mode, no grad)."""
+    with torch.no_grad():
+        a = model(ids).logits
+        b = hf(input_ids=ids, use_cache=False).logits
+    return float((a - b).abs().max())

@@ -1,0 +1,139 @@
+"""``attnlab train --init-from hf:NAME|DIR``: start a run from a pretrained checkpoint's weights,
+mapped into attnlab's parts, where the mapping is exact.
+
+GPT-2, GPT-NeoX/Pythia and Llama map (:mod:`.arch_gpt2`, :mod:`.arch_neox`, :mod:`.arch_llama`):
+their config becomes the run's ``[model]`` table and their weights its parameters, so the attnlab
+model computes the checkpoint's logits before the first step (a test checks it on tiny random
+models of each family). Anything else is refused with what differs; nothing is approximated. Parts
+added on top with ``--set model.*`` (say a zero-initialised content skip) keep attnlab's own init
+and are listed when the weights are loaded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import torch
+from torch import nn
+
+from attnlab.errors import UserError
+
+
+class ArchitectureError(UserError):
+    """A checkpoint whose architecture attnlab's parts do not reproduce exactly."""
+
+
+def _arches() -> list[ModuleType]:
+    from attnlab.hf import arch_gpt2, arch_llama, arch_neox
+
+    return [arch_gpt2, arch_neox, arch_llama]
+
+
+def _source(spec: str) -> tuple[str, bool]:
+    """(path or hub id, local) of ``hf:NAME``, ``hf:DIR`` or ``DIR``."""
+    text = spec.removeprefix("hf:")
+    if Path(text).is_dir():
+        return text, True
+    if spec.startswith("hf:"):
+        from attnlab.data.hub import require_hub
+
+        require_hub(f"checkpoint {text!r}", hint="give a local Hugging Face folder instead")
+        return text, False
+    raise UserError(
+        f"--init-from {spec!r}: not a directory; give a local Hugging Face folder or hf:NAME"
+    )
+
+
+def _load_config(spec: str):
+    from transformers import AutoConfig
+
+    source, local = _source(spec)
+    try:
+        return AutoConfig.from_pretrained(source, local_files_only=local)
+    except (OSError, ValueError) as e:
+        raise UserError(f"--init-from {spec!r}: cannot read its config.json ({e})") from None
+
+
+def _arch(config: Any) -> ModuleType:
+    for arch in _arches():
+        if config.model_type in arch.MODEL_TYPES:
+            return arch
+    known = ", ".join(t for a in _arches() for t in a.MODEL_TYPES)
+    raise ArchitectureError(
+        f"model_type {config.model_type!r} has no exact attnlab mapping; supported: {known}"
+    )
+
+
+def model_table(spec: str) -> dict[str, Any]:
+    """The ``[model]`` table that reproduces the checkpoint ``spec`` names (or an
+    :class:`ArchitectureError` listing every difference)."""
+    config = _load_config(spec)
+    differ: list[str] = []
+    table = _arch(config).table(config, differ)
+    if differ:
+        raise ArchitectureError(
+            f"{spec} ({config.model_type}) does not map exactly onto attnlab's parts:\n  - "
+            + "\n  - ".join(differ)
+        )
+    return table
+
+
+@dataclass
+class InitReport:
+    """What :func:`load_pretrained` did: the checkpoint's tensors copied, the attnlab parameters
+    left at their own init (parts added on top of the mapped architecture)."""
+
+    spec: str
+    model_type: str
+    loaded: list[str]
+    fresh: list[str]
+
+
+def load_pretrained(spec: str, model: nn.Module) -> InitReport:
+    """Copy the checkpoint's weights into ``model`` (built from :func:`model_table`'s table)."""
+    from transformers import AutoModelForCausalLM
+
+    config = _load_config(spec)
+    arch = _arch(config)
+    source, local = _source(spec)
+    try:
+        hf = AutoModelForCausalLM.from_pretrained(
+            source, local_files_only=local, dtype=torch.float32
+        )
+    except (OSError, ValueError) as e:
+        raise UserError(f"--init-from {spec!r}: cannot load its weights ({e})") from None
+    mapped = arch.weights(config, hf.state_dict())
+    own = model.state_dict()
+    wrong = [
+        f"{k}: checkpoint {tuple(v.shape)} vs model {tuple(own[k].shape)}"
+        for k, v in mapped.items()
+        if k in own and own[k].shape != v.shape
+    ]
+    missing = [k for k in mapped if k not in own]
+    if wrong or missing:
+        raise ArchitectureError(
+            f"--init-from {spec}: the run's [model] does not match the checkpoint (was "
+            f"model.* changed with --set?): {', '.join([*wrong, *missing][:6])}"
+        )
+    with torch.no_grad():
+        for k, v in mapped.items():
+            own[k].copy_(v.to(own[k].dtype))
+    tied = {k for k in own if k == "lm_head.weight" and "embed.weight" in mapped}
+    fresh = [k for k in own if k not in mapped and k not in tied]
+    return InitReport(spec, config.model_type, sorted(mapped), fresh)
+
+
+def config_with_init(
+    name_or_path: str | None, spec: str, overrides: list[str] = (), plugins: list[str] = ()
+):
+    """The run config of ``attnlab train CONFIG --init-from SPEC``: CONFIG (data, recipe) with its
+    ``[model]`` replaced by the checkpoint's, ``train.init_from = SPEC``, then ``--set``."""
+    from attnlab.config import apply_overrides, source_dict, validate, with_plugins
+
+    raw = source_dict(name_or_path) if name_or_path is not None else {}
+    raw = {**raw, "model": model_table(spec)}
+    raw["train"] = {**raw.get("train", {}), "init_from": spec}
+    return validate(apply_overrides(with_plugins(raw, plugins), overrides))

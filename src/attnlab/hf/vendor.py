@@ -1,0 +1,275 @@
+"""Copy attnlab's model sources, flattened, into a Hugging Face remote-code folder.
+
+transformers runs a folder's own code (``trust_remote_code=True``) by copying the module that
+``auto_map`` names, and every module it imports relatively (``from .name import ...``), side by
+side into one package directory. So an exported folder carries attnlab's real model sources, not a
+re-implementation: every module the modeling code needs is copied with its ``attnlab.*`` imports
+rewritten as relative imports of flat names (``attnlab.model.block`` ->
+``attnlab_model_block.py``), and so are the modules of the run's plugins. Two modules are written
+rather than copied:
+
+- ``attnlab.model.parts``: a flat copy cannot be listed like a package, so it names its part
+  modules in ``PART_MODULES`` (read by :func:`attnlab.parts.registry._builtin_modules`);
+- ``attnlab.hf.export_plugins``: it imports the copied plugin modules, which registers their parts.
+
+Everything else is byte for byte the installed source except the rewritten import statements.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import keyword
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from attnlab.errors import UserError
+
+#: modules whose flat names follow transformers' conventions
+SPECIAL_NAMES = {
+    "attnlab.hf.configuration": "configuration_attnlab",
+    "attnlab.hf.modeling": "modeling_attnlab",
+}
+PARTS_PACKAGE = "attnlab.model.parts"
+PLUGINS_MODULE = "attnlab.hf.export_plugins"
+ROOTS = ("attnlab.hf.modeling", "attnlab.hf.configuration")
+
+
+class VendorError(UserError):
+    """A source that cannot be flattened (the message names the file, the line and the fix)."""
+
+
+@dataclass(frozen=True)
+class PluginModule:
+    """A module of the run's plugins to copy: its parts (slot, kind, class) and where it came from."""
+
+    module: str
+    spec: str
+    parts: tuple[tuple[str, str, str], ...]
+
+
+@dataclass
+class Vendored:
+    """The flat sources: file name -> text, and module -> flat name."""
+
+    files: dict[str, str] = field(default_factory=dict)
+    names: dict[str, str] = field(default_factory=dict)
+
+    def write(self, folder: Path) -> list[str]:
+        for name, text in self.files.items():
+            (folder / name).write_text(text, encoding="utf-8")
+        return sorted(self.files)
+
+
+def _spec(module: str):
+    try:
+        return importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return None
+
+
+def _is_module(name: str) -> bool:
+    return _spec(name) is not None
+
+
+def _source(module: str) -> tuple[Path, bool]:
+    spec = _spec(module)
+    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+        raise VendorError(f"module {module!r} has no Python source to copy into the export")
+    return Path(spec.origin), spec.submodule_search_locations is not None
+
+
+def _identifier(text: str) -> str:
+    out = re.sub(r"\W", "_", text)
+    return out if out.isidentifier() and not keyword.iskeyword(out) else f"m_{out}"
+
+
+class _Flattener:
+    def __init__(self, roots: set[str], names: dict[str, str]) -> None:
+        self.roots = roots  # top-level packages whose modules are copied
+        self.names = names  # module -> flat name (filled as modules are found)
+
+    def inside(self, module: str) -> bool:
+        return module.split(".")[0] in self.roots
+
+    def flat(self, module: str) -> str:
+        if module not in self.names:
+            name = SPECIAL_NAMES.get(module)
+            if name is None:
+                # a plugin file's module name ends in a digest of its path (parts.plugins)
+                base = _identifier(re.sub(r"_[0-9a-f]{10}$", "", module).replace(".", "_"))
+                if not base.startswith("attnlab"):
+                    base = f"attnlab_plugin_{base}"
+                name, i = base, 2
+                while name in self.names.values():
+                    name, i = f"{base}_{i}", i + 1
+            self.names[module] = name
+        return self.names[module]
+
+    def rewrite(self, module: str, path: Path, is_pkg: bool) -> tuple[str, list[str]]:
+        """The flat source of ``module`` and the modules it imports from the copied packages."""
+        data = path.read_bytes()
+        tree = ast.parse(data, filename=str(path))
+        line_starts = [0]
+        for line in data.splitlines(keepends=True):
+            line_starts.append(line_starts[-1] + len(line))
+        edits: list[tuple[int, int, bytes]] = []
+        deps: list[str] = []
+        package = module if is_pkg else module.rpartition(".")[0]
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Import | ast.ImportFrom):
+                continue
+            stmts = self._statement(node, package, deps, path)
+            if stmts is None:
+                continue
+            start = line_starts[node.lineno - 1] + node.col_offset
+            end = line_starts[node.end_lineno - 1] + node.end_col_offset
+            line_prefix = data[line_starts[node.lineno - 1] : start]
+            sep = "\n" + line_prefix.decode() if not line_prefix.strip() else "; "
+            edits.append((start, end, sep.join(stmts).encode()))
+        for start, end, text in sorted(edits, reverse=True):
+            data = data[:start] + text + data[end:]
+        text = data.decode("utf-8")
+        bound = sorted({m for m in re.findall(r"from \. import (\w+) as", text)})
+        if bound:  # `from . import M` is not followed by transformers; name M where it looks
+            text += (
+                "\n\nif False:  # attnlab export: transformers copies the modules imported as\n"
+                "    # `from .NAME import ...`; these are bound with `from . import NAME` above\n"
+                + "".join(f"    from .{m} import *  # noqa: F403\n" for m in bound)
+            )
+        return text, deps
+
+    def _statement(
+        self, node: ast.Import | ast.ImportFrom, package: str, deps: list[str], path: Path
+    ) -> list[str] | None:
+        where = f"{path}:{node.lineno}"
+        if isinstance(node, ast.Import):
+            mods = [a for a in node.names if self.inside(a.name)]
+            if not mods:
+                return None
+            if len(mods) != len(node.names) or any(a.asname is None for a in mods):
+                raise VendorError(
+                    f"{where}: `import {', '.join(a.name for a in node.names)}` binds a package "
+                    "name the flat copy does not have; write `from PACKAGE import NAME` or "
+                    "`import MODULE as NAME`"
+                )
+            deps.extend(a.name for a in mods)
+            return [f"from . import {self.flat(a.name)} as {a.asname}" for a in mods]
+        if node.level:
+            parts = package.split(".")
+            base = ".".join(parts[: len(parts) - (node.level - 1)])
+            target = f"{base}.{node.module}" if node.module else base
+        else:
+            target = node.module or ""
+        if not self.inside(target):
+            return None
+        subs, names = [], []
+        for a in node.names:
+            if a.name != "*" and _is_module(f"{target}.{a.name}"):
+                subs.append(a)
+            else:
+                names.append(a)
+        out = []
+        if names:
+            if target == "attnlab":
+                raise VendorError(
+                    f"{where}: names from the top-level attnlab package cannot be copied; import "
+                    "them from the module that defines them"
+                )
+            deps.append(target)
+            listed = ", ".join(a.name + (f" as {a.asname}" if a.asname else "") for a in names)
+            out.append(f"from .{self.flat(target)} import {listed}")
+        for a in subs:
+            sub = f"{target}.{a.name}"
+            deps.append(sub)
+            out.append(f"from . import {self.flat(sub)} as {a.asname or a.name}")
+        return out
+
+
+def _header(module: str, path: Path) -> str:
+    return (
+        f"# {module} ({path.name}), copied by `attnlab export`: the source as installed, with its\n"
+        "# attnlab imports made relative to this folder.\n"
+    )
+
+
+def _parts_package(flat: _Flattener, part_modules: list[str]) -> str:
+    names = [flat.flat(m) for m in part_modules]
+    listed = "".join(f"    {n!r},\n" for n in names)
+    imports = "".join(f"    from .{n} import *  # noqa: F403\n" for n in names)
+    return (
+        '"""The built-in parts of attnlab, one module each (written by `attnlab export`).\n\n'
+        "A flat copy cannot be listed like a package, so the registry imports the modules named\n"
+        'in PART_MODULES."""\n\n'
+        "from typing import TYPE_CHECKING\n\n"
+        f"PART_MODULES = tuple(f'{{__package__}}.{{name}}' for name in (\n{listed}))\n\n"
+        "if TYPE_CHECKING:  # named here so that transformers copies them with the remote code\n"
+        f"{imports}"
+    )
+
+
+def _plugins_module(flat: _Flattener, plugins: list[PluginModule]) -> str:
+    body = []
+    for p in plugins:
+        classes = ", ".join(sorted({cls for _, _, cls in p.parts}))
+        body.append(
+            f"    with registering_as({p.spec!r}):\n"
+            f"        from .{flat.flat(p.module)} import {classes}  # noqa: F401\n"
+        )
+    text = "".join(body) or "    return\n"
+    return (
+        '"""The plugin parts this model uses, copied from its run by `attnlab export`."""\n\n'
+        "from .attnlab_parts_registry import registering_as\n\n\n"
+        "def load_export_plugins(config) -> None:\n"
+        '    """Import the copied plugin modules: their @register decorators add their parts."""\n'
+        f"{text}"
+    )
+
+
+def flatten(plugins: list[PluginModule] = ()) -> Vendored:
+    """Flatten the modeling code's import closure (and ``plugins``) into one folder's files."""
+    roots = {"attnlab"} | {p.module.split(".")[0] for p in plugins}
+    out = Vendored()
+    flat = _Flattener(roots, out.names)
+    todo = [*ROOTS, PLUGINS_MODULE, *(p.module for p in plugins)]
+    seen: set[str] = set()
+    while todo:
+        module = todo.pop(0)
+        if module in seen:
+            continue
+        seen.add(module)
+        path, is_pkg = _source(module)
+        if module == PARTS_PACKAGE:
+            parts = sorted(
+                f"{PARTS_PACKAGE}.{p.stem}"
+                for p in path.parent.glob("*.py")
+                if p.name != "__init__.py" and not p.name.startswith("_")
+            )
+            out.files[f"{flat.flat(module)}.py"] = _parts_package(flat, parts)
+            todo.extend(parts)
+            continue
+        if module == PLUGINS_MODULE:
+            out.files[f"{flat.flat(module)}.py"] = _plugins_module(flat, list(plugins))
+            todo.append("attnlab.parts.registry")
+            continue
+        text, deps = flat.rewrite(module, path, is_pkg)
+        out.files[f"{flat.flat(module)}.py"] = _header(module, path) + text
+        todo.extend(d for d in deps if d not in seen)
+    return out
+
+
+def check_tracked(folder: Path, vendored: Vendored) -> None:
+    """Every copied module must be reachable from the ``auto_map`` modules by the relative imports
+    transformers follows, or transformers would not copy it with the remote code."""
+    from transformers.dynamic_module_utils import get_relative_import_files
+
+    tracked = {"configuration_attnlab.py", "modeling_attnlab.py"}
+    for root in ("configuration_attnlab.py", "modeling_attnlab.py"):
+        tracked |= {Path(f).name for f in get_relative_import_files(folder / root)}
+    missing = sorted(set(vendored.files) - tracked)
+    if missing:
+        raise VendorError(
+            f"transformers would not copy {', '.join(missing)} with the remote code (no relative "
+            "import reaches them); import them with `from .MODULE import NAME` somewhere"
+        )

@@ -1,0 +1,254 @@
+"""``attnlab export``: every decoder variant loads in transformers (without attnlab, through the
+folder's own code) with attnlab's logits and greedy tokens; plugin parts travel with the folder;
+weights, tokenizer, generation config and card are standard files."""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors import safe_open
+
+from attnlab.bench.variants import VARIANTS
+from attnlab.cli import main
+from attnlab.config import load_config
+from attnlab.errors import UserError
+from attnlab.hf.export import export, load_source
+from attnlab.hf.verify import check_exports
+from hf_helpers import fake_run
+
+torch.set_num_threads(1)
+EXAMPLES = Path(__file__).parent.parent / "examples"
+_BASE = load_config("tiny")
+
+#: every bench variant, plus the standard components a variant list does not reach
+CASES: dict[str, list[str]] = {
+    name: [f"model.{o}" for o in v.resolved_overrides(_BASE)] for name, v in VARIANTS.items()
+}
+CASES |= {
+    "gqa_rope_quarter_parallel": [
+        "model.attention.n_kv_heads=2",
+        "model.position.kind=rope",
+        "model.position.rope_fraction=0.25",
+        "model.residual_kind=parallel",
+    ],
+    "alibi_sliding_window": [
+        "model.position.kind=alibi",
+        "model.attention.mask=sliding",
+        "model.attention.window=6",
+    ],
+    "t5_rmsnorm_swiglu_qk_norm": [
+        "model.position.kind=t5",
+        "model.norm.kind=rmsnorm",
+        "model.ffn.kind=swiglu",
+        "model.attention.qk_norm=true",
+    ],
+    "untied_biases_mqa": [
+        "model.tie_embeddings=false",
+        "model.bias=true",
+        "model.attention.n_kv_heads=1",
+    ],
+    "local_global_sinusoidal": [
+        "model.attention.mask=local_global",
+        "model.attention.window=4",
+        "model.attention.global_every=5",
+        "model.position.kind=sinusoidal",
+    ],
+    "prefix_lm_post_ln": [
+        "model.attention.mask=prefix",
+        "model.attention.prefix_len=4",
+        "model.norm_position=post",
+    ],
+}
+PLUGIN = "plugin_parts"
+PLUGIN_OVERRIDES = ["model.query.kind=gated_hf", "model.side_branch.kind=low_rank_skip_hf"]
+
+
+def _plugin_file(folder: Path) -> Path:
+    """The README's example plugin under kind names of its own (this process may hold the
+    example's own names from other test files)."""
+    text = (EXAMPLES / "my_ideas.py").read_text()
+    text = text.replace('"gated")', '"gated_hf")').replace(
+        '"low_rank_skip")', '"low_rank_skip_hf")'
+    )
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "hf_ideas.py").write_text(text)
+    return folder / "hf_ideas.py"
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory) -> dict[str, Path]:
+    """name -> exported folder (runs beside it), for every case and the plugin run."""
+    root = tmp_path_factory.mktemp("hf")
+    out = {}
+    for i, (name, overrides) in enumerate(CASES.items()):
+        run = fake_run(root / "runs" / name, overrides, seed=i)
+        out[name] = export(run, root / "hf" / name).out
+    plugin = _plugin_file(root / "lab")
+    run = fake_run(root / "runs" / PLUGIN, PLUGIN_OVERRIDES, plugins=[str(plugin)])
+    out[PLUGIN] = export(run, root / "hf" / PLUGIN).out
+    return out
+
+
+@pytest.fixture(scope="module")
+def checks(exported) -> dict[str, object]:
+    """One child interpreter without attnlab loads every folder (trust_remote_code=True)."""
+    jobs = []
+    for folder in exported.values():
+        model, _, tok, _, _ = load_source(folder.parent.parent / "runs" / folder.name)
+        jobs.append((folder, model, tok))
+    results = check_exports(jobs)
+    return {name: c for name, c in zip(exported, results)}
+
+
+@pytest.mark.parametrize("name", [*CASES, PLUGIN])
+def test_remote_code_without_attnlab_equals_attnlab(checks, name):
+    check = checks[name]
+    assert check.remote_module.startswith("transformers_modules.")  # the folder's own code
+    assert check.remote_module.endswith(".modeling_attnlab")
+    assert check.max_abs_logits < 1e-4, check.max_abs_logits
+    assert check.greedy_equal, (check.attnlab_tokens, check.transformers_tokens)
+    assert check.tokens_equal
+
+
+def test_moe_and_virtual_heads_really_decode_with_the_cache(exported):
+    """generate()'s DynamicCache holds one layer per attention slot (layers x loops)."""
+    from transformers import AutoModelForCausalLM, DynamicCache
+
+    import attnlab.hf  # noqa: F401  (the local classes)
+
+    for name in ("moe_values", "virtual_heads"):
+        model = AutoModelForCausalLM.from_pretrained(exported[name])
+        cfg = model.model.cfg
+        cache = DynamicCache(config=model.config)
+        ids = torch.arange(3, 13)[None]
+        full = model(input_ids=ids, use_cache=False).logits
+        first = model(input_ids=ids[:, :6], past_key_values=cache).logits
+        rest = model(input_ids=ids[:, 6:], past_key_values=cache).logits
+        assert cache.get_seq_length() == 10
+        assert len(cache.layers) == cfg.n_layers * cfg.loops
+        assert torch.allclose(torch.cat([first, rest], 1), full, atol=1e-5)
+
+
+def test_folder_files(exported):
+    folder = exported["baseline"]
+    config = json.loads((folder / "config.json").read_text())
+    assert config["model_type"] == "attnlab"
+    assert config["architectures"] == ["AttnlabForCausalLM"]
+    assert config["auto_map"] == {
+        "AutoConfig": "configuration_attnlab.AttnlabConfig",
+        "AutoModelForCausalLM": "modeling_attnlab.AttnlabForCausalLM",
+    }
+    assert config["attnlab_model"]["d_model"] == 64 and config["tie_word_embeddings"] is True
+    gen = json.loads((folder / "generation_config.json").read_text())
+    assert gen["eos_token_id"] == gen["bos_token_id"] == gen["pad_token_id"] == 256
+    assert (folder / "tokenizer.json").is_file() and (folder / "tokenizer_config.json").is_file()
+    # the remote code imports nothing of attnlab by absolute name
+    for py in folder.glob("*.py"):
+        for node in ast.walk(ast.parse(py.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 0:
+                assert not node.module.startswith("attnlab"), (py.name, node.module)
+            if isinstance(node, ast.Import):
+                assert not any(a.name.startswith("attnlab.") for a in node.names), py.name
+    card = (folder / "README.md").read_text()
+    assert "library_name: transformers" in card and "## The run's config" in card
+    assert "[model]" in card and "at step 5" in card and "- final_val_loss: 3.2100" in card
+
+
+def test_tied_embeddings_are_stored_once(exported):
+    def keys(name):
+        with safe_open(exported[name] / "model.safetensors", "pt") as f:
+            return set(f.keys())
+
+    assert "model.embed.weight" in keys("baseline")
+    assert "model.lm_head.weight" not in keys("baseline")
+    assert {"model.embed.weight", "model.lm_head.weight"} <= keys("untied_biases_mqa")
+
+
+def test_loads_without_trust_remote_code_when_attnlab_is_imported(exported):
+    from transformers import AutoModelForCausalLM
+
+    import attnlab.hf
+
+    folder = exported["nonlinear_query"]
+    model = AutoModelForCausalLM.from_pretrained(folder)
+    assert type(model) is attnlab.hf.AttnlabForCausalLM
+    run_model, *_ = load_source(folder.parent.parent / "runs" / "nonlinear_query")
+    ids = torch.arange(40, 60)[None]
+    assert torch.equal(model(input_ids=ids).logits, run_model(ids).logits)
+    assert model.model.lm_head.weight is model.model.embed.weight  # re-tied on load
+
+
+def test_plugin_source_travels_with_the_folder(exported):
+    folder = exported[PLUGIN]
+    config = json.loads((folder / "config.json").read_text())
+    (plugin,) = config["attnlab_plugins"]
+    assert plugin["file"] == "plugins/hf_ideas.py"
+    assert sorted(map(tuple, plugin["parts"])) == [
+        ("query", "gated_hf", "GatedQuery"),
+        ("side_branch", "low_rank_skip_hf", "LowRankSkip"),
+    ]
+    original = (folder.parent.parent / "lab" / "hf_ideas.py").read_text()
+    assert (folder / "plugins" / "hf_ideas.py").read_text() == original
+    flat = (folder / f"{plugin['flat_module']}.py").read_text()
+    assert "from .attnlab_parts import" in flat and "from attnlab" not in flat
+
+
+def test_plugin_export_loads_in_a_fresh_attnlab_process_from_its_copy(exported):
+    """attnlab installed, the plugin not loaded: the folder's plugins/hf_ideas.py is."""
+    code = f"""
+import attnlab.hf, torch
+from transformers import AutoModelForCausalLM
+from attnlab.parts import registry
+model = AutoModelForCausalLM.from_pretrained({str(exported[PLUGIN])!r})
+assert type(model) is attnlab.hf.AttnlabForCausalLM
+print(registry.get("query", "gated_hf").source)
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip().endswith(str(exported[PLUGIN] / "plugins" / "hf_ideas.py"))
+
+
+def test_right_padding_is_exact_and_left_padding_is_refused(exported):
+    from transformers import AutoModelForCausalLM
+
+    import attnlab.hf  # noqa: F401
+
+    model = AutoModelForCausalLM.from_pretrained(exported["baseline"])
+    ids = torch.arange(10, 22)[None].repeat(2, 1)
+    mask = torch.ones_like(ids)
+    mask[1, 8:] = 0
+    padded = model(input_ids=ids, attention_mask=mask).logits
+    assert torch.allclose(padded[1, :8], model(input_ids=ids[1:, :8]).logits[0], atol=1e-5)
+    with pytest.raises(ValueError, match="pad on the right"):
+        model(input_ids=ids, attention_mask=mask.flip(1))
+
+
+def test_export_refuses_bad_input(tmp_path, exported):
+    with pytest.raises(UserError, match="does not exist"):
+        export(tmp_path / "nothing", tmp_path / "out")
+    (tmp_path / "plain").mkdir()
+    with pytest.raises(UserError, match="not a run directory"):
+        export(tmp_path / "plain", tmp_path / "out")
+    run = exported["baseline"].parent.parent / "runs" / "baseline"
+    with pytest.raises(UserError, match="not empty"):
+        export(run, exported["baseline_unfused"])
+    enc = fake_run(tmp_path / "enc", ["model.family=encoder", "model.attention.mask=bidirectional"])
+    with pytest.raises(UserError, match="only decoder-only models"):
+        export(enc, tmp_path / "enc-hf")
+    assert not (tmp_path / "enc-hf").exists()
+
+
+def test_export_of_one_checkpoint_and_the_cli(tmp_path, capsys):
+    run = fake_run(tmp_path / "run", [], step=3)
+    ckpt = run / "checkpoints" / "step_0000003"
+    assert main(["export", str(ckpt), "--out", str(tmp_path / "hf")]) == 0
+    out = capsys.readouterr().out
+    assert "at step 3" in out and "modeling_attnlab.py" in out
+    assert main(["export", str(ckpt), "--out", str(tmp_path / "hf")]) == 2
+    assert "--force" in capsys.readouterr().err
