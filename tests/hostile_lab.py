@@ -95,6 +95,15 @@ def _files(d: Path) -> None:
     (d / "deep.toml").write_text("a = " + "[" * 100_000 + "]" * 100_000 + "\n")
     (d / "adir.toml").mkdir()
     (d / "wrong_shape.jsonl").write_text("[1, 2, 3]\n")
+    (d / "exp_bool.toml").write_text(
+        '[base]\nextends = "tiny"\n[budget]\nsteps = true\n[[variants]]\nname = "a"\n'
+    )
+    (d / "exp_deep.toml").write_text(
+        '[base]\nextends = "tiny"\n[base.model]\nn_layers = 100000000\n[base.train]\nwarmup_steps = 1\n'
+        '[budget]\nsteps = 2\n[[variants]]\nname = "a"\n'
+    )
+    (d / "not_a_record").mkdir()
+    (d / "not_a_record" / "experiment.json").write_text('"a string, not a record"\n')
     (d / "probe_dots.toml").write_text(
         'name = "dots"\nmethods = [{method = "frozen", name = ".."}]\n'
     )

@@ -293,6 +293,18 @@ def _cases() -> dict[str, Case]:
     add("compare-run-config", 2, r"unknown key")(
         lambda L, T: ["compare", str(L.cfg), "--out", str(T / "c")]
     )
+    add("report-wrong-shape-record", 2, r"experiment\.json is valid JSON but not an experiment")(
+        lambda L, T: ["report", L.f("not_a_record")]
+    )
+    add("compare-boolean-budget", 2, r"budget\.steps = True: a boolean is not a number")(
+        lambda L, T: ["compare", L.f("exp_bool.toml"), "--out", str(T / "c"), "--plan"]
+    )
+    add("compare-absurd-depth", 2, r"parameters.*TB|does not fit|too large")(
+        lambda L, T: ["compare", L.f("exp_deep.toml"), "--out", str(T / "c"), "--plan"]
+    )
+    add("params-zero-width-ffn", 2, r"model\.ffn\.ratio=0\.001 gives a hidden width of 0")(
+        lambda L, T: ["params", "tiny", "--set", "model.ffn.ratio=0.001"]
+    )
     add("compare-jobs-zero", 2, r"--jobs must be at least 1")(
         lambda L, T: ["compare", str(L.cfg), "--out", str(T / "c"), "--jobs", "0"]
     )

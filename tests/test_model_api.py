@@ -207,3 +207,16 @@ def test_generate_on_a_prefix_lm_needs_the_prompt_to_cover_the_prefix() -> None:
     prompts = torch.randint(0, 64, (10, 6))
     cached = generate(model, prompts, 8, temperature=0.0)
     assert torch.equal(cached, generate(model, prompts, 8, temperature=0.0, use_cache=False))
+
+
+def test_generate_refuses_tokens_from_non_finite_scores() -> None:
+    """Finite weights can still overflow: tokens picked from NaN/inf scores are refused (exit 3)
+    instead of printed as NUL bytes."""
+    from attnlab.errors import NonFiniteError
+    from attnlab.model import generate
+
+    model = build_model(tiny()).eval()
+    with torch.no_grad():
+        model.lm_head.weight.fill_(1e308)  # finite, but h @ W^T overflows to inf (float64)
+    with pytest.raises(NonFiniteError, match="held NaN or inf"):
+        generate(model, torch.tensor([[1, 2, 3]]), 2, temperature=0.0)

@@ -72,13 +72,26 @@ def write_record(exp: Experiment, out_dir: Path) -> None:
 def read_record(out_dir: str | Path) -> dict[str, Any]:
     path = Path(out_dir) / EXPERIMENT_FILE
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        record = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise UserError(
             f"{out_dir} has no {EXPERIMENT_FILE}; give the --out directory of `attnlab compare`"
         ) from None
-    except ValueError as e:
+    except (ValueError, UnicodeDecodeError) as e:
         raise UserError(f"{path} is not valid JSON ({e}); rerun `attnlab compare`") from None
+    ok = (
+        isinstance(record, dict)
+        and isinstance(record.get("baseline"), str)
+        and isinstance(record.get("variants"), list)
+        and all(isinstance(v, dict) and "name" in v and "config" in v for v in record["variants"])
+    )
+    if not ok:
+        raise UserError(
+            f"{path} is valid JSON but not an experiment record (it needs 'baseline' and a "
+            "'variants' list with each variant's 'name' and 'config'); rerun `attnlab compare` "
+            "with the experiment file to rewrite it"
+        )
+    return record
 
 
 def check_resumable(runs: list[RunPlan]) -> None:

@@ -37,7 +37,7 @@ import difflib
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from attnlab.config import (
     ConfigError,
@@ -47,13 +47,14 @@ from attnlab.config import (
     resolve_plugin_paths,
 )
 from attnlab.experiments.sweep_spec import SweepSpec
+from attnlab.schema import Section
 
 #: a variant name becomes a directory name
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._+-]*$"
 
 
-class _Spec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class _Spec(Section):
+    """Strict like every config table: unknown keys, booleans for numbers, inf/NaN refused."""
 
 
 class Budget(_Spec):

@@ -25,9 +25,10 @@ from __future__ import annotations
 import difflib
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, Field, model_validator
 
 from attnlab.config import Config
+from attnlab.schema import Section
 
 #: grid keys live in these config sections
 GRID_SECTIONS = ("model", "train", "eval")
@@ -45,7 +46,7 @@ OPTIONS = ("min_lr_ratio", "stable_within", "max_runs", "prune")
 DEFAULT_STABLE_WITHIN = 5.0
 
 
-class PruneSpec(BaseModel):
+class PruneSpec(Section):
     """Early stopping of hopeless grid points (off by default).
 
     At each step ``s`` of ``at``, every run of a (variant, seed) group that reached ``s`` is
@@ -53,8 +54,6 @@ class PruneSpec(BaseModel):
     ``factor x median`` is stopped and recorded as ``pruned``. Each step is run to completion for
     the whole grid before deciding, so the decisions do not depend on ``--jobs`` or timing.
     """
-
-    model_config = ConfigDict(extra="forbid")
 
     enabled: bool = False
     at: list[int] = Field(
@@ -64,10 +63,8 @@ class PruneSpec(BaseModel):
     factor: float = Field(1.25, gt=1.0)
 
 
-class SweepSpec(BaseModel):
+class SweepSpec(Section):
     """A grid over config keys plus the sweep's options (module docstring)."""
-
-    model_config = ConfigDict(extra="forbid")
 
     grid: dict[str, Any] = Field(min_length=1)
     min_lr_ratio: float | None = Field(None, gt=0, le=1)

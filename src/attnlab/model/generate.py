@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from attnlab.errors import InvalidRequestError
+from attnlab.errors import InvalidRequestError, NonFiniteError
 from attnlab.model.linear import decode_layout
 
 
@@ -102,13 +102,16 @@ def _generate(
         p = next(model.parameters())
         cache = model.new_cache(ids.shape[0], ids.shape[1] + max_new_tokens, p.device, p.dtype)
     done = torch.zeros(ids.shape[0], dtype=torch.bool, device=ids.device)
+    finite = torch.ones((), dtype=torch.bool, device=ids.device)  # read once, after the loop
     step_in = ids
     for _ in range(max_new_tokens):
         if cache is not None:
             out = model(step_in, cache=cache, memory=memory, last_logits_only=True)
         else:
             out = model(ids, memory=memory, last_logits_only=True)
-        nxt = _pick(out.logits[:, -1, :], temperature, top_k, generator)
+        logits = out.logits[:, -1, :]
+        finite &= torch.isfinite(logits).all()
+        nxt = _pick(logits, temperature, top_k, generator)
         if eos_id is not None:
             nxt = torch.where(done[:, None], torch.full_like(nxt, eos_id), nxt)
             done |= nxt[:, 0] == eos_id
@@ -116,4 +119,10 @@ def _generate(
         step_in = nxt
         if eos_id is not None and bool(done.all()):
             break
+    if not bool(finite):
+        raise NonFiniteError(
+            "the model's next-token scores held NaN or inf, so the tokens are meaningless; its "
+            "weights or activations overflow. Use an earlier checkpoint, or retrain with a lower "
+            "train.lr"
+        )
     return ids

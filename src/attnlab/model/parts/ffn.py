@@ -25,6 +25,14 @@ class FFNOptions(PartOptions):
     def width(self, d_model: int) -> int:
         return self.hidden or int(round(self.ratio * d_model))
 
+    def check(self, model) -> list[str]:
+        if model.mlp and self.width(model.d_model) < 1:
+            return [
+                f"model.ffn.ratio={self.ratio} gives a hidden width of 0 at d_model="
+                f"{model.d_model}; raise model.ffn.ratio, set model.ffn.hidden, or model.mlp=false"
+            ]
+        return []
+
 
 class MLP(FFNPart):
     """act(x W_in + b) W_out + b."""

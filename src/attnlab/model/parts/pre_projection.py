@@ -31,6 +31,14 @@ class PreProjection(FeatureMapPart):
         gated: bool = False
         init_std: float = Field(0.01, ge=0, description="N(0, std) for W_up, W_gate, W_down")
 
+        def check(self, model) -> list[str]:
+            if int(round(self.expansion * model.d_model)) < 1:
+                return [
+                    f"model.feature_map.expansion={self.expansion} gives a hidden width of 0 at "
+                    f"d_model={model.d_model}; raise it"
+                ]
+            return []
+
     def __init__(self, opts: Options, dims: Dims) -> None:
         super().__init__(opts, dims)
         d = dims.d_model
