@@ -301,7 +301,7 @@ def build_report(out_dir: str | Path) -> Path:
         "(diverged and failed runs are left out and counted in *ok runs*). Relative improvement "
         "= 100 · (baseline − variant) / baseline on the mean final validation losses; positive "
         "means lower loss than the baseline (seed 001's convention). *p (paired t)* is the "
-        "reported test: a two-sided paired t-test (`scipy.stats.ttest_rel`) on per-seed final "
+        "reported test: a two-sided paired t-test (as `scipy.stats.ttest_rel`; `experiments/student_t.py`) on per-seed final "
         "losses against the baseline's run with the same seed (same batches). *p (sign-flip)* "
         "is the exact sign-flip permutation test on the same differences, which assumes no "
         "distribution but cannot go below 2/2^n with n seeds (0.5 for 2 seeds).",
