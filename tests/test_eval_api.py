@@ -18,7 +18,7 @@ from attnlab.eval.hf import HFCausalLM
 from attnlab.eval.native import AttnlabLM
 from attnlab.eval.registry import split_tasks, task_key
 from attnlab.eval.results import load_results
-from attnlab.eval.testing import ByteTokenizer, CausalBytesModel, byte_hf_tokenizer, tiny_hf_model
+from eval_doubles import ByteTokenizer, CausalBytesModel, byte_hf_tokenizer, tiny_hf_model
 
 torch.set_num_threads(1)
 FIXTURES = Path(__file__).parent / "fixtures" / "eval"

@@ -13,7 +13,7 @@ from attnlab.errors import UserError
 from attnlab.eval.cloze import cloze_item, evaluate_cloze, load_cloze_file
 from attnlab.eval.cloze_build import STOP_WORDS, build_cloze_set, passages_of, split_sentences
 from attnlab.eval.scoring import encode_pair
-from attnlab.eval.testing import TableLM
+from eval_doubles import TableLM
 
 torch.set_num_threads(1)
 FIXTURES = Path(__file__).parent / "fixtures" / "eval"

@@ -21,7 +21,7 @@ from attnlab.eval.harness import AttnlabEvalLM
 from attnlab.eval.hf import HFCausalLM
 from attnlab.eval.lm_eval_tasks import TASKS_DIR, write_task_yamls
 from attnlab.eval.perplexity import document_logprobs
-from attnlab.eval.testing import TableLM, byte_hf_tokenizer, tiny_hf_model
+from eval_doubles import TableLM, byte_hf_tokenizer, tiny_hf_model
 
 torch.set_num_threads(1)
 FIXTURES = Path(__file__).parent / "fixtures" / "eval"

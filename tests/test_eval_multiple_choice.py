@@ -18,7 +18,7 @@ from attnlab.eval.multiple_choice import (
     hellaswag_item,
     load_mc_file,
 )
-from attnlab.eval.testing import TableLM, byte_hf_tokenizer, tiny_hf_model
+from eval_doubles import TableLM, byte_hf_tokenizer, tiny_hf_model
 
 torch.set_num_threads(1)
 FIXTURES = Path(__file__).parent / "fixtures" / "eval"

@@ -10,11 +10,11 @@ import torch
 
 from attnlab.cli import main
 from attnlab.config import validate
-from attnlab.eval.testing import tiny_hf_model
 from attnlab.hf.init_from import ArchitectureError, load_pretrained, model_table
 from attnlab.model import build_model
 from attnlab.runs.load import load_run_model
 from data_helpers import run_config, sentence_data
+from eval_doubles import tiny_hf_model
 from hf_helpers import spread_weights
 
 torch.set_num_threads(1)

@@ -222,7 +222,7 @@ def test_loading_twice_is_harmless_and_records_the_source_hash(lab):
 def test_a_plugin_side_branch_probes_a_tiny_pretrained_model(lab, tmp_path):
     """The plugin's side branch as a probe method on a tiny local Llama: trains, only its
     tensors are trainable and saved, and the run's config records the plugin."""
-    from attnlab.probe.testing import save_tiny_model, write_corpus
+    from probe_doubles import save_tiny_model, write_corpus
 
     base = save_tiny_model("llama", tmp_path / "llama")
     corpus = write_corpus(tmp_path / "corpus.jsonl")

@@ -17,9 +17,9 @@ from attnlab.probe import load_probed, load_probed_model
 from attnlab.probe.base import SHORTCUTS, resolve_base
 from attnlab.probe.config import load_probe_config
 from attnlab.probe.experiment import run_experiment
-from attnlab.probe.testing import save_tiny_model, write_corpus
 from attnlab.probe.trainer import train_probe
 from attnlab.runs import checkpoint
+from probe_doubles import save_tiny_model, write_corpus
 
 torch.set_num_threads(1)
 

@@ -13,8 +13,8 @@ from attnlab.probe.config import load_probe_config
 from attnlab.probe.inject import injected_count
 from attnlab.probe.lora import lora_count
 from attnlab.probe.methods import parse_method
-from attnlab.probe.testing import KINDS, save_tiny_model
 from attnlab.probe.trainer import enable_gradient_checkpointing, lm_loss, probe_optimizer
+from probe_doubles import KINDS, save_tiny_model
 
 torch.set_num_threads(1)
 
