@@ -42,6 +42,7 @@ from attnlab.model.virtual_fused.alibi import alibi_columns
 from attnlab.model.virtual_fused.geometry import Geometry
 from attnlab.model.virtual_fused.keys import convolved_keys, stacked_queries
 from attnlab.model.virtual_fused.probs import bidirectional_probs, causal_probs
+from attnlab.model.virtual_fused.sdpa import attend
 from attnlab.parts import Dims, Init, PartOptions, ScoreContext, ScorePart, register
 
 
@@ -149,6 +150,8 @@ class VirtualHeadsFused(ScorePart):
         self.head_dim = dims.head_dim
         model = dims.model
         self.alibi = model is not None and model.position.kind == "alibi"
+        #: FLOP accounting only: a decoder's (and an encoder-decoder's) stacks are causal
+        self.causal = model is None or model.family != "encoder"
         self.weight = nn.Parameter(torch.zeros(self.geo.weight_shape()))
         self._identity()
 
@@ -173,45 +176,44 @@ class VirtualHeadsFused(ScorePart):
         return self.geo.dense(self.weight)
 
     # -------------------------------------------------------------------------------- accounting
-    def _widths(self) -> tuple[int, int, int]:
-        """(n_alpha, n_beta, query/key width d_q) of the computation."""
-        geo = self.geo
-        return len(geo.alphas), len(geo.betas), self.head_dim + (2 if self.alibi else 0)
+    def call_widths(self) -> tuple[int, int, int]:
+        """(query/key width, value width, heads) of the one fused attention call per forward."""
+        geo, d = self.geo, self.head_dim
+        n_alpha, dq, e = len(geo.alphas), d + (2 if self.alibi else 0), d + 1
+        if self.on == "logits":
+            return geo.G * n_alpha * dq, d, geo.H_out
+        if self.causal:
+            R = geo.K - 1
+            return dq + R, geo.V * e + R, geo.H
+        return dq, geo.V * n_alpha * e, geo.H
 
     def extra_flops(self, seq_len: int) -> int:
-        """Forward FLOPs per token beyond the 4 T d_h H' the model counts for attention."""
-        geo, T, d = self.geo, seq_len, self.head_dim
-        na, nb, dq = self._widths()
-        counted = 4 * T * d * geo.H_out
-        if self.on == "logits":
-            width = geo.G * na * dq
-            total = 2 * T * width * geo.H_out + 2 * T * d * geo.H_out
-            total += 2 * geo.H_out * geo.G * na * nb * dq  # the key convolution
-        else:
-            e = d + 1
-            R = geo.K - 1 if self.conv == "1d" else 0  # the causal form's near-diagonal keys
-            total = 2 * T * (dq + R) * geo.H + 2 * T * (geo.V * na * e + R) * geo.H
-            total += 2 * geo.H_out * geo.G * na * nb * e  # the value convolution
-        return total - counted
+        """Forward FLOPs per token of the algorithm beyond the 4 T d_h H' the model counts for
+        attention: QK^T and P V at the call's widths plus the key (or value) convolution. The
+        zero columns the kernel pads the narrower side with (see ``virtual_fused.sdpa``) are
+        not counted; ``notes`` states them."""
+        geo, T = self.geo, seq_len
+        qk, v, heads = self.call_widths()
+        conv = 2 * geo.H_out * geo.G * len(geo.alphas) * len(geo.betas)
+        conv *= qk // geo.G // len(geo.alphas) if self.on == "logits" else self.head_dim + 1
+        return 2 * T * (qk + v) * heads + conv - 4 * T * self.head_dim * geo.H_out
 
     def notes(self) -> list[str]:
-        geo = self.geo
-        na, _, dq = self._widths()
-        if self.on == "logits":
-            width = geo.G * na * dq
-            what = (
-                f"QK^T over head width {width} = {width / self.head_dim:.3g} x d_h, "
-                f"{width / self.head_dim:.3g}x the baseline's QK^T FLOPs"
-            )
-        else:
-            cols = geo.V * na * (self.head_dim + 1)
-            what = (
-                f"P V over {cols} value columns per head, {cols / self.head_dim:.3g}x the "
-                "baseline's P V FLOPs"
-            )
+        geo, d = self.geo, self.head_dim
+        qk, v, heads = self.call_widths()
+        ratio = qk * heads / (d * geo.H_out), v * heads / (d * geo.H_out)
+        pad = (
+            f"; the fused kernel takes one head width, so the narrower side is zero-padded to "
+            f"{max(qk, v)} (executed attention FLOPs {max(qk, v) * heads / (d * geo.H_out):.3g}x"
+            " the baseline's, not counted in the FLOPs above)"
+            if qk != v
+            else ""
+        )
         return [
             f"score: fused virtual heads (on={self.on}, conv={self.conv}, mixing={self.mixing}, "
-            f"G={geo.G}, K={geo.K}, H'={geo.H_out}): {what}; O(T) memory, no T x T map"
+            f"G={geo.G}, K={geo.K}, H'={geo.H_out}): one SDPA call over {heads} heads, QK^T at "
+            f"width {qk} ({ratio[0]:.3g}x the baseline's QK^T FLOPs), P V at width {v} "
+            f"({ratio[1]:.3g}x){pad}; O(T) memory, no T x T map"
         ]
 
     # ----------------------------------------------------------------------------------- forward
@@ -242,4 +244,4 @@ class VirtualHeadsFused(ScorePart):
         Q = stacked_queries(q, self.geo)
         Khat = convolved_keys(k, self.weight, self.geo)
         sctx = ScoreContext(ctx.allowed, ctx.is_causal, None, False, ctx.padding)
-        return core.sdpa(Q, Khat, self.geo.value_heads(v), sctx), None
+        return attend(core, Q, Khat, self.geo.value_heads(v), sctx), None

@@ -79,6 +79,22 @@ def repeat_heads(x: Tensor, n: int) -> Tensor:
     return x if h == n else x.repeat_interleave(n // h, dim=1)
 
 
+def shifts(x: Tensor, offsets: list[int], dim: int = -2) -> list[Tensor]:
+    """``[shift(x, d, dim) for d in offsets]`` as views of one zero-padded copy of ``x``."""
+    dim = dim % x.dim()
+    lo, hi = max(0, -min(offsets)), max(0, max(offsets))
+    if lo == hi == 0:
+        return [x for _ in offsets]
+    T = x.shape[dim]
+    shape = list(x.shape)
+    parts = [x.new_zeros(*shape[:dim], lo, *shape[dim + 1 :])] if lo else []
+    parts.append(x)
+    if hi:
+        parts.append(x.new_zeros(*shape[:dim], hi, *shape[dim + 1 :]))
+    padded = torch.cat(parts, dim=dim)
+    return [padded.narrow(dim, lo + d, T) for d in offsets]
+
+
 def shift(x: Tensor, d: int, dim: int = -2) -> Tensor:
     """``y[n] = x[n + d]`` along ``dim``, zero where n + d falls outside the sequence."""
     if d == 0:

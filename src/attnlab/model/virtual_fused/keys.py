@@ -19,14 +19,14 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from attnlab.model.virtual_fused.geometry import Geometry, repeat_heads, shift
+from attnlab.model.virtual_fused.geometry import Geometry, repeat_heads, shifts
 
 
 def stacked_queries(q: Tensor, geo: Geometry) -> Tensor:
     """q [B, H, Tq, d] -> Q [B, H', Tq, G * n_alpha * d] (each group's rows for its V heads)."""
     B, _, Tq, d = q.shape
     alphas = geo.alphas
-    qs = q.unsqueeze(3) if len(alphas) == 1 else torch.stack([shift(q, a) for a in alphas], 3)
+    qs = q.unsqueeze(3) if len(alphas) == 1 else torch.stack(shifts(q, alphas), 3)
     n, G, V = geo.n_groups, geo.G, geo.V
     width = G * len(alphas) * d
     Q = qs.reshape(B, n, G, Tq, len(alphas), d).permute(0, 1, 3, 2, 4, 5).reshape(B, n, Tq, width)
@@ -44,10 +44,10 @@ def convolved_keys(k: Tensor, w: Tensor, geo: Geometry) -> Tensor:
     n_alpha = taps.shape[3]
     if G == 1 and n_alpha == 1 and V == 1:  # per-head 1-D: a depthwise causal conv of the keys
         out = None
-        for t, b in enumerate(geo.betas):
-            term = taps[:, 0, 0, 0, t].view(1, H, 1, 1) * shift(kh, b)
+        for t, kt in enumerate(shifts(kh, geo.betas)):
+            term = taps[:, 0, 0, 0, t].view(1, H, 1, 1) * kt
             out = term if out is None else out + term
         return out
-    ks = torch.stack([shift(kh, b) for b in geo.betas], 0).view(-1, B, n, G, Tk, d)
+    ks = torch.stack(shifts(kh, geo.betas), 0).view(-1, B, n, G, Tk, d)
     khat = torch.einsum("gvlxy,yzgljd->zgvjlxd", taps, ks)
     return khat.reshape(B, n * V, Tk, G * n_alpha * d)

@@ -33,7 +33,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from attnlab.model.virtual_fused.geometry import Geometry, repeat_heads, shift
+from attnlab.model.virtual_fused.geometry import Geometry, repeat_heads, shift, shifts
+from attnlab.model.virtual_fused.sdpa import attend
 from attnlab.parts import ScoreContext
 
 
@@ -60,10 +61,10 @@ def bidirectional_probs(
     n_alpha = taps.shape[3]
     ve = geo.value_heads(_values_with_ones(v, ctx.padding))  # [B, H', T, d + 1]
     e = d + 1
-    vs = torch.stack([shift(ve, -b) for b in geo.betas], 0).view(-1, B, n, V, T, e)
+    vs = torch.stack(shifts(ve, [-b for b in geo.betas]), 0).view(-1, B, n, V, T, e)
     vt = torch.einsum("gvlxy,yzgvmd->zglmvxd", taps, vs).reshape(B, H, T, V * n_alpha * e)
     sctx = ScoreContext(None, False, None, False, ctx.padding)
-    a = core.sdpa(q, repeat_heads(k, H), vt, sctx).view(B, n, G, T, V, n_alpha, e).sum(2)
+    a = attend(core, q, repeat_heads(k, H), vt, sctx).view(B, n, G, T, V, n_alpha, e).sum(2)
     if ctx.padding is not None:  # a padded query's row is outside the image
         a = a * ctx.padding[:, None, :, None, None, None].to(a.dtype)
     out = None
@@ -89,10 +90,10 @@ def causal_probs(
     kh = repeat_heads(k, H)
     e = d + 1
     ve = geo.value_heads(_values_with_ones(v, None))  # [B, H', Tk, e]
-    vs = torch.stack([shift(ve, t) for t in range(K)], 0).view(K, B, n, V, Tk, e)
+    vs = torch.stack(shifts(ve, list(range(K))), 0).view(K, B, n, V, Tk, e)
     vt = torch.einsum("gvlt,tzgvmd->zglmvd", taps, vs).reshape(B, H, Tk, V * e)
     if R:
-        near = [(q * shift(kh, -r)[:, :, offset:]).sum(-1) for r in range(R)]
+        near = [(q * kr[:, :, offset:]).sum(-1) for kr in shifts(kh, [-r for r in range(R)])]
         q = torch.cat([q, torch.stack(near, -1)], dim=-1)
         eye = torch.eye(R, dtype=q.dtype, device=q.device)
         k_extra = torch.cat([kh.new_zeros(R, dq), eye], dim=-1).expand(B, H, R, dq + R)
@@ -104,13 +105,13 @@ def causal_probs(
     else:
         allowed = torch.ones(Tq, R + Tk, dtype=torch.bool, device=q.device).tril(offset)
         sctx = ScoreContext(allowed, False)
-    a = core.sdpa(q, kh, vt, sctx)  # [B, H, Tq, V * e + R]
+    a = attend(core, q, kh, vt, sctx)  # [B, H, Tq, V * e + R]
     far = a[..., : V * e].reshape(B, n, G, Tq, V, e).sum(2)
     out = far.permute(0, 1, 3, 2, 4).reshape(B, n * V, Tq, e)
     if R:
         p = a[..., V * e :].reshape(B, n, G, Tq, R)
+        back = shifts(ve, [-u for u in range(R)])  # v at position offset + i - u
         for u in range(R):
             c = torch.einsum("zglir,gvlr->zgvi", p[..., u:], taps[..., : R - u])
-            v_u = shift(ve, -u)[:, :, offset:]  # v at position offset + i - u
-            out = out + c.reshape(B, n * V, Tq, 1) * v_u
+            out = out + c.reshape(B, n * V, Tq, 1) * back[u][:, :, offset:]
     return _ratio(out, d)
