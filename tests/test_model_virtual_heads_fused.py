@@ -358,3 +358,30 @@ def test_refused_combinations_name_the_key_and_the_fix(flags, needle) -> None:
     with pytest.raises(ConfigError) as e:
         load_config(None, ["model.attention.n_heads=4", "model.d_model=32", FUSED, *flags])
     assert needle in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        _options("logits", "full"),
+        _options("probs", "grouped"),
+        [*_options("probs", "none"), "model.score.kernel_size=4", *HEADS["gqa"]],
+        [*ENCODER, *_options("logits", "grouped", ("model.score.conv=2d",))],
+        [*ENCODER, *_options("probs", "full", ("model.score.conv=2d",))],
+    ],
+    ids=["logits_full", "probs_grouped", "probs_none_gqa", "enc_2d_logits", "enc_2d_probs"],
+)
+def test_every_call_runs_on_the_fused_kernel(flags) -> None:
+    """With ``attention.backend = "flash"`` torch may not fall back to its math path (which
+    forms the T x T matrix): training, padded batches and cached decoding all still run."""
+    model = build_model(tiny(FUSED, "model.attention.backend=flash", *flags))
+    ids = torch.randint(0, 64, (2, 9))
+    if model.cfg.family == "encoder":
+        _, real = _padded_batch([9, 5], 9)
+        model(ids, padding_mask=real).logits.sum().backward()
+        return
+    model(ids).logits.sum().backward()
+    model.eval()
+    cache = model.new_cache(2, 9, dtype=torch.float64)
+    for a, b in ((0, 5), (5, 7), (7, 8), (8, 9)):
+        model(ids[:, a:b], cache=cache)
