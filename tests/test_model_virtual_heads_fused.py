@@ -385,3 +385,43 @@ def test_every_call_runs_on_the_fused_kernel(flags) -> None:
     cache = model.new_cache(2, 9, dtype=torch.float64)
     for a, b in ((0, 5), (5, 7), (7, 8), (8, 9)):
         model(ids[:, a:b], cache=cache)
+
+
+@pytest.mark.parametrize(
+    ("flags", "score"),
+    [
+        (["model.position.kind=rope"], _options("logits", "full")),
+        (["model.position.kind=alibi"], _options("probs", "full")),
+        (
+            [*ENCODER, "model.position.kind=rope"],
+            _options("logits", "full", ("model.score.conv=2d",)),
+        ),
+    ],
+    ids=["causal_logits", "causal_probs_alibi", "encoder_2d"],
+)
+def test_query_chunks_with_recomputation_are_exact(monkeypatch, flags, score) -> None:
+    """Wide calls on CPU run in query chunks recomputed in the backward pass (forced here by a
+    budget of a few scores): same outputs, gradients, padded rows and cached decoding."""
+    from attnlab.model.virtual_fused import chunked
+
+    calls = []
+    monkeypatch.setattr(chunked, "BUDGET", 48)
+    monkeypatch.setattr(chunked, "MIN_ROWS", 3)
+    monkeypatch.setattr(chunked, "checkpoint", lambda *a, **k: calls.append(1) or _ckpt(*a, **k))
+    fused, ref = fused_and_reference(flags, score)
+    ids = torch.randint(0, 64, (2, 10))
+    if fused.cfg.family == "encoder":
+        ids, real = _padded_batch([10, 6], 10)
+        _assert_same_function(fused, ref, ids, padding_mask=real)
+    else:
+        _assert_same_function(fused, ref, ids)
+        cache = fused.new_cache(2, 10, dtype=torch.float64)
+        inc = torch.cat([fused(ids[:, a:b], cache=cache).logits for a, b in ((0, 6), (6, 10))], 1)
+        torch.testing.assert_close(inc, ref(ids).logits, atol=1e-12, rtol=0)
+    assert calls, "the call was not chunked"
+
+
+def _ckpt(*args, **kw):
+    from torch.utils.checkpoint import checkpoint
+
+    return checkpoint(*args, **kw)

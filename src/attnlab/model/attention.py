@@ -55,8 +55,11 @@ class AttentionCore(nn.Module):
             return self.explicit(q, k, v, ctx)
         return self.sdpa(q, k, v, ctx), None
 
-    def sdpa(self, q: Tensor, k: Tensor, v: Tensor, ctx: ScoreContext) -> Tensor:
-        """The fused path (no T x T matrix is kept)."""
+    def sdpa(
+        self, q: Tensor, k: Tensor, v: Tensor, ctx: ScoreContext, scale: float | None = None
+    ) -> Tensor:
+        """The fused path (no T x T matrix is kept); ``scale`` replaces the softmax scale (e.g.
+        1 for queries a part has already scaled)."""
         drop = self.dropout if self.training else 0.0
         allowed, is_causal, mask = ctx.allowed, ctx.is_causal, None
         if ctx.padding is not None:
@@ -83,7 +86,7 @@ class AttentionCore(nn.Module):
                     attn_mask=mask,
                     dropout_p=drop,
                     is_causal=is_causal,
-                    scale=self.scale,
+                    scale=self.scale if scale is None else scale,
                     enable_gqa=gqa,
                 )
         except RuntimeError as e:

@@ -241,7 +241,7 @@ class VirtualHeadsFused(ScorePart):
             if causal:
                 return causal_probs(q, k, v, self.weight, self.geo, core, offset), None
             return bidirectional_probs(q, k, v, self.weight, self.geo, core, ctx), None
-        Q = stacked_queries(q, self.geo)
+        Q = stacked_queries(q * core.scale, self.geo)  # scaled before the H'-fold stacking
         Khat = convolved_keys(k, self.weight, self.geo)
         sctx = ScoreContext(ctx.allowed, ctx.is_causal, None, False, ctx.padding)
-        return attend(core, Q, Khat, self.geo.value_heads(v), sctx), None
+        return attend(core, Q, Khat, self.geo.value_heads(v), sctx, scale=1.0), None
