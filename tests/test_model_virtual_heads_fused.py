@@ -338,7 +338,7 @@ def test_part_declares_no_attention_matrix_and_its_costs() -> None:
     )
     assert base.extra_flops(T) == 2 * H * 1 * 3 * dh  # per head: only the key convolution
     assert part.weight.shape == (4, 4, 3) and base.weight.shape == (4, 1, 3)
-    assert any("zero-padded" in n for n in part.notes())
+    assert any("query chunks" in n for n in part.notes())
 
 
 @pytest.mark.parametrize(

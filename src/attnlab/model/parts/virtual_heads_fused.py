@@ -189,9 +189,9 @@ class VirtualHeadsFused(ScorePart):
 
     def extra_flops(self, seq_len: int) -> int:
         """Forward FLOPs per token of the algorithm beyond the 4 T d_h H' the model counts for
-        attention: QK^T and P V at the call's widths plus the key (or value) convolution. The
-        zero columns the kernel pads the narrower side with (see ``virtual_fused.sdpa``) are
-        not counted; ``notes`` states them."""
+        attention: QK^T and P V at the call's widths plus the key (or value) convolution. Zero
+        columns a kernel may pad the narrower side with (``virtual_fused.sdpa``) are not
+        counted; ``notes`` states how the call runs."""
         geo, T = self.geo, seq_len
         qk, v, heads = self.call_widths()
         conv = 2 * geo.H_out * geo.G * len(geo.alphas) * len(geo.betas)
@@ -202,18 +202,19 @@ class VirtualHeadsFused(ScorePart):
         geo, d = self.geo, self.head_dim
         qk, v, heads = self.call_widths()
         ratio = qk * heads / (d * geo.H_out), v * heads / (d * geo.H_out)
-        pad = (
-            f"; the fused kernel takes one head width, so the narrower side is zero-padded to "
-            f"{max(qk, v)} (executed attention FLOPs {max(qk, v) * heads / (d * geo.H_out):.3g}x"
-            " the baseline's, not counted in the FLOPs above)"
-            if qk != v
-            else ""
-        )
+        how = ""
+        if max(qk, v) > 2 * min(qk, v):
+            how = (
+                "; widths this different run on CPU as query chunks of plain GEMMs, recomputed "
+                f"in the backward pass (elsewhere zero-padded to width {max(qk, v)})"
+            )
+        elif qk != v:
+            how = f"; the fused kernel takes one width: the narrower side is zero-padded to {max(qk, v)}"
         return [
             f"score: fused virtual heads (on={self.on}, conv={self.conv}, mixing={self.mixing}, "
-            f"G={geo.G}, K={geo.K}, H'={geo.H_out}): one SDPA call over {heads} heads, QK^T at "
-            f"width {qk} ({ratio[0]:.3g}x the baseline's QK^T FLOPs), P V at width {v} "
-            f"({ratio[1]:.3g}x){pad}; O(T) memory, no T x T map"
+            f"G={geo.G}, K={geo.K}, H'={geo.H_out}): one attention call over {heads} heads, QK^T "
+            f"at width {qk} ({ratio[0]:.3g}x the baseline's QK^T FLOPs), P V at width {v} "
+            f"({ratio[1]:.3g}x){how}; O(T) memory, no T x T map"
         ]
 
     # ----------------------------------------------------------------------------------- forward
