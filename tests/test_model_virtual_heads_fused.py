@@ -425,3 +425,23 @@ def _ckpt(*args, **kw):
     from torch.utils.checkpoint import checkpoint
 
     return checkpoint(*args, **kw)
+
+
+def test_bench_shows_the_fused_variants_as_sdpa_and_the_materialised_as_o_t2() -> None:
+    from attnlab.bench.subjects import build_subject
+    from attnlab.bench.training import attention_note
+
+    base = load_config(
+        "tiny", ["model.d_model=32", "model.n_layers=1", "model.attention.n_heads=2"]
+    )
+    notes = {
+        name: attention_note(build_subject(name, base, 16), batch=2, seq_len=16)
+        for name in (
+            "virtual_heads",
+            "virtual_heads_fused",
+            "virtual_heads_fused_full",
+            "virtual_heads_fused_probs",
+        )
+    }
+    assert notes.pop("virtual_heads").startswith("O(T^2 H)")
+    assert set(notes.values()) == {"SDPA, O(T)"}
