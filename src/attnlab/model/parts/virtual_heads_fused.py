@@ -19,7 +19,12 @@ so (``attnlab.model.virtual_fused``):
 - ALiBi (causal): two extra q/k columns carry its bias ``m (j - i)`` through the convolution.
 
 Same function as ``virtual_heads`` with the same (dense) weights; params H' * G * K (2-D:
-H' * G * K^2). Memory O(T) per head: no [B, H, T, T] tensor. Falls back to the materialised
+H' * G * K^2). ``mixing`` defaults to "full", whose kernel has ``virtual_heads``' shape [H', H, K]
+(the two kinds load each other's weights). Each forward is one attention call
+(``virtual_fused.sdpa.attend``): torch's fused kernel takes one head width, so the narrower side is
+zero-padded, except on CPU where a call whose widths differ more than 2x (mixed heads: G * d_h
+against d_h) runs as query chunks of plain GEMMs recomputed in the backward pass. Memory O(T) per
+head: no [B, H, T, T] tensor (a chunk holds at most 2^22 scores). Falls back to the materialised
 path (``AttentionCore.explicit``) when attention maps are requested, with
 ``attention.backend = "math"``, and for a one-token decoding step (its single row of the map,
 O(T_k * H')). Refused (config error): T5 relative buckets and the bidirectional ALiBi bias (not
