@@ -401,13 +401,15 @@ def test_every_call_runs_on_the_fused_kernel(flags) -> None:
 )
 def test_query_chunks_with_recomputation_are_exact(monkeypatch, flags, score) -> None:
     """Wide calls on CPU run in query chunks recomputed in the backward pass (forced here by a
-    budget of a few scores): same outputs, gradients, padded rows and cached decoding."""
+    budget of a few scores): same outputs, gradients, padded rows and cached decoding; a chunk's
+    dropout masks are drawn again identically in the backward pass (gradcheck)."""
     from attnlab.model.virtual_fused import chunked
 
     calls = []
+    plan = chunked._plan
     monkeypatch.setattr(chunked, "BUDGET", 48)
     monkeypatch.setattr(chunked, "MIN_ROWS", 3)
-    monkeypatch.setattr(chunked, "checkpoint", lambda *a, **k: calls.append(1) or _ckpt(*a, **k))
+    monkeypatch.setattr(chunked, "_plan", lambda *a: calls.append(1) or plan(*a))
     fused, ref = fused_and_reference(flags, score)
     ids = torch.randint(0, 64, (2, 10))
     if fused.cfg.family == "encoder":
@@ -419,12 +421,6 @@ def test_query_chunks_with_recomputation_are_exact(monkeypatch, flags, score) ->
         inc = torch.cat([fused(ids[:, a:b], cache=cache).logits for a, b in ((0, 6), (6, 10))], 1)
         torch.testing.assert_close(inc, ref(ids).logits, atol=1e-12, rtol=0)
     assert calls, "the call was not chunked"
-
-
-def _ckpt(*args, **kw):
-    from torch.utils.checkpoint import checkpoint
-
-    return checkpoint(*args, **kw)
 
 
 def test_bench_shows_the_fused_variants_as_sdpa_and_the_materialised_as_o_t2() -> None:
@@ -445,3 +441,39 @@ def test_bench_shows_the_fused_variants_as_sdpa_and_the_materialised_as_o_t2() -
     }
     assert notes.pop("virtual_heads").startswith("O(T^2 H)")
     assert set(notes.values()) == {"SDPA, O(T)"}
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.3])
+@pytest.mark.parametrize("mask", ["causal", "allowed", "padding"])
+def test_chunked_attention_gradcheck(monkeypatch, dropout, mask) -> None:
+    from attnlab.model.virtual_fused import chunked
+    from attnlab.parts import ScoreContext
+
+    monkeypatch.setattr(chunked, "BUDGET", 40)
+    monkeypatch.setattr(chunked, "MIN_ROWS", 2)
+    q, k = torch.randn(2, 2, 7, 6), torch.randn(2, 2, 9, 6)
+    v = torch.randn(2, 2, 9, 3)
+    ctx = {
+        "causal": ScoreContext(None, True),
+        "allowed": ScoreContext(torch.ones(7, 9, dtype=torch.bool).tril(2), False),
+        "padding": ScoreContext(
+            None, False, padding=torch.arange(9)[None, :] < torch.tensor([[9], [4]])
+        ),
+    }[mask]
+    want = torch.nn.functional.scaled_dot_product_attention(
+        q,
+        k,
+        v,
+        attn_mask=None if mask == "causal" else chunked._plan(7, 9, 7, ctx, None)[0][3],
+        is_causal=mask == "causal",
+        scale=0.4,
+    )
+    assert len(chunked._plan(7, 9, 2, ctx, None)) > 1
+
+    def f(q, k, v):
+        torch.manual_seed(5)
+        return chunked.chunked_attention(q, k, v, ctx, 0.4, dropout)
+
+    if not dropout:
+        torch.testing.assert_close(f(q, k, v), want, atol=1e-12, rtol=0)
+    torch.autograd.gradcheck(f, (q.requires_grad_(), k.requires_grad_(), v.requires_grad_()))
