@@ -119,7 +119,7 @@ def _markdown(r: dict, seq_lens: list[int]) -> str:
     for name, by_t in rows.items():
         vals = [by_t.get(T) for T in seq_lens]
         cells = [f"{v:,.0f}" if v is not None else "failed" for v in vals]
-        grow = f"+{vals[-1] - vals[0]:,.0f}" if None not in (vals[0], vals[-1]) else "-"
+        grow = f"{vals[-1] - vals[0]:+,.0f}" if None not in (vals[0], vals[-1]) else "-"
         lines.append(f"| {name} | " + " | ".join(cells) + f" | {grow} |\n")
     m = r["machine"]
     return (
