@@ -477,3 +477,18 @@ def test_chunked_attention_gradcheck(monkeypatch, dropout, mask) -> None:
     if not dropout:
         torch.testing.assert_close(f(q, k, v), want, atol=1e-12, rtol=0)
     torch.autograd.gradcheck(f, (q.requires_grad_(), k.requires_grad_(), v.requires_grad_()))
+
+
+@pytest.mark.parametrize(
+    "module", ["attnlab.model.parts.virtual_heads", "attnlab.model.parts.virtual_heads_fused"]
+)
+def test_either_part_module_imports_first_in_a_fresh_process(module: str) -> None:
+    """A spawned worker (``compare --jobs``) may import a part's module before the registry:
+    the built-in modules must not import each other (a partially initialised module)."""
+    import subprocess
+    import sys
+
+    code = f"import {module}; from attnlab.parts import registry; print(registry.kinds('score'))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "virtual_heads_fused" in out.stdout

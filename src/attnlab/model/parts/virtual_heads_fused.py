@@ -42,9 +42,9 @@ from pydantic import Field
 from torch import Tensor, nn
 
 from attnlab.errors import UserError
-from attnlab.model.parts.virtual_heads import convolve_scores
 from attnlab.model.virtual_fused.alibi import alibi_columns
 from attnlab.model.virtual_fused.geometry import Geometry
+from attnlab.model.virtual_fused.image import convolve_scores
 from attnlab.model.virtual_fused.keys import convolved_keys, stacked_queries
 from attnlab.model.virtual_fused.probs import bidirectional_probs, causal_probs
 from attnlab.model.virtual_fused.sdpa import attend
