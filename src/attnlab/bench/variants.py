@@ -78,6 +78,21 @@ VARIANTS: dict[str, Variant] = {
             ("score.kind=virtual_heads",),
         ),
         Variant(
+            "virtual_heads_fused",
+            "the same convolution per head (mixing none) on the fused SDPA path: convolved keys",
+            ("score.kind=virtual_heads_fused", "score.mixing=none"),
+        ),
+        Variant(
+            "virtual_heads_fused_full",
+            "virtual_heads' function (all heads mix) on the fused path: head width H d_h",
+            ("score.kind=virtual_heads_fused", "score.mixing=full"),
+        ),
+        Variant(
+            "virtual_heads_fused_probs",
+            "per-head conv over the probabilities (then mask, renormalise), fused path",
+            ("score.kind=virtual_heads_fused", "score.mixing=none", "score.on=probs"),
+        ),
+        Variant(
             "explicit_attention",
             "baseline through the explicit (math) attention path",
             ("attention.backend=math",),

@@ -55,10 +55,16 @@ class AttentionCore(nn.Module):
             return self.explicit(q, k, v, ctx)
         return self.sdpa(q, k, v, ctx), None
 
-    def sdpa(self, q: Tensor, k: Tensor, v: Tensor, ctx: ScoreContext) -> Tensor:
-        """The fused path (no T x T matrix is kept)."""
+    def sdpa(
+        self, q: Tensor, k: Tensor, v: Tensor, ctx: ScoreContext, scale: float | None = None
+    ) -> Tensor:
+        """The fused path (no T x T matrix is kept); ``scale`` replaces the softmax scale (e.g.
+        1 for queries a part has already scaled)."""
         drop = self.dropout if self.training else 0.0
         allowed, is_causal, mask = ctx.allowed, ctx.is_causal, None
+        if ctx.padding is not None:
+            allowed = _with_padding(allowed, is_causal, ctx.padding, q.shape[2], k.shape[2])
+            is_causal = False
         if ctx.bias is not None:
             mask = ctx.bias.to(q.dtype)
             if allowed is None and is_causal:
@@ -80,7 +86,7 @@ class AttentionCore(nn.Module):
                     attn_mask=mask,
                     dropout_p=drop,
                     is_causal=is_causal,
-                    scale=self.scale,
+                    scale=self.scale if scale is None else scale,
                     enable_gqa=gqa,
                 )
         except RuntimeError as e:
@@ -104,6 +110,10 @@ class AttentionCore(nn.Module):
             allowed = torch.ones(Tq, Tk, dtype=torch.bool, device=q.device)
             if ctx.is_causal:
                 allowed = allowed.tril(Tk - Tq)
+        inside = allowed  # where the scores a transform reads are real (zero elsewhere)
+        if ctx.padding is not None:
+            allowed = allowed & ctx.padding[:, None, None, :]
+            inside = allowed & ctx.padding[:, None, Tk - Tq :, None]
         if q.shape[1] != k.shape[1]:
             k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
         scores = (q * self.scale) @ k.transpose(-2, -1)  # scale the [T, d_h] side, not [T, T]
@@ -111,9 +121,11 @@ class AttentionCore(nn.Module):
             scores = scores + ctx.bias.to(scores.dtype)
         neg = torch.finfo(scores.dtype).min
         if transform is not None and transform.on == "logits":
-            scores = transform.transform(scores.masked_fill(~allowed, 0.0), allowed)
+            scores = transform.transform(scores.masked_fill(~inside, 0.0), allowed)
         probs = torch.softmax(scores.masked_fill(~allowed, neg), dim=-1)
         if transform is not None and transform.on == "probs":
+            if ctx.padding is not None:  # a padded query's row is outside the image
+                probs = probs.masked_fill(~inside, 0.0)
             probs = transform.transform(probs, allowed).masked_fill(~allowed, 0.0)
             probs = probs / probs.sum(-1, keepdim=True).clamp_min(1e-9)
         probs = probs.masked_fill(~allowed, 0.0)
@@ -122,3 +134,14 @@ class AttentionCore(nn.Module):
         if probs.shape[1] != v.shape[1]:
             v = v.repeat_interleave(probs.shape[1] // v.shape[1], dim=1)
         return probs @ v, probs
+
+
+def _with_padding(
+    allowed: Tensor | None, is_causal: bool, padding: Tensor, Tq: int, Tk: int
+) -> Tensor:
+    """[B, 1, Tq, Tk] bool: ``allowed`` (or the causal/full pattern) and the key is a real token."""
+    if allowed is None:
+        allowed = torch.ones(Tq, Tk, dtype=torch.bool, device=padding.device)
+        if is_causal:
+            allowed = allowed.tril(Tk - Tq)
+    return allowed & padding[:, None, None, :]

@@ -134,7 +134,7 @@ class Attention(DecodeLayout, nn.Module):
         else:
             q, k, v = self.project_qkv(u)
             k, v = self._heads(k, self.Hkv), self._heads(v, self.Hkv)
-            sctx = ScoreContext(ctx.allowed, ctx.is_causal, ctx.bias, ctx.need_weights)
+            sctx = ScoreContext(ctx.allowed, ctx.is_causal, ctx.bias, ctx.need_weights, ctx.padding)
         q = self._heads(q, self.H)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)

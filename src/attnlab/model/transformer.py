@@ -85,6 +85,7 @@ class Stack(nn.Module):
         device: torch.device,
         need_weights: bool,
         dtype: torch.dtype = torch.float32,
+        padding: Tensor | None = None,
     ) -> AttnContext:
         a = self.cfg.attention
         q_pos = torch.arange(start, start + T, device=device)
@@ -105,7 +106,9 @@ class Stack(nn.Module):
         rope = None
         if self.rotary is not None:
             rope = self.rotary.cos_sin(q_pos, dtype)
-        return AttnContext(q_pos, k_pos, allowed, is_causal, bias, rope, start, need_weights)
+        return AttnContext(
+            q_pos, k_pos, allowed, is_causal, bias, rope, start, need_weights, padding
+        )
 
     def forward(
         self,
@@ -278,6 +281,7 @@ class Transformer(nn.Module):
         return_attn: bool = False,
         last_logits_only: bool = False,
         return_logits: bool = True,
+        padding_mask: Tensor | None = None,
     ) -> ModelOutput:
         """Logits over the vocabulary for every position of ``input_ids`` [B, T].
 
@@ -287,14 +291,23 @@ class Transformer(nn.Module):
         the LM head to the last position alone (decoding reads nothing else). With targets,
         ``return_logits=False`` computes the loss by ``linear_cross_entropy`` (chunked, the
         [B, T, V] logits never materialised; ``logits`` is then None): what the trainer uses.
+        ``padding_mask`` [B, T] (encoder family only; 1/True at real tokens, rows right-padded)
+        masks the padded keys, so a row's real positions come out as if it were alone; a causal
+        model needs none (right padding never reaches an earlier position).
         """
         if cache is not None:
             start_pos = cache.length
         T = input_ids.shape[1]
+        if padding_mask is not None and self.cfg.family != "encoder":
+            raise InvalidRequestError(
+                f"padding_mask is for model.family='encoder' (this model is "
+                f"{self.cfg.family!r}); a causal stack needs none for right-padded rows"
+            )
         if self.cfg.family == "encoder":
             assert self.encoder is not None
             x = self._embed(input_ids, 0)
-            ctx = self.encoder.context(T, 0, x.device, return_attn, x.dtype)
+            pad = None if padding_mask is None else padding_mask.to(torch.bool)
+            ctx = self.encoder.context(T, 0, x.device, return_attn, x.dtype, pad)
             h, maps = self.encoder(x, ctx)
         else:
             assert self.decoder is not None

@@ -92,12 +92,16 @@ class ScorePart(Part):
 @dataclass
 class ScoreContext:
     """The mask and bias of one attention call: ``allowed`` [Tq,Tk] bool or None with
-    ``is_causal``; ``bias`` [H,Tq,Tk] or None; ``need_weights``: return the probabilities."""
+    ``is_causal``; ``bias`` [H,Tq,Tk] or None; ``need_weights``: return the probabilities;
+    ``padding`` [B,Tk] bool or None: True at real tokens of a right-padded batch (an encoder's
+    variable-length rows; padded keys are masked out, and a score part must treat padded queries
+    and keys as if the row ended there)."""
 
     allowed: Tensor | None
     is_causal: bool
     bias: Tensor | None = None
     need_weights: bool = False
+    padding: Tensor | None = None
 
 
 class FeatureMapPart(Part):

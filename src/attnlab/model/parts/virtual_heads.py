@@ -17,10 +17,10 @@ from __future__ import annotations
 from typing import Literal
 
 import torch
-import torch.nn.functional as F
 from pydantic import Field
 from torch import Tensor, nn
 
+from attnlab.model.virtual_fused.image import convolve_scores
 from attnlab.parts import Dims, Init, PartOptions, ScoreContext, ScorePart, register
 
 
@@ -83,13 +83,7 @@ class VirtualHeads(ScorePart):
         return 2 * self.weight.numel() * seq_len
 
     def transform(self, s: Tensor, allowed: Tensor) -> Tensor:
-        B, H, Tq, Tk = s.shape
-        if self.conv == "1d":
-            rows = s.permute(0, 2, 1, 3).reshape(B * Tq, H, Tk)
-            # w[.., t] multiplies key j - t: flip so conv1d's cross-correlation reads left padding.
-            out = F.conv1d(F.pad(rows, (self.k - 1, 0)), self.weight.flip(-1))
-            return out.reshape(B, Tq, -1, Tk).permute(0, 2, 1, 3)
-        return F.conv2d(s, self.weight, padding=self.k // 2)
+        return convolve_scores(s, self.weight)
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, core, ctx: ScoreContext):
         return core.explicit(q, k, v, ctx, transform=self)
