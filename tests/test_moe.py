@@ -294,12 +294,12 @@ def test_single_expert_is_a_plain_mlp():
 def test_impl_choice_and_alignment_error():
     m = make(d=8, d_out=12, h=16)
     x = torch.randn(4, 8)
-    assert not m._use_grouped(x, torch.float32)  # auto on CPU: the loop (faster there)
-    assert not m._use_grouped(x, torch.bfloat16)
+    assert m._impl_for(x, torch.float32) == "loop"  # auto on CPU: the loop
+    assert m._impl_for(x, torch.bfloat16) == "loop"
     m.impl = "grouped"
-    assert m._use_grouped(x, torch.float32)  # 12 fp32 = 48 bytes: aligned
+    assert m._impl_for(x, torch.float32) == "grouped"  # 12 fp32 = 48 bytes: aligned
     with pytest.raises(UserError, match="multiple of 16 bytes"):
-        m._use_grouped(x, torch.bfloat16)  # 12 bf16 = 24 bytes
+        m._impl_for(x, torch.bfloat16)  # 12 bf16 = 24 bytes
     with pytest.raises(UserError, match=r"'model\.value\.impl' = 'dense' is not allowed"):
         load_config("tiny-moe-values", ["model.value.impl=dense"])
 

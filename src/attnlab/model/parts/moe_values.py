@@ -42,7 +42,7 @@ Init: router and expert weights N(0, the model's init std), biases 0.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Literal
+from typing import Literal, get_args
 
 import torch
 import torch.nn.functional as F
@@ -52,10 +52,19 @@ from torch import Tensor, nn
 from attnlab.errors import UserError
 from attnlab.model.activations import make_activation
 from attnlab.model.linear import Linear
+from attnlab.model.parts.moe_dispatch import (
+    combine,
+    dispatch,
+    experts_grouped,
+    experts_loop,
+    experts_padded,
+    sort_by_expert,
+)
 from attnlab.parts import Dims, Init, PartOptions, ValuePart, register
 from attnlab.schema import Activation
 
-Impl = Literal["auto", "loop", "grouped"]
+Impl = Literal["auto", "loop", "grouped", "padded"]
+IMPLS: tuple[str, ...] = get_args(Impl)
 
 
 def load_balancing_loss(probs: Tensor, experts: Tensor, n_experts: int) -> Tensor:
@@ -110,7 +119,7 @@ class MoEValues(ValuePart):
         activation: Activation = "gelu"
         aux_loss_coef: float = Field(0.01, ge=0)
         z_loss_coef: float = Field(1e-3, ge=0)
-        impl: Impl = Field("auto", description="expert dispatch: auto, loop or grouped")
+        impl: Impl = Field("auto", description="expert blocks: auto, loop, grouped or padded")
 
         def check(self, model) -> list[str]:
             out = []
@@ -133,8 +142,8 @@ class MoEValues(ValuePart):
                 f"model.value.top_k={opts.top_k} exceeds model.value.n_experts="
                 f"{opts.n_experts}; lower top_k or add experts"
             )
-        if opts.impl not in ("auto", "loop", "grouped"):
-            raise UserError(f"MoEValues impl={opts.impl!r}; choose 'auto', 'loop' or 'grouped'")
+        if opts.impl not in IMPLS:
+            raise UserError(f"MoEValues impl={opts.impl!r}; choose one of {', '.join(IMPLS)}")
         self.d_model, self.d_out = dims.d_model, dims.d_kv
         self.n_experts, self.top_k = opts.n_experts, opts.top_k
         self.hidden = opts.expert_hidden or dims.d_model
@@ -208,9 +217,8 @@ class MoEValues(ValuePart):
         size = torch.empty((), dtype=dtype).element_size()
         return all(w * size % 16 == 0 for w in (self.d_model, self.hidden, self.d_out))
 
-    def _use_grouped(self, x: Tensor, dtype: torch.dtype) -> bool:
-        if self.impl == "loop":
-            return False
+    def _impl_for(self, x: Tensor, dtype: torch.dtype) -> Impl:
+        """The expert-block implementation this call runs (``impl``, with ``auto`` resolved)."""
         if self.impl == "grouped":
             if not hasattr(F, "grouped_mm"):
                 raise UserError(
@@ -223,38 +231,16 @@ class MoEValues(ValuePart):
                     f"d_model={self.d_model}, hidden={self.hidden}, d_out={self.d_out} in {dtype} "
                     "are not. Use impl='loop' (or 'auto') or change the widths"
                 )
-            return True
+        if self.impl != "auto":
+            return self.impl
         # grouped_mm's compile (meta) path accepts bf16 only; CUDA is where it beats the loop
-        return (
+        grouped = (
             hasattr(F, "grouped_mm")
             and x.device.type == "cuda"
             and dtype == torch.bfloat16
             and self._aligned(dtype)
         )
-
-    def _experts_loop(self, x_sorted: Tensor, counts: Tensor) -> Tensor:
-        outs = []
-        for e, xs in enumerate(x_sorted.split(counts.tolist())):
-            hdn = xs @ self.w_in[e]
-            if self.b_in is not None:
-                hdn = hdn + self.b_in[e]
-            y = self.act(hdn) @ self.w_out[e]
-            if self.b_out is not None:
-                y = y + self.b_out[e]
-            outs.append(y)
-        return torch.cat(outs)
-
-    def _experts_grouped(
-        self, x_sorted: Tensor, counts: Tensor, expert_sorted: Tensor, dtype: torch.dtype
-    ) -> Tensor:
-        offs = counts.cumsum(0).to(torch.int32)
-        hdn = F.grouped_mm(x_sorted.to(dtype), self.w_in.to(dtype), offs=offs)
-        if self.b_in is not None:
-            hdn = hdn + self.b_in.to(dtype)[expert_sorted]
-        y = F.grouped_mm(self.act(hdn), self.w_out.to(dtype), offs=offs)
-        if self.b_out is not None:
-            y = y + self.b_out.to(dtype)[expert_sorted]
-        return y
+        return "grouped" if grouped else "loop"
 
     # --------------------------------------------------------------------------------- forward
 
@@ -267,20 +253,22 @@ class MoEValues(ValuePart):
         N, k, E = x.shape[0], self.top_k, self.n_experts
 
         logits, probs, experts, gates = self.route(x)
-        flat = experts.reshape(-1)
-        expert_sorted, order = flat.sort(stable=True)
+        order, inverse, expert_sorted = sort_by_expert(experts)
         counts = torch.zeros(E, dtype=torch.long, device=x.device)
-        counts.scatter_add_(0, flat, torch.ones_like(flat))
-        x_sorted = x[order // k]
+        counts.scatter_add_(0, expert_sorted, torch.ones_like(expert_sorted))
+        x_sorted = dispatch(x, order, inverse, k)
 
         dtype = _compute_dtype(x)
-        if self._use_grouped(x, dtype):
-            y_sorted = self._experts_grouped(x_sorted, counts, expert_sorted, dtype)
+        weights = (self.w_in, self.b_in, self.w_out, self.b_out, self.act)
+        impl = self._impl_for(x, dtype)
+        if impl == "grouped":
+            y_sorted = experts_grouped(x_sorted, counts, expert_sorted, *weights, dtype)
+        elif impl == "padded":
+            y_sorted = experts_padded(x_sorted, counts, expert_sorted, *weights)
         else:
-            y_sorted = self._experts_loop(x_sorted, counts)
+            y_sorted = experts_loop(x_sorted, counts, *weights)
 
-        inverse = torch.empty_like(order).scatter_(0, order, torch.arange(N * k, device=x.device))
-        y = y_sorted[inverse].view(N, k, self.d_out)
+        y = combine(y_sorted, order, inverse).view(N, k, self.d_out)
         v = (y * gates.unsqueeze(-1).to(y.dtype)).sum(1)
 
         balance = load_balancing_loss(probs, experts, E)
