@@ -19,9 +19,6 @@ Expert blocks (all exact and dropless; each one's output equals the per-token fo
   expert would make autograd fill and add a full [E, ...] gradient per expert.
 - ``grouped``: ``torch.nn.functional.grouped_mm`` with int32 offsets, one call per matrix
   (forward and backward), no host sync; float32/bfloat16 rows of a multiple of 16 bytes.
-- ``padded``: each block copied into a [E, C, d] buffer padded to C = the largest block of this
-  batch (dropless capacity), one ``torch.bmm`` per matrix. Costs E C / (N k) times the expert
-  FLOPs (>= 1; 1 only when the load is perfectly even) and an O(E C d) buffer.
 """
 
 from __future__ import annotations
@@ -143,29 +140,3 @@ def experts_grouped(
     if b_out is not None:
         y = y + b_out.to(dtype)[expert_sorted]
     return y
-
-
-def experts_padded(
-    x_sorted: Tensor,
-    counts: Tensor,
-    expert_sorted: Tensor,
-    w_in: Tensor,
-    b_in: Tensor | None,
-    w_out: Tensor,
-    b_out: Tensor | None,
-    act: Act,
-) -> Tensor:
-    """Blocks padded to the largest one (C rows), one ``bmm`` per matrix; padding rows are zero
-    in and dropped out, so they add nothing to the output or the gradients."""
-    E, M = counts.shape[0], x_sorted.shape[0]
-    C = int(counts.max())
-    starts = counts.cumsum(0) - counts
-    rows = expert_sorted * C + (torch.arange(M, device=x_sorted.device) - starts[expert_sorted])
-    buf = x_sorted.new_zeros(E * C, x_sorted.shape[-1]).index_copy(0, rows, x_sorted)
-    hdn = torch.bmm(buf.view(E, C, -1), w_in)
-    if b_in is not None:
-        hdn = hdn + b_in.unsqueeze(1)
-    y = torch.bmm(act(hdn), w_out)
-    if b_out is not None:
-        y = y + b_out.unsqueeze(1)
-    return y.view(E * C, -1).index_select(0, rows)

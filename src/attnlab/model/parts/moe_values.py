@@ -23,18 +23,21 @@ Cost per token (forward matmul FLOPs): router 2dE, experts k (2dh + 2h d_out).
 Params: router dE; each expert dh + h d_out (+ h + d_out with biases); active per token
 dE + k (dh + h d_out [+ h + d_out]) of dE + E (...) in total.
 
-Dispatch: the N k (token, expert) pairs are sorted by expert (stable), the token rows gathered into
-one [N k, d] matrix whose row blocks belong to consecutive experts, each block multiplied by its
-expert's weights, and the results un-permuted and gate-weighted. Two ways to run the blocks:
+Dispatch (``moe_dispatch.py``): the N k (token, expert) slots are sorted by expert (stable), the
+token rows gathered into one [N k, d] matrix whose row blocks belong to consecutive experts, each
+block multiplied by its expert's weights, and the results gathered back and gate-weighted; the
+gradients of both moves are gathers too (no scatter-add). ``impl`` picks how the blocks run:
 
-- ``loop``: a Python loop over E with one matmul pair per expert (``split`` by the counts). Needs the
-  counts on the host (one device sync per call, a graph break under ``torch.compile``); any width,
-  any dtype.
-- ``grouped``: ``torch.nn.functional.grouped_mm`` with int32 offsets: no host sync, traces with
-  ``torch.compile(fullgraph=True)`` in bf16 (its compile path takes bf16 only; eager also takes
-  fp32). Needs rows of a multiple of 16 bytes (d, h, d_out divisible by 8 in bf16, 4 in fp32).
-- ``auto`` (default): ``grouped`` on CUDA in bf16 (autocast or bf16 weights) with aligned widths,
-  else ``loop``.
+- ``grouped``: ``torch.nn.functional.grouped_mm`` with int32 offsets, one call per matrix forward
+  and per gradient, no host sync. Eager on CPU (float32) and CUDA; under ``torch.compile`` bf16
+  only (traces with ``fullgraph=True``). Needs rows of a multiple of 16 bytes (d, h, d_out
+  divisible by 4 in fp32, 8 in bf16).
+- ``loop``: a Python loop over E, one matmul pair per expert. Reads the block sizes on the host
+  (a device sync, a graph break under ``torch.compile``); any width, any dtype (float64 too).
+- ``auto`` (default): ``grouped`` where it runs (CUDA bf16; CPU float32 eager) with aligned
+  widths, else ``loop``. At the CPU bench shape (d = h = 256, E = 8, k = 2, 2048 tokens, 2
+  threads) grouped and the loop cost about the same per token; a [E, C, d] batch padded to the
+  largest block (``torch.bmm``) cost 1.37x the loop's step (benchmarks/results/, 2026-11-23).
 
 Init: router and expert weights N(0, the model's init std), biases 0.
 """
@@ -57,13 +60,12 @@ from attnlab.model.parts.moe_dispatch import (
     dispatch,
     experts_grouped,
     experts_loop,
-    experts_padded,
     sort_by_expert,
 )
 from attnlab.parts import Dims, Init, PartOptions, ValuePart, register
 from attnlab.schema import Activation
 
-Impl = Literal["auto", "loop", "grouped", "padded"]
+Impl = Literal["auto", "loop", "grouped"]
 IMPLS: tuple[str, ...] = get_args(Impl)
 
 
@@ -119,7 +121,7 @@ class MoEValues(ValuePart):
         activation: Activation = "gelu"
         aux_loss_coef: float = Field(0.01, ge=0)
         z_loss_coef: float = Field(1e-3, ge=0)
-        impl: Impl = Field("auto", description="expert blocks: auto, loop, grouped or padded")
+        impl: Impl = Field("auto", description="expert blocks: auto, grouped or loop")
 
         def check(self, model) -> list[str]:
             out = []
@@ -217,30 +219,32 @@ class MoEValues(ValuePart):
         size = torch.empty((), dtype=dtype).element_size()
         return all(w * size % 16 == 0 for w in (self.d_model, self.hidden, self.d_out))
 
+    def _grouped_runs(self, x: Tensor, dtype: torch.dtype) -> str | None:
+        """Why ``grouped_mm`` cannot run this call (None: it can)."""
+        if not hasattr(F, "grouped_mm"):
+            return "this torch lacks torch.nn.functional.grouped_mm"
+        if dtype not in (torch.bfloat16, torch.float32) or not self._aligned(dtype):
+            return (
+                f"it needs bf16/fp32 rows of a multiple of 16 bytes; d_model={self.d_model}, "
+                f"hidden={self.hidden}, d_out={self.d_out} in {dtype} are not"
+            )
+        if dtype != torch.bfloat16 and torch.compiler.is_compiling():
+            return f"under torch.compile it takes bf16 only, not {dtype}"
+        return None
+
     def _impl_for(self, x: Tensor, dtype: torch.dtype) -> Impl:
         """The expert-block implementation this call runs (``impl``, with ``auto`` resolved)."""
-        if self.impl == "grouped":
-            if not hasattr(F, "grouped_mm"):
-                raise UserError(
-                    "MoEValues impl='grouped' needs torch.nn.functional.grouped_mm, which this "
-                    "torch lacks; use impl='loop' or the pinned torch"
-                )
-            if dtype not in (torch.bfloat16, torch.float32) or not self._aligned(dtype):
-                raise UserError(
-                    f"MoEValues impl='grouped' needs bf16/fp32 rows of a multiple of 16 bytes; "
-                    f"d_model={self.d_model}, hidden={self.hidden}, d_out={self.d_out} in {dtype} "
-                    "are not. Use impl='loop' (or 'auto') or change the widths"
-                )
+        why = self._grouped_runs(x, dtype)
+        if self.impl == "grouped" and why is not None:
+            raise UserError(
+                f"MoEValues impl='grouped' cannot run: {why}. Use impl='loop' (or 'auto')"
+            )
         if self.impl != "auto":
             return self.impl
-        # grouped_mm's compile (meta) path accepts bf16 only; CUDA is where it beats the loop
-        grouped = (
-            hasattr(F, "grouped_mm")
-            and x.device.type == "cuda"
-            and dtype == torch.bfloat16
-            and self._aligned(dtype)
+        fast = (x.device.type == "cuda" and dtype == torch.bfloat16) or (
+            x.device.type == "cpu" and dtype == torch.float32
         )
-        return "grouped" if grouped else "loop"
+        return "grouped" if fast and why is None else "loop"
 
     # --------------------------------------------------------------------------------- forward
 
@@ -263,8 +267,6 @@ class MoEValues(ValuePart):
         impl = self._impl_for(x, dtype)
         if impl == "grouped":
             y_sorted = experts_grouped(x_sorted, counts, expert_sorted, *weights, dtype)
-        elif impl == "padded":
-            y_sorted = experts_padded(x_sorted, counts, expert_sorted, *weights)
         else:
             y_sorted = experts_loop(x_sorted, counts, *weights)
 
