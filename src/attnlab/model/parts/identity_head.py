@@ -9,9 +9,9 @@
   MLP-only one. Params d*d_h (+ d_h) + (d + 1)(H' + 1); no K/V-cache cost.
 
   Cost per token: 2 d (d_h + H' + 1) FLOPs for [v_id | w] (one matmul over the stacked rows of
-  W_vid and W_w) and (H' + 1) d_h multiplies for the weighting, which writes each weighted head
-  straight into its slot of the mixer's input (no concatenated copy of the heads; its gradient is
-  written out by hand, so the backward pass keeps only the heads, v_id and w).
+  W_vid and W_w) and (H' + 1) d_h multiplies for the weighting, done in place on the
+  concatenation [heads | v_id] with its gradient written out by hand (the backward pass keeps the
+  heads, v_id and w, not a second [B, T, H' + 1, d_h] tensor).
 """
 
 from __future__ import annotations
@@ -97,10 +97,8 @@ class _WeightedHeads(torch.autograd.Function):
     @staticmethod
     def forward(heads: Tensor, v_id: Tensor, w: Tensor) -> Tensor:
         B, H, T, dh = heads.shape
-        out = heads.new_empty(B, T, H + 1, dh)
-        torch.mul(heads.transpose(1, 2), w[..., :H, None], out=out[:, :, :H])
-        torch.mul(v_id, w[..., H:], out=out[:, :, H])
-        return out.view(B, T, (H + 1) * dh)
+        out = torch.cat([heads.transpose(1, 2), v_id.unsqueeze(2)], dim=2)  # [B, T, H+1, dh]
+        return out.mul_(w.unsqueeze(-1)).view(B, T, (H + 1) * dh)
 
     @staticmethod
     def setup_context(ctx, inputs, output) -> None:
@@ -115,14 +113,14 @@ class _WeightedHeads(torch.autograd.Function):
         g_heads, g_id = g[:, :, :H], g[:, :, H]
         d_heads = (g_heads * w[..., :H, None]).transpose(1, 2)
         d_vid = g_id * w[..., H:]
-        d_w = torch.empty_like(w)
-        torch.sum(g_heads * heads.transpose(1, 2), -1, out=d_w[..., :H])
-        torch.sum(g_id * v_id, -1, out=d_w[..., H])
+        d_w = torch.cat(
+            [(g_heads * heads.transpose(1, 2)).sum(-1), (g_id * v_id).sum(-1, keepdim=True)], -1
+        )
         return d_heads, d_vid, d_w
 
 
 def weighted_heads(heads: Tensor, v_id: Tensor, w: Tensor) -> Tensor:
     """heads [B, H, T, d_h], v_id [B, T, d_h], w [B, T, H+1] -> [w_h head_h | ... | w_H v_id]
-    [B, T, (H+1) d_h]. Equal to concatenating the heads and v_id and multiplying by w, without
-    forming the concatenation (one pass forward, one per input backward)."""
+    [B, T, (H+1) d_h]: the concatenation weighted in place, with the gradient written out (it
+    needs the heads, v_id and w, not the concatenation, which autograd would keep)."""
     return _WeightedHeads.apply(heads, v_id, w)
