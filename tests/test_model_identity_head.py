@@ -128,3 +128,67 @@ def test_nonlinear_mixer_absorbs_the_removed_mlp_parameters() -> None:
     # per layer: W_vid, the head-weight layer, and W_O's extra d_h input rows for the extra head
     head_extra = (32 * 8) + (32 + 1) * 5 + 8 * 32
     assert abs(n_var - n_base - 2 * head_extra) <= 2 * (n_in + d)
+
+
+def _grads(fn, inputs: list[torch.Tensor], params: list[torch.Tensor]) -> list[torch.Tensor]:
+    """fn(*inputs) and the gradients of a fixed loss on it w.r.t. the inputs and params."""
+    for t in (*inputs, *params):
+        t.grad = None
+    out = fn(*inputs)
+    weight = torch.linspace(-1, 1, out.numel()).view_as(out)
+    (out * weight).sum().backward()
+    return [out.detach(), *(t.grad for t in (*inputs, *params))]
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_identity_head_fused_readout_equals_concat_then_weight(bias: bool) -> None:
+    """The readout's one matmul over [W_vid; W_w] and its hand-written weighting gradient equal
+    the plain form (two Linears, concatenate [heads | v_id], multiply by w) in float64, in values
+    and in every gradient, for heads in SDPA's [B, T, H, d_h] memory layout and contiguous."""
+    head = make_part("readout", "identity_head", d_model=12, n_heads=3, head_dim=4, bias=bias)
+    with torch.no_grad():
+        for p in head.parameters():
+            p.copy_(torch.randn_like(p))
+    params = list(head.parameters())
+
+    def plain(u, heads):
+        B, H, T, dh = heads.shape
+        allh = torch.cat([heads.transpose(1, 2), _lin(head.w_vid, u).unsqueeze(2)], dim=2)
+        return (allh * _lin(head.head_weights, u).unsqueeze(-1)).reshape(B, T, (H + 1) * dh)
+
+    u = torch.randn(2, 5, 12, requires_grad=True)
+    for heads in (torch.randn(2, 5, 3, 4).transpose(1, 2), torch.randn(2, 3, 5, 4)):
+        heads = heads.detach().requires_grad_()
+        want = _grads(plain, [u, heads], params)
+        got = _grads(head, [u, heads], params)
+        for a, b in zip(got, want):
+            torch.testing.assert_close(a, b, atol=1e-12, rtol=1e-12)
+    assert torch.autograd.gradcheck(head, (u, heads))
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_nonlinear_mixer_padded_hidden_equals_the_plain_mlp(bias: bool) -> None:
+    """Training and prefill multiply with W_a, W_b zero-padded to a multiple of 16 hidden units;
+    the output and every gradient are those of W_b act(W_a o) with the real m units (float64),
+    and decoding a few rows without autograd (the Linears' own path) gives the same output."""
+    from attnlab.model.parts.mixer import HIDDEN_MULTIPLE
+    from attnlab.parts import Dims
+
+    dims = Dims(d_model=12, n_heads=3, n_kv_heads=3, head_dim=4, bias=bias, mixer_in=15)
+    mixer = make_part("mixer", "nonlinear", dims, hidden=21)
+    assert mixer.hidden % HIDDEN_MULTIPLE != 0  # the padded path is taken
+    with torch.no_grad():
+        for p in mixer.parameters():
+            p.copy_(torch.randn_like(p))
+    params = list(mixer.parameters())
+
+    def plain(o):
+        return _lin(mixer.w_b, F.gelu(_lin(mixer.w_a, o)))
+
+    o = torch.randn(2, 40, 15, requires_grad=True)
+    want = _grads(plain, [o], params)
+    got = _grads(mixer, [o], params)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, atol=1e-12, rtol=1e-12)
+    with torch.no_grad():
+        torch.testing.assert_close(mixer(o[:1, :3]), plain(o[:1, :3]), atol=1e-12, rtol=1e-12)

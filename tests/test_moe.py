@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 from attnlab.config import load_config
 from attnlab.errors import UserError
+from attnlab.model.parts.moe_dispatch import combine, dispatch, sort_by_expert
 from attnlab.model.parts.moe_values import MoEValues, load_balancing_loss, router_z_loss
 from attnlab.parts import Dims
 
@@ -29,19 +30,22 @@ def moe_dims(d: int, d_out: int, bias: bool) -> Dims:
 
 
 def naive(m: MoEValues, u: torch.Tensor) -> torch.Tensor:
-    """Per-token reference: for each token, its top-k experts' MLPs weighted by renormalised probs."""
+    """Per-token reference: for each token, its top-k experts' MLPs weighted by renormalised probs
+    (differentiable in u and every parameter, the router's through the gates)."""
     x = u.reshape(-1, m.d_model)
-    out = torch.zeros(x.shape[0], m.d_out, dtype=x.dtype)
     rd = torch.promote_types(x.dtype, torch.float32)  # router precision: float32 or wider
+    rows = []
     for n in range(x.shape[0]):
         p = torch.softmax(x[n].to(rd) @ m.router.weight.to(rd).T, dim=-1)
         top_p, top_e = p.topk(m.top_k)
         g = top_p / top_p.sum()
-        for gate, e in zip(g.tolist(), top_e.tolist()):
+        row = 0.0
+        for j, e in enumerate(top_e.tolist()):
             h = x[n] @ m.w_in[e] + (m.b_in[e] if m.b_in is not None else 0)
             y = m.act(h) @ m.w_out[e] + (m.b_out[e] if m.b_out is not None else 0)
-            out[n] += gate * y
-    return out.reshape(*u.shape[:-1], m.d_out)
+            row = row + g[j].to(x.dtype) * y
+        rows.append(row)
+    return torch.stack(rows).reshape(*u.shape[:-1], m.d_out)
 
 
 def scale_up(m: MoEValues) -> None:
@@ -93,6 +97,60 @@ def test_grouped_and_loop_agree_in_values_and_gradients():
     torch.testing.assert_close(grads["loop"][0], grads["grouped"][0])
     for a, b in zip(grads["loop"][1], grads["grouped"][1]):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+def _values_and_grads(m: MoEValues, u: torch.Tensor, fn) -> list[torch.Tensor]:
+    """v = fn(u) and the gradients of a fixed loss on v w.r.t. u and every parameter."""
+    m.zero_grad()
+    u = u.detach().requires_grad_()
+    v = fn(u)
+    w = torch.linspace(-1, 1, v.numel(), dtype=v.dtype).view_as(v)
+    (v * w).sum().backward()
+    return [v.detach(), u.grad, *(p.grad for p in m.parameters())]
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_every_impl_matches_the_per_token_reference_in_values_and_gradients(bias):
+    """float64: loop (and auto, which runs the loop in float64) against the naive per-token
+    formula through autograd; grouped_mm has no float64, so grouped runs the same float32
+    weights against that float64 reference at float32 precision. Expert 3 gets no token."""
+    m = make(E=5, k=2, bias=bias).double()
+    scale_up(m)
+    with torch.no_grad():
+        m.router.weight[3] = -5.0 * m.router.weight[:3].abs().sum(0)  # never in the top 2
+    u = torch.randn(3, 7, 8, dtype=torch.float64)
+    u = u.abs()  # router row 3 is negative on positive inputs: expert 3 stays empty
+    ref = _values_and_grads(m, u, lambda x: naive(m, x))
+    for impl in ("loop", "auto"):
+        m.impl = impl
+        got = _values_and_grads(m, u, m)
+        assert m.last_stats["counts"][3] == 0
+        for a, b in zip(got, ref):
+            torch.testing.assert_close(a, b, atol=1e-12, rtol=1e-12)
+    m32 = m.float()
+    m32.impl = "grouped"
+    got = _values_and_grads(m32, u.float(), m32)
+    assert m32.last_stats["counts"][3] == 0
+    for a, b in zip(got, ref):
+        torch.testing.assert_close(a.double(), b, atol=2e-5, rtol=2e-5)
+
+
+def test_dispatch_and_combine_gradients_are_exact():
+    """The hand-written gather gradients of the sort-by-expert moves, by finite differences."""
+    experts = torch.tensor([[2, 0], [1, 2], [0, 1], [2, 1]])
+    order, inverse, expert_sorted = sort_by_expert(experts)
+    assert expert_sorted.tolist() == [0, 0, 1, 1, 1, 2, 2, 2]
+    assert torch.equal(order[inverse], torch.arange(8))
+    x = torch.randn(4, 3, dtype=torch.float64, requires_grad=True)
+    xs = dispatch(x, order, inverse, 2)
+    assert torch.equal(xs, x[order // 2])
+    assert torch.autograd.gradcheck(lambda t: dispatch(t, order, inverse, 2), (x,))
+    y = torch.randn(8, 3, dtype=torch.float64, requires_grad=True)
+    assert torch.equal(combine(y, order, inverse), y[inverse])
+    assert torch.equal(
+        combine(dispatch(x, order, inverse, 2), order, inverse).view(4, 2, 3)[:, 1], x
+    )
+    assert torch.autograd.gradcheck(lambda t: combine(t, order, inverse), (y,))
 
 
 def test_dropless_every_token_gets_k_experts():
@@ -294,12 +352,16 @@ def test_single_expert_is_a_plain_mlp():
 def test_impl_choice_and_alignment_error():
     m = make(d=8, d_out=12, h=16)
     x = torch.randn(4, 8)
-    assert not m._use_grouped(x, torch.float32)  # auto on CPU: the loop (faster there)
-    assert not m._use_grouped(x, torch.bfloat16)
+    assert m._impl_for(x, torch.float32) == "grouped"  # auto on CPU in fp32: grouped_mm
+    assert m._impl_for(x, torch.bfloat16) == "loop"  # 12 bf16 = 24 bytes: not aligned
+    assert m._impl_for(x.double(), torch.float64) == "loop"  # grouped_mm has no float64
+    assert make(d=6, d_out=12, h=16)._impl_for(torch.randn(4, 6), torch.float32) == "loop"
+    m.impl = "loop"
+    assert m._impl_for(x, torch.float32) == "loop"
     m.impl = "grouped"
-    assert m._use_grouped(x, torch.float32)  # 12 fp32 = 48 bytes: aligned
+    assert m._impl_for(x, torch.float32) == "grouped"  # 12 fp32 = 48 bytes: aligned
     with pytest.raises(UserError, match="multiple of 16 bytes"):
-        m._use_grouped(x, torch.bfloat16)  # 12 bf16 = 24 bytes
+        m._impl_for(x, torch.bfloat16)  # 12 bf16 = 24 bytes
     with pytest.raises(UserError, match=r"'model\.value\.impl' = 'dense' is not allowed"):
         load_config("tiny-moe-values", ["model.value.impl=dense"])
 

@@ -7,12 +7,19 @@
   heads, multiplied into the head outputs before head mixing. At init W_w = 0 and b = e_(H'+1):
   all weight on the identity head, so every layer is token-wise and the network starts as an
   MLP-only one. Params d*d_h (+ d_h) + (d + 1)(H' + 1); no K/V-cache cost.
+
+  Cost per token: 2 d (d_h + H' + 1) FLOPs for [v_id | w] (one matmul over the stacked rows of
+  W_vid and W_w) and (H' + 1) d_h multiplies for the weighting, done in place on the
+  concatenation [heads | v_id] with its gradient written out by hand (the backward pass keeps the
+  heads, v_id and w, not a second [B, T, H' + 1, d_h] tensor).
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.autograd.function import once_differentiable
 
 from attnlab.model.linear import Linear
 from attnlab.parts import Dims, Init, PartOptions, ReadoutPart, register
@@ -58,13 +65,14 @@ class IdentityHead(ReadoutPart):
         self.head_weights.bias[-1] = 1.0
 
     def forward(self, u: Tensor, heads: Tensor) -> Tensor:
-        B, H, T, dh = heads.shape
-        v_id = self.w_vid(u).unsqueeze(2)  # [B, T, 1, dh]
-        allh = torch.cat([heads.transpose(1, 2), v_id], dim=2)  # [B, T, H+1, dh]
-        w = self.head_weights(u)  # [B, T, H+1]
+        dh = heads.shape[-1]
+        vid, hw = self.w_vid, self.head_weights
+        b_vid = vid.bias if vid.bias is not None else hw.bias.new_zeros(dh)
+        both = F.linear(u, torch.cat([vid.weight, hw.weight]), torch.cat([b_vid, hw.bias]))
+        v_id, w = both[..., :dh], both[..., dh:]  # [B, T, dh], [B, T, H+1]
         if self.recording:
             self._last = w.detach()
-        return (allh * w.unsqueeze(-1)).reshape(B, T, (H + 1) * dh)
+        return weighted_heads(heads, v_id, w)
 
     def forward_stats(self) -> dict[str, Tensor]:
         if self._last is None:
@@ -81,3 +89,38 @@ class IdentityHead(ReadoutPart):
                 ["identity"],
             )
         }
+
+
+class _WeightedHeads(torch.autograd.Function):
+    """o[b,t,h] = w[b,t,h] head_h[b,t] (h < H), o[b,t,H] = w[b,t,H] v_id[b,t]; flattened."""
+
+    @staticmethod
+    def forward(heads: Tensor, v_id: Tensor, w: Tensor) -> Tensor:
+        B, H, T, dh = heads.shape
+        out = torch.cat([heads.transpose(1, 2), v_id.unsqueeze(2)], dim=2)  # [B, T, H+1, dh]
+        return out.mul_(w.unsqueeze(-1)).view(B, T, (H + 1) * dh)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output) -> None:
+        ctx.save_for_backward(*inputs)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad: Tensor):
+        heads, v_id, w = ctx.saved_tensors
+        B, H, T, dh = heads.shape
+        g = grad.view(B, T, H + 1, dh)
+        g_heads, g_id = g[:, :, :H], g[:, :, H]
+        d_heads = (g_heads * w[..., :H, None]).transpose(1, 2)
+        d_vid = g_id * w[..., H:]
+        d_w = torch.cat(
+            [(g_heads * heads.transpose(1, 2)).sum(-1), (g_id * v_id).sum(-1, keepdim=True)], -1
+        )
+        return d_heads, d_vid, d_w
+
+
+def weighted_heads(heads: Tensor, v_id: Tensor, w: Tensor) -> Tensor:
+    """heads [B, H, T, d_h], v_id [B, T, d_h], w [B, T, H+1] -> [w_h head_h | ... | w_H v_id]
+    [B, T, (H+1) d_h]: the concatenation weighted in place, with the gradient written out (it
+    needs the heads, v_id and w, not the concatenation, which autograd would keep)."""
+    return _WeightedHeads.apply(heads, v_id, w)

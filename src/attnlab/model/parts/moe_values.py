@@ -23,18 +23,21 @@ Cost per token (forward matmul FLOPs): router 2dE, experts k (2dh + 2h d_out).
 Params: router dE; each expert dh + h d_out (+ h + d_out with biases); active per token
 dE + k (dh + h d_out [+ h + d_out]) of dE + E (...) in total.
 
-Dispatch: the N k (token, expert) pairs are sorted by expert (stable), the token rows gathered into
-one [N k, d] matrix whose row blocks belong to consecutive experts, each block multiplied by its
-expert's weights, and the results un-permuted and gate-weighted. Two ways to run the blocks:
+Dispatch (``moe_dispatch.py``): the N k (token, expert) slots are sorted by expert (stable), the
+token rows gathered into one [N k, d] matrix whose row blocks belong to consecutive experts, each
+block multiplied by its expert's weights, and the results gathered back and gate-weighted; the
+gradients of both moves are gathers too (no scatter-add). ``impl`` picks how the blocks run:
 
-- ``loop``: a Python loop over E with one matmul pair per expert (``split`` by the counts). Needs the
-  counts on the host (one device sync per call, a graph break under ``torch.compile``); any width,
-  any dtype.
-- ``grouped``: ``torch.nn.functional.grouped_mm`` with int32 offsets: no host sync, traces with
-  ``torch.compile(fullgraph=True)`` in bf16 (its compile path takes bf16 only; eager also takes
-  fp32). Needs rows of a multiple of 16 bytes (d, h, d_out divisible by 8 in bf16, 4 in fp32).
-- ``auto`` (default): ``grouped`` on CUDA in bf16 (autocast or bf16 weights) with aligned widths,
-  else ``loop``.
+- ``grouped``: ``torch.nn.functional.grouped_mm`` with int32 offsets, one call per matrix forward
+  and per gradient, no host sync. Eager on CPU (float32) and CUDA; under ``torch.compile`` bf16
+  only (traces with ``fullgraph=True``). Needs rows of a multiple of 16 bytes (d, h, d_out
+  divisible by 4 in fp32, 8 in bf16).
+- ``loop``: a Python loop over E, one matmul pair per expert. Reads the block sizes on the host
+  (a device sync, a graph break under ``torch.compile``); any width, any dtype (float64 too).
+- ``auto`` (default): ``grouped`` where it runs (CUDA bf16; CPU float32 eager) with aligned
+  widths, else ``loop``. At the CPU bench shape (d = h = 256, E = 8, k = 2, 2048 tokens, 2
+  threads) grouped and the loop cost about the same per token; a [E, C, d] batch padded to the
+  largest block (``torch.bmm``) cost 1.37x the loop's step (benchmarks/results/, 2026-11-23).
 
 Init: router and expert weights N(0, the model's init std), biases 0.
 """
@@ -42,7 +45,7 @@ Init: router and expert weights N(0, the model's init std), biases 0.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Literal
+from typing import Literal, get_args
 
 import torch
 import torch.nn.functional as F
@@ -52,10 +55,18 @@ from torch import Tensor, nn
 from attnlab.errors import UserError
 from attnlab.model.activations import make_activation
 from attnlab.model.linear import Linear
+from attnlab.model.parts.moe_dispatch import (
+    combine,
+    dispatch,
+    experts_grouped,
+    experts_loop,
+    sort_by_expert,
+)
 from attnlab.parts import Dims, Init, PartOptions, ValuePart, register
 from attnlab.schema import Activation
 
 Impl = Literal["auto", "loop", "grouped"]
+IMPLS: tuple[str, ...] = get_args(Impl)
 
 
 def load_balancing_loss(probs: Tensor, experts: Tensor, n_experts: int) -> Tensor:
@@ -110,7 +121,7 @@ class MoEValues(ValuePart):
         activation: Activation = "gelu"
         aux_loss_coef: float = Field(0.01, ge=0)
         z_loss_coef: float = Field(1e-3, ge=0)
-        impl: Impl = Field("auto", description="expert dispatch: auto, loop or grouped")
+        impl: Impl = Field("auto", description="expert blocks: auto, grouped or loop")
 
         def check(self, model) -> list[str]:
             out = []
@@ -133,8 +144,8 @@ class MoEValues(ValuePart):
                 f"model.value.top_k={opts.top_k} exceeds model.value.n_experts="
                 f"{opts.n_experts}; lower top_k or add experts"
             )
-        if opts.impl not in ("auto", "loop", "grouped"):
-            raise UserError(f"MoEValues impl={opts.impl!r}; choose 'auto', 'loop' or 'grouped'")
+        if opts.impl not in IMPLS:
+            raise UserError(f"MoEValues impl={opts.impl!r}; choose one of {', '.join(IMPLS)}")
         self.d_model, self.d_out = dims.d_model, dims.d_kv
         self.n_experts, self.top_k = opts.n_experts, opts.top_k
         self.hidden = opts.expert_hidden or dims.d_model
@@ -208,53 +219,32 @@ class MoEValues(ValuePart):
         size = torch.empty((), dtype=dtype).element_size()
         return all(w * size % 16 == 0 for w in (self.d_model, self.hidden, self.d_out))
 
-    def _use_grouped(self, x: Tensor, dtype: torch.dtype) -> bool:
-        if self.impl == "loop":
-            return False
-        if self.impl == "grouped":
-            if not hasattr(F, "grouped_mm"):
-                raise UserError(
-                    "MoEValues impl='grouped' needs torch.nn.functional.grouped_mm, which this "
-                    "torch lacks; use impl='loop' or the pinned torch"
-                )
-            if dtype not in (torch.bfloat16, torch.float32) or not self._aligned(dtype):
-                raise UserError(
-                    f"MoEValues impl='grouped' needs bf16/fp32 rows of a multiple of 16 bytes; "
-                    f"d_model={self.d_model}, hidden={self.hidden}, d_out={self.d_out} in {dtype} "
-                    "are not. Use impl='loop' (or 'auto') or change the widths"
-                )
-            return True
-        # grouped_mm's compile (meta) path accepts bf16 only; CUDA is where it beats the loop
-        return (
-            hasattr(F, "grouped_mm")
-            and x.device.type == "cuda"
-            and dtype == torch.bfloat16
-            and self._aligned(dtype)
+    def _grouped_runs(self, x: Tensor, dtype: torch.dtype) -> str | None:
+        """Why ``grouped_mm`` cannot run this call (None: it can)."""
+        if not hasattr(F, "grouped_mm"):
+            return "this torch lacks torch.nn.functional.grouped_mm"
+        if dtype not in (torch.bfloat16, torch.float32) or not self._aligned(dtype):
+            return (
+                f"it needs bf16/fp32 rows of a multiple of 16 bytes; d_model={self.d_model}, "
+                f"hidden={self.hidden}, d_out={self.d_out} in {dtype} are not"
+            )
+        if dtype != torch.bfloat16 and torch.compiler.is_compiling():
+            return f"under torch.compile it takes bf16 only, not {dtype}"
+        return None
+
+    def _impl_for(self, x: Tensor, dtype: torch.dtype) -> Impl:
+        """The expert-block implementation this call runs (``impl``, with ``auto`` resolved)."""
+        why = self._grouped_runs(x, dtype)
+        if self.impl == "grouped" and why is not None:
+            raise UserError(
+                f"MoEValues impl='grouped' cannot run: {why}. Use impl='loop' (or 'auto')"
+            )
+        if self.impl != "auto":
+            return self.impl
+        fast = (x.device.type == "cuda" and dtype == torch.bfloat16) or (
+            x.device.type == "cpu" and dtype == torch.float32
         )
-
-    def _experts_loop(self, x_sorted: Tensor, counts: Tensor) -> Tensor:
-        outs = []
-        for e, xs in enumerate(x_sorted.split(counts.tolist())):
-            hdn = xs @ self.w_in[e]
-            if self.b_in is not None:
-                hdn = hdn + self.b_in[e]
-            y = self.act(hdn) @ self.w_out[e]
-            if self.b_out is not None:
-                y = y + self.b_out[e]
-            outs.append(y)
-        return torch.cat(outs)
-
-    def _experts_grouped(
-        self, x_sorted: Tensor, counts: Tensor, expert_sorted: Tensor, dtype: torch.dtype
-    ) -> Tensor:
-        offs = counts.cumsum(0).to(torch.int32)
-        hdn = F.grouped_mm(x_sorted.to(dtype), self.w_in.to(dtype), offs=offs)
-        if self.b_in is not None:
-            hdn = hdn + self.b_in.to(dtype)[expert_sorted]
-        y = F.grouped_mm(self.act(hdn), self.w_out.to(dtype), offs=offs)
-        if self.b_out is not None:
-            y = y + self.b_out.to(dtype)[expert_sorted]
-        return y
+        return "grouped" if fast and why is None else "loop"
 
     # --------------------------------------------------------------------------------- forward
 
@@ -267,20 +257,20 @@ class MoEValues(ValuePart):
         N, k, E = x.shape[0], self.top_k, self.n_experts
 
         logits, probs, experts, gates = self.route(x)
-        flat = experts.reshape(-1)
-        expert_sorted, order = flat.sort(stable=True)
+        order, inverse, expert_sorted = sort_by_expert(experts)
         counts = torch.zeros(E, dtype=torch.long, device=x.device)
-        counts.scatter_add_(0, flat, torch.ones_like(flat))
-        x_sorted = x[order // k]
+        counts.scatter_add_(0, expert_sorted, torch.ones_like(expert_sorted))
+        x_sorted = dispatch(x, order, inverse, k)
 
         dtype = _compute_dtype(x)
-        if self._use_grouped(x, dtype):
-            y_sorted = self._experts_grouped(x_sorted, counts, expert_sorted, dtype)
+        weights = (self.w_in, self.b_in, self.w_out, self.b_out, self.act)
+        impl = self._impl_for(x, dtype)
+        if impl == "grouped":
+            y_sorted = experts_grouped(x_sorted, counts, expert_sorted, *weights, dtype)
         else:
-            y_sorted = self._experts_loop(x_sorted, counts)
+            y_sorted = experts_loop(x_sorted, counts, *weights)
 
-        inverse = torch.empty_like(order).scatter_(0, order, torch.arange(N * k, device=x.device))
-        y = y_sorted[inverse].view(N, k, self.d_out)
+        y = combine(y_sorted, order, inverse).view(N, k, self.d_out)
         v = (y * gates.unsqueeze(-1).to(y.dtype)).sum(1)
 
         balance = load_balancing_loss(probs, experts, E)
