@@ -33,3 +33,26 @@ def hostile_lab(tmp_path_factory):
     from hostile_lab import build_lab
 
     return build_lab(tmp_path_factory.mktemp("hostile_lab"))
+
+
+@pytest.fixture
+def float64():
+    """Exact arithmetic for a test: float64 default dtype, one thread, seed 0 (restored after).
+    Model test modules take it for every test with
+    ``pytestmark = pytest.mark.usefixtures("float64")``."""
+    old, threads = torch.get_default_dtype(), torch.get_num_threads()
+    torch.set_default_dtype(torch.float64)
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    yield
+    torch.set_default_dtype(old)
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    """120 word-salad sentences prepared as bytes (``data_helpers.sentence_data``), one copy per
+    test module; the raw corpus is ``data_dir.parent / "corpus.jsonl"``."""
+    from data_helpers import sentence_data
+
+    return sentence_data(tmp_path_factory.mktemp("data"))

@@ -65,3 +65,32 @@ def sentence_data(root: Path) -> Path:
         root / "corpus.jsonl", WORDS, n_docs=120, length=(40, 90), seed=0, sentence=True
     )
     return prepare_bytes(corpus, root / "prepared")
+
+
+def tiny_run_config(
+    data_dir: Path, *extra: str, steps: int = 8, eval_every: int = 4, device: str = "cpu"
+):
+    """The ``tiny`` preset on ``sentence_data``'s prepared ``data_dir``: T=32, B=4, ``steps``
+    steps (2 of warm-up), a log line every step, an evaluation of 2 batches every
+    ``eval_every`` steps, a checkpoint every 2, one thread, then the ``extra`` overrides. CPU by
+    default: the tests using it compare runs for equality (GPU twins: test_gpu_*.py)."""
+    from attnlab.config import load_config
+
+    return load_config(
+        "tiny",
+        [
+            f"data.dir={json.dumps(str(data_dir))}",
+            f"data.corpus={json.dumps(str(data_dir.parent / 'corpus.jsonl'))}",
+            "data.seq_len=32",
+            "train.batch_size=4",
+            f"train.max_steps={steps}",
+            "train.warmup_steps=2",
+            "train.log_every=1",
+            f"train.eval_every={eval_every}",
+            "train.checkpoint_every=2",
+            "train.eval_batches=2",
+            "train.threads=1",
+            f"train.device={device}",
+            *extra,
+        ],
+    )

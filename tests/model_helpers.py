@@ -1,8 +1,8 @@
-"""Shared helpers of the model tests: a tiny config and exact float64 arithmetic."""
+"""Shared helpers of the model tests: a tiny config, parts built alone, perturbed models.
+(Exact float64 arithmetic is the ``float64`` fixture of ``conftest.py``.)"""
 
 from __future__ import annotations
 
-import pytest
 import torch
 
 from attnlab.config import ModelConfig, load_config
@@ -49,15 +49,26 @@ def slot_part(cfg: ModelConfig, slot: str):
     return registry.build(getattr(cfg, slot), Dims.from_config(cfg), slot)
 
 
+def perturb(module: torch.nn.Module, std: float = 0.1) -> None:
+    """Move every weight of ``module`` off its init by N(0, std) (norm gains off 1, zeroed parts
+    off 0), so no term hides."""
+    with torch.no_grad():
+        for p in module.parameters():
+            p.add_(torch.randn_like(p) * std)
+
+
+def ids(B: int = 2, T: int = 9, vocab: int = 64) -> torch.Tensor:
+    """Random token ids [B, T]."""
+    return torch.randint(0, vocab, (B, T))
+
+
 def perturbed(*flags: str):
     """The model of ``tiny(*flags)`` in eval mode with every weight moved off its init by
     N(0, 0.1), so parts that start as identities or zeros really take part."""
     from attnlab.model import build_model
 
     model = build_model(tiny(*flags))
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn_like(p) * 0.1)
+    perturb(model)
     return model.eval()
 
 
@@ -66,15 +77,3 @@ def bump(ids: torch.Tensor, t: int, vocab: int = 64) -> torch.Tensor:
     out = ids.clone()
     out[:, t] = (out[:, t] + 7) % vocab
     return out
-
-
-@pytest.fixture(autouse=True)
-def _float64():
-    """Every test of a module importing this runs in float64, one thread, seed 0."""
-    old, threads = torch.get_default_dtype(), torch.get_num_threads()
-    torch.set_default_dtype(torch.float64)
-    torch.set_num_threads(1)
-    torch.manual_seed(0)
-    yield
-    torch.set_default_dtype(old)
-    torch.set_num_threads(threads)

@@ -4,7 +4,6 @@ The GPU versions (two CUDA runs, SIGKILL + resume on CUDA) are in test_gpu_deter
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -17,7 +16,7 @@ from attnlab.errors import UserError
 from attnlab.model import build_model
 from attnlab.runs.rundir import read_metrics, read_status
 from attnlab.train import train
-from data_helpers import sentence_data
+from data_helpers import tiny_run_config
 
 #: metrics fields that are measurements of time, not of the run's numbers
 TIMING = {"tokens_per_s", "mfu", "elapsed", "step_time", "train_time"}
@@ -77,31 +76,9 @@ def test_every_variant_trains_a_step_in_deterministic_mode(name):
     assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
 
 
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory) -> Path:
-    return sentence_data(tmp_path_factory.mktemp("data"))
-
-
 def _cfg(data_dir: Path, *extra: str):
-    return load_config(
-        "tiny",
-        [
-            f"data.dir={json.dumps(str(data_dir))}",
-            f"data.corpus={json.dumps(str(data_dir.parent / 'corpus.jsonl'))}",
-            "data.seq_len=32",
-            "train.batch_size=4",
-            "train.max_steps=6",
-            "train.warmup_steps=2",
-            "train.log_every=1",
-            "train.eval_every=3",
-            "train.checkpoint_every=2",
-            "train.eval_batches=2",
-            "train.threads=1",
-            "train.device=cpu",
-            "train.deterministic=true",
-            "model.dropout=0.1",
-            *extra,
-        ],
+    return tiny_run_config(
+        data_dir, "train.deterministic=true", "model.dropout=0.1", *extra, steps=6, eval_every=3
     )
 
 

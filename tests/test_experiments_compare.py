@@ -14,7 +14,6 @@ import pytest
 from attnlab.cli import main
 from attnlab.experiments import build_report, load_experiment, run_all
 from attnlab.runs.rundir import read_status
-from data_helpers import sentence_data
 
 PLOTS = (
     "val_loss.png",
@@ -25,11 +24,6 @@ PLOTS = (
     "attention_baseline.png",
     "head_weights_skip-id.png",
 )
-
-
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory) -> Path:
-    return sentence_data(tmp_path_factory.mktemp("data"))
 
 
 def experiment_file(folder: Path, data_dir: Path, variants: str, seeds: str = "[0, 1]") -> Path:

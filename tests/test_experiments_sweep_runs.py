@@ -13,12 +13,6 @@ from pathlib import Path
 import pytest
 
 from attnlab.cli import main
-from data_helpers import sentence_data
-
-
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory) -> Path:
-    return sentence_data(tmp_path_factory.mktemp("data"))
 
 
 def sweep_file(folder: Path, data_dir: Path, sweep: str, seeds: str = "[0, 1]") -> Path:

@@ -11,7 +11,8 @@ import torch
 from attnlab.config import load_config
 from attnlab.model import build_model, generate
 from attnlab.model.block import DropPath
-from model_helpers import _float64  # noqa: F401 (autouse fixture)
+
+pytestmark = pytest.mark.usefixtures("float64")
 
 TINY = [
     "model.d_model=64",

@@ -13,13 +13,9 @@ from attnlab.model import build_model
 from attnlab.model.attention import AttentionCore
 from attnlab.model.masks import allowed_keys, stack_mask
 from attnlab.parts import ScoreContext
-from model_helpers import TINY, _float64, tiny  # noqa: F401 (autouse fixture)
+from model_helpers import perturb, tiny
 
-
-def perturb(module: torch.nn.Module, std: float = 0.1) -> None:
-    with torch.no_grad():
-        for p in module.parameters():
-            p.add_(torch.randn_like(p) * std)
+pytestmark = pytest.mark.usefixtures("float64")
 
 
 def grid(text: str) -> torch.Tensor:

@@ -12,7 +12,9 @@ from attnlab.config import load_config
 from attnlab.model import build_model
 from attnlab.model.params import count
 from attnlab.model.positions import SinusoidalPositions
-from model_helpers import TINY, _float64, bump, perturbed, tiny  # noqa: F401 (autouse fixture)
+from model_helpers import TINY, bump, perturbed
+
+pytestmark = pytest.mark.usefixtures("float64")
 
 ENCODER = ["model.family=encoder", "model.attention.mask=bidirectional"]
 ENC_DEC = ["model.family=encoder_decoder", "model.n_decoder_layers=3"]

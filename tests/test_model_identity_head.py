@@ -12,7 +12,9 @@ import torch.nn.functional as F
 from attnlab.config import load_config
 from attnlab.model import build_model
 from attnlab.model.parts.mixer import NonlinearMixer, removed_mlp_params
-from model_helpers import _float64, make_part  # noqa: F401 (autouse fixture)
+from model_helpers import make_part
+
+pytestmark = pytest.mark.usefixtures("float64")
 
 SHRINK = [
     "model.d_model=32",

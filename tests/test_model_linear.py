@@ -11,7 +11,9 @@ import attnlab.model.attention_layer as attention_layer
 import attnlab.model.linear as linear
 from attnlab.model import build_model, generate
 from attnlab.model.linear import ROWS_MAX, Linear, decode_layout, param_key, split_columns
-from model_helpers import _float64, tiny  # noqa: F401 (autouse fixture)
+from model_helpers import tiny
+
+pytestmark = pytest.mark.usefixtures("float64")
 
 
 @pytest.mark.parametrize("bias", [False, True])

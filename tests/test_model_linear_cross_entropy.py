@@ -15,7 +15,9 @@ import attnlab.model.linear_cross_entropy as lce
 from attnlab.errors import UserError
 from attnlab.model import build_model
 from attnlab.model.linear_cross_entropy import linear_cross_entropy
-from model_helpers import _float64, tiny  # noqa: F401 (autouse fixture)
+from model_helpers import tiny
+
+pytestmark = pytest.mark.usefixtures("float64")
 
 
 def _reference(h, w, t):

@@ -20,7 +20,9 @@ from attnlab.model.positions import (
     T5RelativeBias,
     alibi_slopes,
 )
-from model_helpers import TINY, _float64, slot_part, tiny  # noqa: F401 (autouse fixture)
+from model_helpers import slot_part, tiny
+
+pytestmark = pytest.mark.usefixtures("float64")
 
 
 def _randomise(module: torch.nn.Module) -> None:

@@ -11,7 +11,9 @@ import torch.nn.functional as F
 from attnlab.config import load_config
 from attnlab.model import build_model
 from attnlab.model.params import count
-from model_helpers import _float64, slot_part  # noqa: F401 (autouse fixture)
+from model_helpers import ids, perturb, slot_part
+
+pytestmark = pytest.mark.usefixtures("float64")
 
 TINY = [
     "model.d_model=32",
@@ -38,16 +40,6 @@ METHOD = ["model.feature_map.kind=pre_projection", "model.side_branch.kind=conte
 
 def tiny(*overrides: str):
     return load_config(None, [*TINY, *overrides]).model
-
-
-def perturb(module: torch.nn.Module, std: float = 0.1) -> None:
-    with torch.no_grad():
-        for p in module.parameters():
-            p.add_(torch.randn_like(p) * std)
-
-
-def ids(B: int = 2, T: int = 9) -> torch.Tensor:
-    return torch.randint(0, 64, (B, T))
 
 
 # ------------------------------------------------------------------------------- the parts alone

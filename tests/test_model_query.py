@@ -12,7 +12,7 @@ import torch
 
 from attnlab.model import build_model
 from attnlab.model.parts.query import AnchoredQuery, IdentityQuery, LinearQuery, NonlinearQuery
-from model_helpers import tiny
+from model_helpers import ids, perturb, tiny
 
 
 @contextmanager
@@ -25,25 +25,7 @@ def default_dtype(dtype: torch.dtype):
         torch.set_default_dtype(old)
 
 
-@pytest.fixture(autouse=True)
-def _float64():
-    torch.manual_seed(0)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    with default_dtype(torch.float64):
-        yield
-    torch.set_num_threads(threads)
-
-
-def perturb(module: torch.nn.Module, std: float = 0.1) -> None:
-    """Move every weight off its init (norm gains off 1, zeroed parts off 0) so no term hides."""
-    with torch.no_grad():
-        for p in module.parameters():
-            p.add_(torch.randn_like(p) * std)
-
-
-def ids(B: int = 2, T: int = 9) -> torch.Tensor:
-    return torch.randint(0, 64, (B, T))
+pytestmark = pytest.mark.usefixtures("float64")
 
 
 _ACT = {

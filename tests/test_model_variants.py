@@ -9,7 +9,9 @@ import pytest
 import torch
 
 from attnlab.model import generate
-from model_helpers import _float64, bump, perturbed  # noqa: F401 (autouse fixture)
+from model_helpers import bump, perturbed
+
+pytestmark = pytest.mark.usefixtures("float64")
 
 METHOD = ["model.feature_map.kind=pre_projection", "model.side_branch.kind=content_skip"]
 PYTHIA = [

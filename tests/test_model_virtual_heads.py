@@ -8,7 +8,9 @@ import torch
 import torch.nn.functional as F
 
 from attnlab.model import build_model
-from model_helpers import TINY, _float64, make_part, tiny  # noqa: F401 (autouse fixture)
+from model_helpers import make_part, tiny
+
+pytestmark = pytest.mark.usefixtures("float64")
 
 
 def test_causal_1d_conv_by_hand() -> None:

@@ -13,7 +13,9 @@ from attnlab.model import build_model, generate
 from attnlab.model.positions import ALiBi
 from attnlab.model.virtual_fused.alibi import alibi_columns
 from attnlab.model.virtual_fused.geometry import Geometry, shift, shifts
-from model_helpers import _float64, bump, make_part, tiny  # noqa: F401 (autouse fixture)
+from model_helpers import bump, make_part, tiny
+
+pytestmark = pytest.mark.usefixtures("float64")
 
 FUSED = "model.score.kind=virtual_heads_fused"
 REF = "model.score.kind=virtual_heads"

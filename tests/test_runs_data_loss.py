@@ -16,41 +16,19 @@ from pathlib import Path
 
 import pytest
 
-from attnlab.config import load_config
 from attnlab.errors import UserError
 from attnlab.runs import checkpoint as ck
 from attnlab.runs.lock import DirectoryLockedError, locked
 from attnlab.runs.records import RunFileWarning
 from attnlab.runs.rundir import read_metrics, read_status
 from attnlab.train import train
-from data_helpers import run_config, sentence_data
+from data_helpers import run_config, tiny_run_config
 
 STEPS = 8
 
 
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory) -> Path:
-    return sentence_data(tmp_path_factory.mktemp("data"))
-
-
 def tiny(data_dir: Path, *extra: str):
-    return load_config(
-        "tiny",
-        [
-            f"data.dir={json.dumps(str(data_dir))}",
-            f"data.corpus={json.dumps(str(data_dir.parent / 'corpus.jsonl'))}",
-            "data.seq_len=32",
-            "train.batch_size=4",
-            f"train.max_steps={STEPS}",
-            "train.warmup_steps=2",
-            "train.log_every=1",
-            "train.eval_every=4",
-            "train.checkpoint_every=2",
-            "train.eval_batches=2",
-            "train.threads=1",
-            *extra,
-        ],
-    )
+    return tiny_run_config(data_dir, *extra, steps=STEPS, device="auto")
 
 
 def losses(run_dir: Path) -> list[tuple[int, float, float | None]]:

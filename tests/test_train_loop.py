@@ -10,39 +10,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnlab.config import load_config
 from attnlab.errors import UserError
 from attnlab.runs.checkpoint import MODEL_FILE, CheckpointWarning, complete_checkpoints
 from attnlab.runs.load import load_run_model
 from attnlab.runs.rundir import read_metrics, read_status
 from attnlab.train import train
-from data_helpers import sentence_data
-
-
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory) -> Path:
-    return sentence_data(tmp_path_factory.mktemp("data"))
+from data_helpers import tiny_run_config
 
 
 def tiny(data_dir: Path, *extra: str):
-    return load_config(
-        "tiny",
-        [
-            f"data.dir={json.dumps(str(data_dir))}",
-            f"data.corpus={json.dumps(str(data_dir.parent / 'corpus.jsonl'))}",
-            "data.seq_len=32",
-            "train.batch_size=4",
-            "train.max_steps=8",
-            "train.warmup_steps=2",
-            "train.log_every=1",
-            "train.eval_every=4",
-            "train.checkpoint_every=2",
-            "train.eval_batches=2",
-            "train.threads=1",
-            "train.device=cpu",  # exact-equality tests: CPU kernels (GPU twins: test_gpu_*.py)
-            *extra,
-        ],
-    )
+    return tiny_run_config(data_dir, *extra)
 
 
 def losses(run_dir: Path) -> list[tuple[int, float, float | None]]:
