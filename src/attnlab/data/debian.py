@@ -20,6 +20,7 @@ import re
 import shutil
 import subprocess
 from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -34,10 +35,13 @@ def _missing(what: str, package: str, paths: str) -> UserError:
     )
 
 
+_BLANK_LINE = re.compile(r"\n\s*\n")
+
+
 def _paragraphs(text: str) -> str:
     """Re-flow hard-wrapped lines: blank lines separate paragraphs, other newlines are spaces."""
-    paras = (" ".join(ln.strip() for ln in p.splitlines()) for p in re.split(r"\n\s*\n", text))
-    return "\n\n".join(p for p in paras if p)
+    paras = (" ".join([ln.strip() for ln in p.splitlines()]) for p in _BLANK_LINE.split(text))
+    return "\n\n".join([p for p in paras if p])
 
 
 # ------------------------------------------------------------------------------------ dict-gcide
@@ -73,6 +77,20 @@ class DictdCorpus(Corpus):
     def documents(self) -> Iterator[str]:
         if not self.index.exists():
             raise _missing(self.name, self.package, str(self.index))
+        path = self._dict_file()
+        # zlib releases the GIL: the dictionary inflates on a second core while the index parses
+        with ThreadPoolExecutor(1) as pool:
+            data = pool.submit(_read_dict, path)
+            spans = self._spans()
+            data = data.result()
+        for start, length in spans:
+            text = _paragraphs(data[start : start + length].decode("utf-8", errors="replace"))
+            if text:
+                yield text
+
+    def _spans(self) -> list[tuple[int, int]]:
+        """The entries' (offset, length) in the dictionary, in file order, without the database
+        info/license entries (``00-...``) and anything before their end."""
         spans, header_end = set(), 0
         for line in self.index.read_text(encoding="utf-8", errors="replace").splitlines():
             parts = line.split("\t")
@@ -83,18 +101,17 @@ class DictdCorpus(Corpus):
                 header_end = max(header_end, start + length)
             else:
                 spans.add((start, length))
-        spans = {(s, n) for s, n in spans if s >= header_end}
-        path = self._dict_file()
-        opener = gzip.open if path.suffix == ".dz" else open
-        with opener(path, "rb") as f:
-            data = f.read()
-        for start, length in sorted(spans):
-            text = _paragraphs(data[start : start + length].decode("utf-8", errors="replace"))
-            if text:
-                yield text
+        return sorted((s, n) for s, n in spans if s >= header_end)
 
     def attribution(self) -> dict[str, Any]:
         return {"source": f"Debian package {self.package}", "license": self.license}
+
+
+def _read_dict(path: Path) -> bytes:
+    """The whole dictionary file, inflated when it is ``.dict.dz`` (gzip-compatible)."""
+    opener = gzip.open if path.suffix == ".dz" else open
+    with opener(path, "rb") as f:
+        return f.read()
 
 
 @register_corpus("dict-gcide", "GNU Collaborative International Dictionary of English (apt)")
