@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import textwrap
 from pathlib import Path
 
 #: the vocabulary of the word-salad corpora of the training and comparison tests
@@ -94,3 +95,38 @@ def tiny_run_config(
             *extra,
         ],
     )
+
+
+def tiny_experiment(
+    path: Path, data_dir: Path, tail: str, *, name: str = "e2e", seeds: str = "[0, 1]", **train
+) -> Path:
+    """An experiment TOML at ``path``: base ``tiny`` on ``sentence_data``'s ``data_dir`` (T=32,
+    B=4, one thread, validation every 5 steps), a budget of 10 steps, ``[base.train]`` settings
+    ``train`` on top, then ``tail`` (``[[variants]]``, ``[sweep]``, ``[evaluate]`` tables)."""
+    settings = {
+        "batch_size": 4,
+        "warmup_steps": 2,
+        "eval_every": 5,
+        "eval_batches": 2,
+        "checkpoint_every": 5,
+        "log_every": 5,
+        "threads": 1,
+        **train,
+    }
+    lines = [
+        f"name = {json.dumps(name)}",
+        f"description = {json.dumps('A tiny experiment of the test suite.')}",
+        f"seeds = {seeds}",
+        "[base]",
+        'extends = "tiny"',
+        "[base.data]",
+        f"dir = {json.dumps(str(data_dir))}",
+        f"corpus = {json.dumps(str(data_dir.parent / 'corpus.jsonl'))}",
+        "seq_len = 32",
+        "[base.train]",
+        *(f"{k} = {json.dumps(v)}" for k, v in settings.items()),
+        "[budget]",
+        "steps = 10",
+    ]
+    path.write_text("\n".join(lines) + "\n" + textwrap.dedent(tail), encoding="utf-8")
+    return path

@@ -14,6 +14,7 @@ import pytest
 from attnlab.cli import main
 from attnlab.experiments import build_report, load_experiment, run_all
 from attnlab.runs.rundir import read_status
+from data_helpers import tiny_experiment
 
 PLOTS = (
     "val_loss.png",
@@ -27,31 +28,9 @@ PLOTS = (
 
 
 def experiment_file(folder: Path, data_dir: Path, variants: str, seeds: str = "[0, 1]") -> Path:
-    text = f"""
-    name = "e2e"
-    description = "A tiny comparison for the test suite."
-    seeds = {seeds}
-    [base]
-    extends = "tiny"
-    [base.data]
-    dir = {json.dumps(str(data_dir))}
-    corpus = {json.dumps(str(data_dir.parent / "corpus.jsonl"))}
-    seq_len = 32
-    [base.train]
-    batch_size = 4
-    warmup_steps = 2
-    eval_every = 5
-    eval_batches = 2
-    checkpoint_every = 10
-    log_every = 5
-    threads = 1
-    device = "cpu"
-    [budget]
-    steps = 10
-    """
-    path = folder / "exp.toml"
-    path.write_text(textwrap.dedent(text) + textwrap.dedent(variants), encoding="utf-8")
-    return path
+    return tiny_experiment(
+        folder / "exp.toml", data_dir, variants, seeds=seeds, checkpoint_every=10, device="cpu"
+    )
 
 
 TWO_VARIANTS = """

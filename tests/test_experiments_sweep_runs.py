@@ -5,7 +5,6 @@ local launcher's results, and the launcher's refusals."""
 from __future__ import annotations
 
 import csv
-import json
 import sys
 import textwrap
 from pathlib import Path
@@ -13,37 +12,24 @@ from pathlib import Path
 import pytest
 
 from attnlab.cli import main
+from data_helpers import tiny_experiment
 
 
 def sweep_file(folder: Path, data_dir: Path, sweep: str, seeds: str = "[0, 1]") -> Path:
-    text = f"""
-    name = "tiny-sweep"
-    seeds = {seeds}
-    [base]
-    extends = "tiny"
-    [base.data]
-    dir = {json.dumps(str(data_dir))}
-    corpus = {json.dumps(str(data_dir.parent / "corpus.jsonl"))}
-    seq_len = 32
-    [base.train]
-    batch_size = 4
-    warmup_steps = 2
-    eval_every = 5
-    eval_batches = 2
-    checkpoint_every = 5
-    log_every = 5
-    threads = 1
-    [budget]
-    steps = 10
+    variants = """
     [[variants]]
     name = "baseline"
     [[variants]]
     name = "nlq"
     set = ["model.query.kind=nonlinear"]
     """
-    path = folder / "sweep.toml"
-    path.write_text(textwrap.dedent(text) + textwrap.dedent(sweep), encoding="utf-8")
-    return path
+    return tiny_experiment(
+        folder / "sweep.toml",
+        data_dir,
+        textwrap.dedent(variants) + textwrap.dedent(sweep),
+        name="tiny-sweep",
+        seeds=seeds,
+    )
 
 
 #: lr 1e3 diverges at once (loss or gradient not finite)

@@ -126,6 +126,25 @@ def _status_counts(counts: dict[str, int]) -> str:
 # ---------------------------------------------------------------------------------- sections
 
 
+def fairness_section(rows: list[RunRow], seeds: Sequence[int], rule: str) -> list[str]:
+    """The report's "Fairness" section: ``rule`` (what must be shared), then per seed the
+    schedule hashes its runs read, and a warning when a seed's runs are not paired."""
+    text, fair = _fairness(rows, seeds)
+    return [
+        "## Fairness: one batch schedule per seed",
+        "",
+        rule,
+        "",
+        text,
+        "",
+        "All runs of each seed share one schedule hash."
+        if fair
+        else "**Warning: some runs of a seed read a different schedule; their comparison is not "
+        "paired.**",
+        "",
+    ]
+
+
 def _fairness(rows: list[RunRow], seeds: Sequence[int]) -> tuple[str, bool]:
     lines, all_ok = [], True
     table = []
@@ -309,21 +328,12 @@ def build_report(out_dir: str | Path) -> Path:
         _noise(rows, next(s for s in summaries if s.name == base)),
         "",
     ]
-    fair_text, fair = _fairness(rows, record["seeds"])
-    lines += [
-        "## Fairness: one batch schedule per seed",
-        "",
+    lines += fairness_section(
+        rows,
+        record["seeds"],
         "Every variant of a seed must read the same training batches (same data, train.seed, "
         "sequence length, batch and steps) and be scored on the same validation sequences.",
-        "",
-        fair_text,
-        "",
-        "All runs of each seed share one schedule hash."
-        if fair
-        else "**Warning: some runs of a seed read a different schedule; their comparison is not "
-        "paired.**",
-        "",
-    ]
+    )
     ptable = []
     for name in names:
         v = vrec[name]

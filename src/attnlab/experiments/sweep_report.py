@@ -19,11 +19,11 @@ from attnlab.experiments.curves import Band, band
 from attnlab.experiments.report import (
     PLOTS,
     _f,
-    _fairness,
     _pm,
     _signed_pct,
     _status_counts,
     _table,
+    fairness_section,
 )
 from attnlab.experiments.results import RunRow, val_curve
 from attnlab.experiments.sweep import format_value, short_names
@@ -405,20 +405,13 @@ def build_sweep_report(out: Path, record: dict[str, Any], rows: list[RunRow]) ->
             "",
         ]
 
-    fair_text, fair = _fairness(rows, record["seeds"])
-    lines += [
-        "## Fairness: one batch schedule per seed",
-        "",
+    lines += fairness_section(
+        rows,
+        record["seeds"],
         "Every run of a seed, at every grid point, must read the same training batches; the grid "
         "may not change the data, sequence length, batch or budget.",
-        "",
-        fair_text,
-        "",
-        "All runs of each seed share one schedule hash."
-        if fair
-        else "**Warning: some runs of a seed read a different schedule; their comparison is not "
-        "paired.**",
-        "",
+    )
+    lines += [
         "## Runs",
         "",
         _runs_table(rows),
