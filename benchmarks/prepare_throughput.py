@@ -90,13 +90,9 @@ def versions() -> dict[str, str]:
 
 
 def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.lower().startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    from attnlab.bench.machine import cpu_model
+
+    return cpu_model()
 
 
 def commit() -> str:

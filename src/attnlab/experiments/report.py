@@ -454,16 +454,27 @@ def build_report(out_dir: str | Path) -> Path:
     lines += parts_section(record)
     lines += layer_stats_section(out, record, rows, notes)
     lines += attention_section(out, record, rows, notes)
-    problems = [r for r in rows if r.status in ("diverged", "failed", "running", "missing")]
-    if problems or notes:
-        lines += ["## Notes", ""]
-        for r in problems:
-            what = r.reason or ""
-            if r.status == "failed":
-                what += f" (traceback in `{Path(r.run_dir, 'error.txt')}`)"
-            lines.append(f"- {r.variant} seed{r.seed}: **{r.status}** {what}".rstrip())
-        lines += [f"- {n}" for n in notes]
-        lines.append("")
+    lines += notes_section(rows, notes, ("diverged", "failed", "running", "missing"))
+    return write_report(out, lines)
+
+
+def notes_section(rows: list[RunRow], notes: list[str], statuses: Sequence[str]) -> list[str]:
+    """ "## Notes": each run whose status is in ``statuses`` (with its reason; a failed run's
+    traceback file), then ``notes``; nothing when there is neither."""
+    problems = [r for r in rows if r.status in statuses]
+    if not (problems or notes):
+        return []
+    lines = ["## Notes", ""]
+    for r in problems:
+        what = r.reason or ""
+        if r.status == "failed":
+            what += f" (traceback in `{Path(r.run_dir, 'error.txt')}`)"
+        lines.append(f"- {r.variant} seed{r.seed}: **{r.status}** {what}".rstrip())
+    return [*lines, *(f"- {n}" for n in notes), ""]
+
+
+def write_report(out: Path, lines: list[str]) -> Path:
+    """``out/report.md``, replaced whole (written beside it, then renamed)."""
     path = out / "report.md"
     tmp = out / "report.md.tmp"
     tmp.write_text("\n".join(lines), encoding="utf-8")

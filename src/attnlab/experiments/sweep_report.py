@@ -24,6 +24,8 @@ from attnlab.experiments.report import (
     _status_counts,
     _table,
     fairness_section,
+    notes_section,
+    write_report,
 )
 from attnlab.experiments.results import RunRow, val_curve
 from attnlab.experiments.sweep import format_value, short_names
@@ -419,18 +421,5 @@ def build_sweep_report(out: Path, record: dict[str, Any], rows: list[RunRow]) ->
         f"Also in `{SWEEP_CSV}` (grid values as columns), `results.csv` and `results.json`.",
         "",
     ]
-    problems = [r for r in rows if r.status in ("failed", "running", "missing")]
-    if problems or notes:
-        lines += ["## Notes", ""]
-        for r in problems:
-            what = r.reason or ""
-            if r.status == "failed":
-                what += f" (traceback in `{Path(r.run_dir, 'error.txt')}`)"
-            lines.append(f"- {r.variant} seed{r.seed}: **{r.status}** {what}".rstrip())
-        lines += [f"- {n}" for n in notes]
-        lines.append("")
-    path = out / "report.md"
-    tmp = out / "report.md.tmp"
-    tmp.write_text("\n".join(lines), encoding="utf-8")
-    tmp.replace(path)
-    return path
+    lines += notes_section(rows, notes, ("failed", "running", "missing"))
+    return write_report(out, lines)
