@@ -24,6 +24,7 @@ from attnlab.config import load_config
 from attnlab.model import build_model, generate
 from attnlab.model import linear_cross_entropy as lce
 from gpu_helpers import DEVICE, exact_fp32, needs_cuda, rel_err
+from model_helpers import TINY
 from test_model_variants import VARIANTS as CACHE_VARIANTS
 
 pytestmark = pytest.mark.gpu
@@ -99,15 +100,7 @@ def test_bf16_autocast_is_close_to_fp32(name: str) -> None:
 def test_kv_cache_decoding_equals_the_uncached_forward(name: str) -> None:
     cfg = load_config(
         None,
-        [
-            "model.d_model=32",
-            "model.n_layers=2",
-            "model.attention.n_heads=4",
-            "model.vocab_size=64",
-            "model.max_seq_len=32",
-            "data.seq_len=16",
-            *CACHE_VARIANTS[name],
-        ],
+        [*TINY, *CACHE_VARIANTS[name]],
     ).model
     torch.manual_seed(0)
     model = build_model(cfg)

@@ -12,18 +12,10 @@ import torch.nn.functional as F
 from attnlab.config import load_config
 from attnlab.model import build_model
 from attnlab.model.parts.mixer import NonlinearMixer, removed_mlp_params
-from model_helpers import make_part
+from model_helpers import TINY, make_part
 
 pytestmark = pytest.mark.usefixtures("float64")
 
-SHRINK = [
-    "model.d_model=32",
-    "model.n_layers=2",
-    "model.attention.n_heads=4",
-    "model.vocab_size=64",
-    "model.max_seq_len=32",
-    "data.seq_len=16",
-]
 # the full idea (preset) and the first rung of the ablation ladder (identity head, residual + MLP kept)
 VARIANTS = {
     "preset": ("tiny-identity-head", []),
@@ -34,7 +26,7 @@ VARIANTS = {
 
 def build(name: str):
     preset, flags = VARIANTS[name]
-    cfg = load_config(preset, [*SHRINK, *flags]).model
+    cfg = load_config(preset, [*TINY, *flags]).model
     return build_model(cfg).eval(), cfg
 
 
@@ -124,7 +116,7 @@ def test_nonlinear_mixer_absorbs_the_removed_mlp_parameters() -> None:
     # W_b act(W_a o) has hidden*(n_in + d) params: W_O's n_in*d plus the removed MLP, rounded
     assert abs(params - (n_in * d + removed)) <= (n_in + d) // 2
     # the layer as a whole keeps (to that rounding) the baseline's parameter budget
-    base = build_model(load_config("tiny", SHRINK).model)
+    base = build_model(load_config("tiny", TINY).model)
     n_var = sum(p.numel() for p in model.parameters())
     n_base = sum(p.numel() for p in base.parameters())
     # per layer: W_vid, the head-weight layer, and W_O's extra d_h input rows for the extra head

@@ -11,18 +11,10 @@ import torch.nn.functional as F
 from attnlab.config import load_config
 from attnlab.model import build_model
 from attnlab.model.params import count
-from model_helpers import ids, perturb, slot_part
+from model_helpers import TINY, ids, perturb, slot_part
 
 pytestmark = pytest.mark.usefixtures("float64")
 
-TINY = [
-    "model.d_model=32",
-    "model.n_layers=2",
-    "model.attention.n_heads=4",
-    "model.vocab_size=64",
-    "model.max_seq_len=32",
-    "data.seq_len=16",
-]
 # GPT-2 shape (sequential pre-LN, no biases, tied) and Pythia shape (parallel residual, biases,
 # LayerNorm with bias, rotary on 25% of each head, untied)
 GPT2 = ["model.bias=false", "model.norm.bias=false", "model.tie_embeddings=true"]

@@ -9,6 +9,7 @@ import torch
 from attnlab.config import load_config
 from attnlab.model import build_model
 from attnlab.model.params import EMBEDDING_PARTS, count, labels
+from model_helpers import TINY
 
 
 @pytest.fixture(scope="module")
@@ -88,14 +89,6 @@ def test_report_is_consistent(reports) -> None:
 
 # ------------------------------------------------------------- the meta count equals a real model
 
-TINY = [
-    "model.d_model=32",
-    "model.n_layers=2",
-    "model.attention.n_heads=4",
-    "model.vocab_size=64",
-    "model.max_seq_len=32",
-    "data.seq_len=16",
-]
 VARIANTS = {
     "baseline": ("tiny", []),
     "untied_bias": ("tiny", ["model.tie_embeddings=false", "model.bias=true"]),
