@@ -481,6 +481,41 @@ def test_chunked_attention_gradcheck(monkeypatch, dropout, mask) -> None:
     torch.autograd.gradcheck(f, (q.requires_grad_(), k.requires_grad_(), v.requires_grad_()))
 
 
+@pytest.mark.parametrize("budget,probs_calls", [(40, 8), (200, 4)], ids=["recompute", "keep"])
+def test_causal_chunks_keep_their_probabilities_when_all_fit_the_budget(
+    monkeypatch, budget, probs_calls
+) -> None:
+    """4 causal chunks of 2 rows hold 2 * 2 * (2*2 + 2*4 + 2*6 + 1*7) = 124 scores: under a budget
+    of 40 the backward pass recomputes each chunk's probabilities (8 computations in all), under
+    200 it reuses the forward's (4); both are exact, values and gradients."""
+    from attnlab.model.virtual_fused import chunked
+    from attnlab.parts import ScoreContext
+
+    monkeypatch.setattr(chunked, "BUDGET", budget)
+    monkeypatch.setattr(chunked, "MIN_ROWS", 2)
+    probs = chunked._probs
+    calls = []
+    monkeypatch.setattr(chunked, "_probs", lambda *a: calls.append(1) or probs(*a))
+    q, k, v = torch.randn(2, 2, 7, 6), torch.randn(2, 2, 9, 6), torch.randn(2, 2, 9, 3)
+    ctx = ScoreContext(None, True)
+    assert len(chunked._plan(7, 9, 2, ctx, None)) == 4
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    out = chunked.chunked_attention(*leaves, ctx, 0.4)
+    g = torch.randn_like(out)
+    out.backward(g)
+    assert len(calls) == probs_calls
+    ref = [t.clone().requires_grad_() for t in (q, k, v)]
+    want = torch.nn.functional.scaled_dot_product_attention(*ref, is_causal=True, scale=0.4)
+    want.backward(g)
+    torch.testing.assert_close(out, want, atol=1e-12, rtol=0)
+    for got, exp in zip(leaves, ref, strict=True):
+        torch.testing.assert_close(got.grad, exp.grad, atol=1e-12, rtol=0)
+    torch.autograd.gradcheck(
+        lambda q, k, v: chunked.chunked_attention(q, k, v, ctx, 0.4),
+        tuple(t.clone().requires_grad_() for t in (q, k, v)),
+    )
+
+
 @pytest.mark.parametrize(
     "module", ["attnlab.model.parts.virtual_heads", "attnlab.model.parts.virtual_heads_fused"]
 )

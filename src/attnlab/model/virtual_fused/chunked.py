@@ -10,8 +10,9 @@ which recomputes each chunk's probabilities and accumulates dk, dv in place (the
 recipe at chunk granularity), so at most one chunk's [B, H, C, Tk] scores exist at a time. C is
 chosen so a chunk holds at most ``BUDGET`` scores: memory O(BUDGET) per call, independent of T at
 a fixed number of tokens; a causal call takes at least ``CAUSAL_CHUNKS`` chunks, each stopping at
-its last visible key. Cost: the forward GEMM q k^T once more in the backward pass (none with one
-chunk, whose probabilities autograd keeps).
+its last visible key. Cost: the forward GEMM q k^T once more in the backward pass, except when the
+probabilities of all chunks together fit in ``BUDGET`` scores and there is no dropout: then they
+are kept for the backward pass, as autograd keeps a single chunk's (memory still O(BUDGET)).
 """
 
 from __future__ import annotations
@@ -46,7 +47,9 @@ def chunked_attention(
         _, _, end, allowed = plan[0]
         p = _probs(q, k[:, :, :end], allowed, scale, dropout, _dropout_mask(dropout))
         return p @ v[:, :, :end]
-    return _Chunked.apply(q, k, v, plan, scale, dropout)
+    # all chunks' probabilities within the budget (and no dropout to replay): keep them
+    keep = not dropout and B * H * sum((c1 - c0) * end for c0, c1, end, _ in plan) <= BUDGET
+    return _Chunked.apply(q, k, v, plan, scale, dropout, keep)
 
 
 def _plan(Tq: int, Tk: int, rows: int, ctx: ScoreContext, device) -> Plan:
@@ -86,27 +89,32 @@ def _probs(q: Tensor, k: Tensor, allowed, scale: float, dropout: float, mask_of)
 
 class _Chunked(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, plan: Plan, scale: float, dropout: float):
+    def forward(
+        ctx, q: Tensor, k: Tensor, v: Tensor, plan: Plan, scale: float, dropout: float, keep: bool
+    ):
         ctx.rng = torch.get_rng_state() if dropout else None
         mask_of = _dropout_mask(dropout)
         out = q.new_empty(*q.shape[:-1], v.shape[-1])
+        kept = []
         for c0, c1, end, allowed in plan:
             p = _probs(q[:, :, c0:c1], k[:, :, :end], allowed, scale, dropout, mask_of)
             torch.matmul(p, v[:, :, :end], out=out[:, :, c0:c1])
-        ctx.save_for_backward(q, k, v)
+            if keep:
+                kept.append(p)
+        ctx.save_for_backward(q, k, v, *kept)
         ctx.plan, ctx.scale, ctx.dropout = plan, scale, dropout
         return out
 
     @staticmethod
     def backward(ctx, g: Tensor):
-        q, k, v = ctx.saved_tensors
+        q, k, v, *kept = ctx.saved_tensors
         dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
         with torch.random.fork_rng(devices=[], enabled=bool(ctx.dropout)):
             if ctx.dropout:  # the forward's dropout masks, drawn again in the same order
                 torch.set_rng_state(ctx.rng)
-            for c0, c1, end, allowed in ctx.plan:
+            for i, (c0, c1, end, allowed) in enumerate(ctx.plan):
                 qc, ke, ve, gc = q[:, :, c0:c1], k[:, :, :end], v[:, :, :end], g[:, :, c0:c1]
-                p = _probs(qc, ke, allowed, ctx.scale, 0.0, None)
+                p = kept[i] if kept else _probs(qc, ke, allowed, ctx.scale, 0.0, None)
                 keep = _dropout_mask(ctx.dropout)(p) if ctx.dropout else None
                 pd = p * keep if keep is not None else p
                 dv[:, :, :end] += pd.transpose(-1, -2) @ gc
@@ -118,4 +126,4 @@ class _Chunked(torch.autograd.Function):
                     ds = ds * ctx.scale
                 dq[:, :, c0:c1] = ds @ ke
                 dk[:, :, :end] += ds.transpose(-1, -2) @ qc
-        return dq, dk, dv, None, None, None
+        return dq, dk, dv, None, None, None, None
