@@ -466,11 +466,11 @@ def test_chunked_attention_gradcheck(monkeypatch, dropout, mask) -> None:
         q,
         k,
         v,
-        attn_mask=None if mask == "causal" else chunked._plan(7, 9, 7, ctx, None)[0][3],
+        attn_mask=None if mask == "causal" else chunked._allowed(ctx, 0, 7, 9, None),
         is_causal=mask == "causal",
         scale=0.4,
     )
-    assert len(chunked._plan(7, 9, 2, ctx, None)) > 1
+    assert len(chunked._plan(7, 9, 2, ctx)) > 1
 
     def f(q, k, v):
         torch.manual_seed(5)
@@ -498,7 +498,7 @@ def test_causal_chunks_keep_their_probabilities_when_all_fit_the_budget(
     monkeypatch.setattr(chunked, "_probs", lambda *a: calls.append(1) or probs(*a))
     q, k, v = torch.randn(2, 2, 7, 6), torch.randn(2, 2, 9, 6), torch.randn(2, 2, 9, 3)
     ctx = ScoreContext(None, True)
-    assert len(chunked._plan(7, 9, 2, ctx, None)) == 4
+    assert len(chunked._plan(7, 9, 2, ctx)) == 4
     leaves = [t.clone().requires_grad_() for t in (q, k, v)]
     out = chunked.chunked_attention(*leaves, ctx, 0.4)
     g = torch.randn_like(out)

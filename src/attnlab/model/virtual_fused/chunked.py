@@ -30,7 +30,8 @@ MIN_ROWS = 16
 #: (5/8 of the products with 4 chunks, at the price of recomputing q k^T in the backward pass)
 CAUSAL_CHUNKS = 4
 
-Plan = list[tuple[int, int, int, Tensor | None]]
+#: (first row, end row, keys read) per chunk; its mask is built when the chunk runs
+Plan = list[tuple[int, int, int]]
 
 
 def chunked_attention(
@@ -42,32 +43,38 @@ def chunked_attention(
     rows = max(MIN_ROWS, BUDGET // max(1, B * H * k.shape[2]))
     if ctx.allowed is None and ctx.is_causal:
         rows = min(rows, max(MIN_ROWS, -(-Tq // CAUSAL_CHUNKS)))
-    plan = _plan(Tq, k.shape[2], rows, ctx, q.device)
+    plan = _plan(Tq, k.shape[2], rows, ctx)
     if len(plan) == 1:  # one chunk: autograd keeps its probabilities, within the budget
-        _, _, end, allowed = plan[0]
+        c0, c1, end = plan[0]
+        allowed = _allowed(ctx, c0, c1, end, q.device)
         p = _probs(q, k[:, :, :end], allowed, scale, dropout, _dropout_mask(dropout))
         return p @ v[:, :, :end]
     # all chunks' probabilities within the budget (and no dropout to replay): keep them
-    keep = not dropout and B * H * sum((c1 - c0) * end for c0, c1, end, _ in plan) <= BUDGET
-    return _Chunked.apply(q, k, v, plan, scale, dropout, keep)
+    keep = not dropout and B * H * sum((c1 - c0) * end for c0, c1, end in plan) <= BUDGET
+    return _Chunked.apply(q, k, v, plan, ctx, scale, dropout, keep)
 
 
-def _plan(Tq: int, Tk: int, rows: int, ctx: ScoreContext, device) -> Plan:
-    """(first row, end row, keys read, mask [rows, keys] or [B, 1, rows, keys] or None)."""
-    plan = []
-    for c0 in range(0, Tq, rows):
-        c1 = min(Tq, c0 + rows)
-        end, allowed = Tk, None
-        if ctx.allowed is not None:
-            allowed = ctx.allowed[c0:c1]
-        elif ctx.is_causal:  # top-left aligned: key j <= query row i
-            end = min(Tk, c1)
-            allowed = torch.ones(c1 - c0, end, dtype=torch.bool, device=device).tril(c0)
-        if ctx.padding is not None:
-            pad = ctx.padding[:, None, None, :end]
-            allowed = pad if allowed is None else allowed & pad
-        plan.append((c0, c1, end, allowed))
-    return plan
+def _plan(Tq: int, Tk: int, rows: int, ctx: ScoreContext) -> Plan:
+    """(first row, end row, keys read) of each chunk of ``rows`` query rows; a causal chunk
+    (top-left aligned) reads only the keys up to its last row."""
+    causal = ctx.allowed is None and ctx.is_causal
+    return [
+        (c0, min(Tq, c0 + rows), min(Tk, c0 + rows) if causal else Tk) for c0 in range(0, Tq, rows)
+    ]
+
+
+def _allowed(ctx: ScoreContext, c0: int, c1: int, end: int, device) -> Tensor | None:
+    """The mask of query rows [c0, c1) over keys [0, end): [rows, keys], [B, 1, rows, keys] with
+    padding, or None. Built per chunk when it runs (all chunks' masks together are Tq x Tk)."""
+    allowed = None
+    if ctx.allowed is not None:
+        allowed = ctx.allowed[c0:c1, :end]
+    elif ctx.is_causal:  # top-left aligned: key j <= query row i
+        allowed = torch.ones(c1 - c0, end, dtype=torch.bool, device=device).tril(c0)
+    if ctx.padding is not None:
+        pad = ctx.padding[:, None, None, :end]
+        allowed = pad if allowed is None else allowed & pad
+    return allowed
 
 
 def _dropout_mask(dropout: float):
@@ -90,19 +97,28 @@ def _probs(q: Tensor, k: Tensor, allowed, scale: float, dropout: float, mask_of)
 class _Chunked(torch.autograd.Function):
     @staticmethod
     def forward(
-        ctx, q: Tensor, k: Tensor, v: Tensor, plan: Plan, scale: float, dropout: float, keep: bool
+        ctx,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        plan: Plan,
+        sctx: ScoreContext,
+        scale: float,
+        dropout: float,
+        keep: bool,
     ):
         ctx.rng = torch.get_rng_state() if dropout else None
         mask_of = _dropout_mask(dropout)
         out = q.new_empty(*q.shape[:-1], v.shape[-1])
         kept = []
-        for c0, c1, end, allowed in plan:
+        for c0, c1, end in plan:
+            allowed = _allowed(sctx, c0, c1, end, q.device)
             p = _probs(q[:, :, c0:c1], k[:, :, :end], allowed, scale, dropout, mask_of)
             torch.matmul(p, v[:, :, :end], out=out[:, :, c0:c1])
             if keep:
                 kept.append(p)
         ctx.save_for_backward(q, k, v, *kept)
-        ctx.plan, ctx.scale, ctx.dropout = plan, scale, dropout
+        ctx.plan, ctx.sctx, ctx.scale, ctx.dropout = plan, sctx, scale, dropout
         return out
 
     @staticmethod
@@ -112,9 +128,13 @@ class _Chunked(torch.autograd.Function):
         with torch.random.fork_rng(devices=[], enabled=bool(ctx.dropout)):
             if ctx.dropout:  # the forward's dropout masks, drawn again in the same order
                 torch.set_rng_state(ctx.rng)
-            for i, (c0, c1, end, allowed) in enumerate(ctx.plan):
+            for i, (c0, c1, end) in enumerate(ctx.plan):
                 qc, ke, ve, gc = q[:, :, c0:c1], k[:, :, :end], v[:, :, :end], g[:, :, c0:c1]
-                p = kept[i] if kept else _probs(qc, ke, allowed, ctx.scale, 0.0, None)
+                if kept:
+                    p = kept[i]
+                else:
+                    allowed = _allowed(ctx.sctx, c0, c1, end, q.device)
+                    p = _probs(qc, ke, allowed, ctx.scale, 0.0, None)
                 keep = _dropout_mask(ctx.dropout)(p) if ctx.dropout else None
                 pd = p * keep if keep is not None else p
                 dv[:, :, :end] += pd.transpose(-1, -2) @ gc
@@ -126,4 +146,4 @@ class _Chunked(torch.autograd.Function):
                     ds = ds * ctx.scale
                 dq[:, :, c0:c1] = ds @ ke
                 dk[:, :, :end] += ds.transpose(-1, -2) @ qc
-        return dq, dk, dv, None, None, None, None
+        return dq, dk, dv, None, None, None, None, None
