@@ -27,7 +27,8 @@ from attnlab.parts import ScoreContext
 BUDGET = 2**22
 MIN_ROWS = 16
 #: a causal call runs in at least this many chunks, so most of the masked triangle is skipped
-#: (5/8 of the products with 4 chunks, at the price of recomputing q k^T in the backward pass)
+#: (5/8 of the products with 4 chunks; q k^T is computed again in the backward pass unless all
+#: chunks' probabilities fit the budget)
 CAUSAL_CHUNKS = 4
 
 #: (first row, end row, keys read) per chunk; its mask is built when the chunk runs
