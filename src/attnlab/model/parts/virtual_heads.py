@@ -14,14 +14,12 @@ O(T^2 * H) memory and 2*K*H*H'*T (1-D) extra FLOPs per token.
 
 from __future__ import annotations
 
-from typing import Literal
-
 import torch
-from pydantic import Field
 from torch import Tensor, nn
 
 from attnlab.model.virtual_fused.image import convolve_scores
-from attnlab.parts import Dims, Init, PartOptions, ScoreContext, ScorePart, register
+from attnlab.model.virtual_options import VirtualHeadsOptions
+from attnlab.parts import Dims, Init, ScoreContext, ScorePart, register
 
 
 @register("score", "virtual_heads")
@@ -33,32 +31,13 @@ class VirtualHeads(ScorePart):
     needs_attention_matrix = True
     attention_maps_label = "virtual heads"
 
-    class Options(PartOptions):
-        kernel_size: int = Field(3, ge=1)
-        n_virtual: int | None = Field(None, ge=1, description="H'; None = n_heads")
-        on: Literal["logits", "probs"] = "logits"
-        conv: Literal["1d", "2d"] = "1d"
-
-        def check(self, model) -> list[str]:
-            out = []
-            if self.conv == "2d" and model.family != "encoder":
-                out.append(
-                    "model.score.conv='2d' looks at later queries and keys; it is only allowed in "
-                    "model.family='encoder'. Use conv='1d' in causal stacks"
-                )
-            n = self.n_virtual or model.attention.n_heads
-            if n % model.n_kv_heads:
-                out.append(
-                    f"model.score.n_virtual={n} must be a multiple of the {model.n_kv_heads} K/V "
-                    "heads (each virtual head reads one K/V group's values)"
-                )
-            return out
+    Options = VirtualHeadsOptions
 
     @classmethod
-    def heads_out(cls, opts: Options, dims: Dims) -> int:
-        return opts.n_virtual or dims.n_heads
+    def heads_out(cls, opts: VirtualHeadsOptions, dims: Dims) -> int:
+        return opts.heads_out(dims)
 
-    def __init__(self, opts: Options, dims: Dims) -> None:
+    def __init__(self, opts: VirtualHeadsOptions, dims: Dims) -> None:
         super().__init__(opts, dims)
         self.on, self.conv, self.k = opts.on, opts.conv, opts.kernel_size
         n_out, H = self.heads_out(opts, dims), dims.n_heads

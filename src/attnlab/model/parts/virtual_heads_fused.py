@@ -48,7 +48,8 @@ from attnlab.model.virtual_fused.image import convolve_scores
 from attnlab.model.virtual_fused.keys import convolved_keys, stacked_queries
 from attnlab.model.virtual_fused.probs import bidirectional_probs, causal_probs
 from attnlab.model.virtual_fused.sdpa import attend
-from attnlab.parts import Dims, Init, PartOptions, ScoreContext, ScorePart, register
+from attnlab.model.virtual_options import VirtualHeadsOptions
+from attnlab.parts import Dims, Init, ScoreContext, ScorePart, register
 
 
 @register("score", "virtual_heads_fused")
@@ -64,11 +65,7 @@ class VirtualHeadsFused(ScorePart):
     needs_attention_matrix = False
     attention_maps_label = "virtual heads"
 
-    class Options(PartOptions):
-        kernel_size: int = Field(3, ge=1)
-        n_virtual: int | None = Field(None, ge=1, description="H'; None = n_heads")
-        on: Literal["logits", "probs"] = "logits"
-        conv: Literal["1d", "2d"] = "1d"
+    class Options(VirtualHeadsOptions):
         mixing: Literal["none", "grouped", "full"] = Field(
             "full",
             description="none: each virtual head convolves one head (about the baseline's cost); "
@@ -82,13 +79,8 @@ class VirtualHeadsFused(ScorePart):
             return {"none": 1, "full": n_heads}.get(self.mixing, self.group_size)
 
         def check(self, model) -> list[str]:
-            out = []
+            out = super().check(model)
             H, fam = model.attention.n_heads, model.family
-            if self.conv == "2d" and fam != "encoder":
-                out.append(
-                    "model.score.conv='2d' looks at later queries and keys; it is only allowed in "
-                    "model.family='encoder'. Use conv='1d' in causal stacks"
-                )
             if self.conv == "2d" and self.kernel_size % 2 == 0:
                 out.append(
                     f"model.score.conv='2d' needs an odd model.score.kernel_size (got "
@@ -103,11 +95,6 @@ class VirtualHeadsFused(ScorePart):
                     f"model.score.n_virtual={n} must be a multiple of the {H // G} head groups "
                     f"(n_heads={H} / group size {G}); each group makes the same number of "
                     "virtual heads"
-                )
-            if n % model.n_kv_heads:
-                out.append(
-                    f"model.score.n_virtual={n} must be a multiple of the {model.n_kv_heads} K/V "
-                    "heads (each virtual head reads one K/V group's values)"
                 )
             pos = model.position.kind
             if pos == "t5":
@@ -138,7 +125,7 @@ class VirtualHeadsFused(ScorePart):
 
     @classmethod
     def heads_out(cls, opts: Options, dims: Dims) -> int:
-        return opts.n_virtual or dims.n_heads
+        return opts.heads_out(dims)
 
     def __init__(self, opts: Options, dims: Dims) -> None:
         super().__init__(opts, dims)
