@@ -20,7 +20,7 @@ from attnlab.config import load_config
 from attnlab.errors import UserError
 from attnlab.hf.export import export, load_source
 from attnlab.hf.verify import check_exports
-from hf_helpers import fake_run
+from hf_helpers import alternation_run, fake_run
 
 torch.set_num_threads(1)
 EXAMPLES = Path(__file__).parent.parent / "examples"
@@ -112,24 +112,58 @@ def test_remote_code_without_attnlab_equals_attnlab(checks, name):
     assert check.remote_module.startswith("transformers_modules.")  # the folder's own code
     assert check.remote_module.endswith(".modeling_attnlab")
     assert check.max_abs_logits < 1e-4, check.max_abs_logits
+    assert check.max_abs_step_logits < 1e-4, check.max_abs_step_logits
     assert check.greedy_equal, (check.attnlab_tokens, check.transformers_tokens)
+    assert check.pipeline_equal
     assert check.tokens_equal
+    assert check.passed
+
+
+@pytest.fixture(scope="module")
+def alternation(tmp_path_factory) -> tuple[Path, Path]:
+    """A run trained to continue ``a b a b`` with ``a``, and its export."""
+    root = tmp_path_factory.mktemp("alternation")
+    run = alternation_run(root / "runs" / "alternation")
+    return run, export(run, root / "hf" / "alternation").out
+
+
+def test_transformers_generate_and_pipeline_decode_with_the_cache_on_a_trained_model(alternation):
+    """transformers' own generate() (KV cache) and pipeline(), in a process without attnlab, on a
+    model whose next token is the one two back: every step's logits equal a full forward's, and
+    the tokens continue the prompt's alternation. A cache that reached the model under the wrong
+    name (transformers 5 passes ``cache=``) leaves each step seeing only the newest token."""
+    run, folder = alternation
+    model, _, tok, _, _ = load_source(run)
+    with torch.no_grad():  # the prompt decides the next token, not the last token alone
+        after_q = [
+            int(model(torch.tensor([tok.encode(p)])).logits[0, -1].argmax())
+            for p in ("xqxq", "zqzq")
+        ]
+    assert [chr(t) for t in after_q] == ["x", "z"]
+    (check,) = check_exports([(folder, model, tok)], text="xqxqxqxq", new_tokens=24)
+    assert check.steps == 24
+    assert check.max_abs_step_logits < 1e-4, check.sentence()
+    new = bytes(check.transformers_tokens[check.prompt_tokens :]).decode()
+    assert new == "xq" * 12, new
+    assert check.greedy_equal and check.pipeline_equal, check.sentence()
+    assert check.passed
 
 
 def test_moe_and_virtual_heads_really_decode_with_the_cache(exported):
-    """generate()'s DynamicCache holds one layer per attention slot (layers x loops)."""
+    """generate()'s DynamicCache holds one layer per attention slot (layers x loops); the cache is
+    taken under its transformers 5 name (``cache``) and its 4.x name (``past_key_values``)."""
     from transformers import AutoModelForCausalLM, DynamicCache
 
     import attnlab.hf  # noqa: F401  (the local classes)
 
-    for name in ("moe_values", "virtual_heads"):
+    for name, keyword in [("moe_values", "cache"), ("virtual_heads", "past_key_values")]:
         model = AutoModelForCausalLM.from_pretrained(exported[name])
         cfg = model.model.cfg
         cache = DynamicCache(config=model.config)
         ids = torch.arange(3, 13)[None]
         full = model(input_ids=ids, use_cache=False).logits
-        first = model(input_ids=ids[:, :6], past_key_values=cache).logits
-        rest = model(input_ids=ids[:, 6:], past_key_values=cache).logits
+        first = model(input_ids=ids[:, :6], **{keyword: cache}).logits
+        rest = model(input_ids=ids[:, 6:], **{keyword: cache}).logits
         assert cache.get_seq_length() == 10
         assert len(cache.layers) == cfg.n_layers * cfg.loops
         assert torch.allclose(torch.cat([first, rest], 1), full, atol=1e-5)

@@ -133,12 +133,14 @@ class HFCausalLM(LanguageModel):
     ) -> list[int]:
         """Greedy decoding with the model's KV cache (one token per forward after the prompt)
         while prompt + output fit the context; past it, the window slides without a cache."""
+        from attnlab.hf.modeling import CACHE_FIELD  # cache= (transformers 5) or past_key_values=
+
         prompt = list(context)[-self.max_length :]
         step = torch.tensor([prompt], device=self.device)
         past, out = None, []
         while len(out) < max_new_tokens and len(prompt) + len(out) < self.max_length:
-            res = self.model(input_ids=step, past_key_values=past, use_cache=True)
-            past = res.past_key_values
+            res = self.model(input_ids=step, use_cache=True, **{CACHE_FIELD: past})
+            past = getattr(res, CACHE_FIELD)
             nxt = int(res.logits[0, -1].argmax())
             if nxt == self.eos_id:
                 return out

@@ -4,8 +4,11 @@ The network is attnlab's own :class:`~attnlab.model.transformer.Transformer`, bu
 config's ``attnlab_model`` table (``self.model``, so weights are named ``model.<attnlab name>``);
 this class only speaks transformers' protocol around it:
 
-- ``forward(input_ids, attention_mask, past_key_values, labels, logits_to_keep, ...)`` returns a
+- ``forward(input_ids, attention_mask, cache, labels, logits_to_keep, ...)`` returns a
   ``CausalLMOutputWithPast``; ``labels`` are shifted inside, as in every transformers causal LM.
+  The cache arrives as ``cache`` (transformers 5.x, whose ``generate()`` passes it under that
+  name) or ``past_key_values`` (4.x); the output carries it under the field the installed
+  transformers declares (:data:`CACHE_FIELD`).
 - The KV cache is transformers' own ``Cache`` (``DynamicCache`` by default in ``generate``),
   wrapped in :class:`CacheView`, which gives it the interface attnlab's attention layers call
   (``update(slot, k, v, start)``, ``length``). So beam search, cache cropping and reordering work
@@ -33,6 +36,13 @@ from attnlab.config import ModelConfig
 from attnlab.hf.configuration import AttnlabConfig
 from attnlab.hf.export_plugins import load_export_plugins
 from attnlab.model.transformer import Transformer
+
+#: the output field (and ``generate()``'s keyword) that holds the cache in the installed transformers
+CACHE_FIELD = (
+    "cache"
+    if "cache" in getattr(CausalLMOutputWithPast, "__dataclass_fields__", {})
+    else "past_key_values"
+)
 
 
 class CacheView:
@@ -105,6 +115,7 @@ class AttnlabForCausalLM(AttnlabPreTrainedModel, GenerationMixin):
         input_ids: Tensor | None = None,
         attention_mask: Tensor | None = None,
         past_key_values=None,
+        cache=None,
         inputs_embeds: Tensor | None = None,
         labels: Tensor | None = None,
         use_cache: bool | None = None,
@@ -113,23 +124,28 @@ class AttnlabForCausalLM(AttnlabPreTrainedModel, GenerationMixin):
         return_dict: bool | None = None,
         **kwargs,
     ) -> CausalLMOutputWithPast:
-        """Logits [B, T, V] (the last ``logits_to_keep`` positions when > 0); loss with labels."""
+        """Logits [B, T, V] (the last ``logits_to_keep`` positions when > 0); loss with labels.
+
+        ``cache`` and ``past_key_values`` are the same argument under its 5.x and 4.x names."""
+        if cache is not None and past_key_values is not None and cache is not past_key_values:
+            raise ValueError("pass the cache once, as cache= or past_key_values=, not both")
+        past_key_values = cache if cache is not None else past_key_values
         if input_ids is None or inputs_embeds is not None:
             raise ValueError("attnlab models take input_ids (inputs_embeds is not supported)")
         _check_padding(attention_mask)
         use_cache = self.config.use_cache if use_cache is None else use_cache
-        cache = None
+        view = None
         if self.model.supports_cache and (past_key_values is not None or use_cache):
             if past_key_values is None:
                 past_key_values = DynamicCache(config=self.config)
-            cache = CacheView(past_key_values)
+            view = CacheView(past_key_values)
         elif past_key_values is not None and past_key_values.get_seq_length() == 0:
             past_key_values = None  # generate made one; this model recomputes the prefix
         elif past_key_values is not None:
             raise ValueError(
                 "this attnlab model has a part without KV-cache support; call with use_cache=False"
             )
-        out = self.model(input_ids, cache=cache, last_logits_only=logits_to_keep == 1)
+        out = self.model(input_ids, cache=view, last_logits_only=logits_to_keep == 1)
         logits = out.logits
         if isinstance(logits_to_keep, int) and logits_to_keep > 1:
             logits = logits[:, -logits_to_keep:]
@@ -142,4 +158,4 @@ class AttnlabForCausalLM(AttnlabPreTrainedModel, GenerationMixin):
             )
             if self.training and out.aux_loss is not None:
                 loss = loss + out.aux_loss
-        return CausalLMOutputWithPast(loss=loss, logits=logits, past_key_values=past_key_values)
+        return CausalLMOutputWithPast(loss=loss, logits=logits, **{CACHE_FIELD: past_key_values})

@@ -2,10 +2,17 @@
 ``import attnlab`` fails, through ``AutoModelForCausalLM.from_pretrained(..., trust_remote_code=True)``
 and ``AutoTokenizer``, against the run's own model.
 
-For each folder: max |attnlab logits - transformers logits| on a fixed batch of token ids, and
-whether ``model.generate()`` (greedy, KV cache) gives ``attnlab.model.generate``'s tokens
-(greedy, stopping at end-of-text like ``attnlab generate``). Several folders share one child
-process (imports cost most of its time).
+For each folder:
+
+- max |attnlab logits - transformers logits| on a fixed batch of token ids;
+- transformers' own ``model.generate()`` (greedy, with its KV cache): the logits of every decoding
+  step against a full forward of the generated sequence without a cache (``max_abs_step_logits``;
+  tokens alone can tie on a weak model, logits cannot hide a cache that sees only the new token),
+  and whether its tokens equal ``attnlab.model.generate``'s (greedy, stopping at end-of-text);
+- transformers' ``pipeline("text-generation")`` on a text: whether its tokens equal greedy
+  decoding by full forwards without a cache.
+
+Several folders share one child process (imports cost most of its time).
 """
 
 from __future__ import annotations
@@ -34,18 +41,38 @@ sys.meta_path.insert(0, _NoAttnlab())
 
 CHILD = """
 import json, sys, torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline
 torch.set_num_threads(1)
+
+def greedy_without_cache(model, ids, n, eos):
+    for _ in range(n):
+        nxt = model(input_ids=ids, use_cache=False).logits[:, -1].argmax(-1, keepdim=True)
+        ids = torch.cat([ids, nxt], 1)
+        if eos is not None and int(nxt) == eos:
+            break
+    return ids[0].tolist()
+
 for job in json.load(open(sys.argv[1])):
     model = AutoModelForCausalLM.from_pretrained(job["folder"], trust_remote_code=True).eval()
     tok = AutoTokenizer.from_pretrained(job["folder"], trust_remote_code=True)
-    ids = torch.tensor(job["ids"])
+    n, eos = job["max_new_tokens"], model.generation_config.eos_token_id
     with torch.no_grad():
-        logits = model(input_ids=ids, use_cache=False).logits
-    prompt = torch.tensor([job["prompt"]])
-    out = model.generate(prompt, max_new_tokens=job["max_new_tokens"], do_sample=False)
-    torch.save({"logits": logits, "generated": out[0].tolist(), "module": type(model).__module__,
-                "text_ids": tok(job["text"], add_special_tokens=False).input_ids}, job["out"])
+        logits = model(input_ids=torch.tensor(job["ids"]), use_cache=False).logits
+        prompt = torch.tensor([job["prompt"]])
+        gen = model.generate(prompt, max_new_tokens=n, do_sample=False, output_logits=True,
+                             return_dict_in_generate=True)
+        steps = torch.stack([step[0] for step in gen.logits])
+        full = model(input_ids=gen.sequences, use_cache=False).logits[0]
+        start = prompt.shape[1] - 1
+        step_diff = float((steps - full[start : start + len(steps)]).abs().max())
+        pipe = pipeline("text-generation", model=model, tokenizer=tok)
+        piped = pipe(job["text"], max_new_tokens=n, do_sample=False, return_tensors=True)
+        piped = [int(t) for t in piped[0]["generated_token_ids"]]
+        text_ids = tok(job["text"], add_special_tokens=False).input_ids
+        reference = greedy_without_cache(model, torch.tensor([text_ids]), n, eos)
+    torch.save({"logits": logits, "generated": gen.sequences[0].tolist(), "step_diff": step_diff,
+                "steps": len(steps), "piped": piped, "piped_reference": reference,
+                "module": type(model).__module__, "text_ids": text_ids}, job["out"])
 """
 
 
@@ -55,12 +82,44 @@ class Check:
 
     folder: str
     max_abs_logits: float
+    #: max over generate()'s decoding steps of |step logits - full-forward logits| (KV cache check)
+    max_abs_step_logits: float
+    #: how many decoding steps generate() made (it stops at end-of-text)
+    steps: int
     greedy_equal: bool
+    #: pipeline("text-generation") gave the tokens of greedy full forwards without a cache
+    pipeline_equal: bool
     tokens_equal: bool
     remote_module: str
     attnlab_tokens: list[int]
     transformers_tokens: list[int]
     prompt_tokens: int
+
+    #: float32 logits of the same weights through two code paths agree far closer than this
+    TOLERANCE = 1e-4
+
+    @property
+    def passed(self) -> bool:
+        """Logits, cached decoding, greedy tokens and the pipeline all agree."""
+        return (
+            self.max_abs_logits < self.TOLERANCE
+            and self.max_abs_step_logits < self.TOLERANCE
+            and self.greedy_equal
+            and self.pipeline_equal
+        )
+
+    def sentence(self) -> str:
+        """What the check found, in one line."""
+        cached = "equal" if self.max_abs_step_logits < self.TOLERANCE else "NOT equal"
+        same = "the same" if self.greedy_equal else "DIFFERENT"
+        piped = "the same" if self.pipeline_equal else "DIFFERENT"
+        return (
+            f"verified without attnlab: max |logits - attnlab logits| = {self.max_abs_logits:.3g}; "
+            f"transformers' generate() with its KV cache: step logits {cached} to a full forward "
+            f"(max |difference| {self.max_abs_step_logits:.3g} over {self.steps} steps), "
+            f"{same} {len(self.attnlab_tokens) - self.prompt_tokens} new tokens as attnlab "
+            f"generate; pipeline('text-generation') gives {piped} tokens as greedy full forwards"
+        )
 
 
 def check_exports(
@@ -110,12 +169,15 @@ def check_exports(
         raise UserError(f"loading the export without attnlab failed:\n{proc.stderr[-3000:]}")
     checks = []
     for spec, (logits, tokens, text_ids) in zip(specs, refs):
-        got = torch.load(spec["out"])
+        got = torch.load(spec["out"], weights_only=True)
         checks.append(
             Check(
                 folder=spec["folder"],
                 max_abs_logits=float((logits - got["logits"]).abs().max()),
+                max_abs_step_logits=got["step_diff"],
+                steps=got["steps"],
                 greedy_equal=tokens == got["generated"],
+                pipeline_equal=got["piped"] == got["piped_reference"],
                 tokens_equal=text_ids == got["text_ids"],
                 remote_module=got["module"],
                 attnlab_tokens=tokens,
