@@ -158,3 +158,40 @@ def test_non_finite_scores_are_an_error():
     with pytest.raises(NonFiniteError, match=r"perplexity\.loss") as e:
         check_metrics(bad, "m")
     assert e.value.exit_code == exitcodes.DIVERGED
+
+
+def test_warnings_are_one_line_and_foreign_deprecations_are_dropped(capsys, monkeypatch):
+    """The CLI's rule (attnlab.warning_lines): attnlab's warnings as they are, another package's
+    named and on one line, another package's deprecation notices dropped unless the user
+    configured warnings (-W / PYTHONWARNINGS)."""
+    import sys
+    import warnings
+
+    import torch
+
+    from attnlab.runs.records import RunFileWarning
+    from attnlab.warning_lines import cli_warnings
+
+    before = warnings.showwarning
+
+    def emit() -> list[str]:
+        with cli_warnings("eval"):
+            warnings.simplefilter("always")
+            warnings.warn_explicit("torch\n  says this", UserWarning, torch.__file__, 1)
+            warnings.warn_explicit("an old API", FutureWarning, torch.__file__, 2)
+            warnings.warn_explicit("an older API", DeprecationWarning, torch.__file__, 3)
+            warnings.warn_explicit("run file damaged", RunFileWarning, "/elsewhere/x.py", 4)
+        return capsys.readouterr().err.splitlines()
+
+    assert emit() == [
+        "attnlab eval: warning: (torch) torch says this",
+        "attnlab eval: warning: run file damaged",
+    ]
+    monkeypatch.setattr(sys, "warnoptions", ["default"])
+    assert emit() == [
+        "attnlab eval: warning: (torch) torch says this",
+        "attnlab eval: warning: (torch) an old API",
+        "attnlab eval: warning: (torch) an older API",
+        "attnlab eval: warning: run file damaged",
+    ]
+    assert warnings.showwarning is before  # restored after the block

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -298,3 +299,108 @@ def test_a_pickled_config_loads_its_plugins_in_a_fresh_process(lab, tmp_path):
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["gated", "4", "True"]
+
+
+def _stderr_lines(p: subprocess.CompletedProcess) -> list[str]:
+    return [line for line in p.stderr.splitlines() if line.strip()]
+
+
+def test_a_moved_plugin_is_replaced_by_plugin_newpath_in_every_command(lab, tmp_path):
+    """After the plugin file moves, generate/eval/export/train fail with the fix, and work with
+    --plugin NEWPATH: the same model, one warning line naming both paths and both sha256."""
+    from attnlab.parts.plugins import source_hash
+
+    old = tmp_path / "ideas" / "my_ideas.py"
+    old.parent.mkdir()
+    old.write_text(EXAMPLE.read_text())
+    cfg = tmp_path / "run.toml"
+    cfg.write_text(lab["cfg"].read_text())  # plugins = ["ideas/my_ideas.py"], next to it
+    train = ["train", str(cfg), "--out", "r", "--quiet", "--set", PARTS[0], "--set", PARTS[1]]
+    attnlab(*train, cwd=tmp_path)
+    gen = ["generate", "r", "--prompt", "the", "--max-new-tokens", "8", "--temperature", "0"]
+    before = attnlab(*gen, cwd=tmp_path).stdout
+    new = tmp_path / "elsewhere" / "my_ideas.py"
+    new.parent.mkdir()
+    old.rename(new)
+    commands = {
+        "generate": gen,
+        "eval": ["eval", "r", "--tasks", "perplexity", "--limit", "1", "--no-progress"],
+        "export": ["export", "r", "--out", "hf", "--force"],
+        "train": train,
+    }
+    for name, cmd in commands.items():
+        p = attnlab(*cmd, cwd=tmp_path, ok=False)
+        assert p.returncode == 2, (name, p.stderr)
+        assert _stderr_lines(p) == [
+            f"attnlab {name}: error: plugin file {old} does not exist; if it moved, pass "
+            "--plugin NEWPATH"
+        ]
+    sha = source_hash([new])[:12]
+    same = (
+        f"plugin {old} does not exist; using {new} instead (same module name 'my_ideas'); "
+        f"sha256 recorded {sha}, now {sha} (the same source)"
+    )
+    outs = {}
+    for name, cmd in commands.items():
+        p = attnlab(*cmd, "--plugin", str(new), cwd=tmp_path)
+        assert _stderr_lines(p) == [f"attnlab {name}: warning: {same}"], name
+        outs[name] = p.stdout
+    assert outs["generate"] == before  # the trained model, greedy: the same continuation
+    assert "already finished" in outs["train"]  # the config check saw the same plugin
+    assert str(new) in outs["export"] and (tmp_path / "hf" / "plugins" / "my_ideas.py").is_file()
+    # a changed source says so with both hashes; an interrupted run resumes with it
+    new.write_text(EXAMPLE.read_text() + "\n# edited after the move\n")
+    ckpts = tmp_path / "r" / "checkpoints"
+    shutil.rmtree(ckpts / "step_0000004")  # as if killed after the step-2 checkpoint
+    (ckpts / "latest").write_text("step_0000002")
+    (tmp_path / "r" / "status.json").unlink()
+    p = attnlab(*commands["train"], "--plugin", str(new), cwd=tmp_path)
+    assert _stderr_lines(p) == [
+        f"attnlab train: warning: plugin {old} does not exist; using {new} instead (same module "
+        f"name 'my_ideas'); sha256 recorded {sha}, now {source_hash([new])[:12]} (a different "
+        "source: its parts may not compute what was trained)"
+    ]
+    assert "resumed from step 2" in p.stdout
+    assert json.loads((tmp_path / "r" / "plugins.json").read_text())["plugins"][0]["spec"] == str(
+        new
+    )
+
+
+def test_a_moved_plugin_must_keep_its_module_name(lab, tmp_path):
+    plugin = tmp_path / "mine.py"
+    plugin.write_text(EXAMPLE.read_text())
+    cfg = tmp_path / "run.toml"
+    cfg.write_text(lab["cfg"].read_text().replace('"ideas/my_ideas.py"', '"mine.py"'))
+    attnlab("train", str(cfg), "--out", "r", "--quiet", "--set", PARTS[0], cwd=tmp_path)
+    renamed = tmp_path / "other.py"
+    plugin.rename(renamed)
+    p = attnlab(
+        "generate", "r", "--prompt", "the", "--plugin", str(renamed), cwd=tmp_path, ok=False
+    )
+    assert p.returncode == 2
+    assert f"plugin file {plugin} does not exist; if it moved, pass --plugin NEWPATH" in p.stderr
+    assert "the new file must be named mine.py; --plugin gave 'other'" in p.stderr
+
+
+def test_a_damaged_run_file_is_one_warning_line(lab, tmp_path):
+    """Warnings print like errors: `attnlab CMD: warning: ...`, no source path or line."""
+    plugin = tmp_path / "mine.py"
+    plugin.write_text(EXAMPLE.read_text())
+    cfg = tmp_path / "run.toml"
+    cfg.write_text(lab["cfg"].read_text().replace('"ideas/my_ideas.py"', '"mine.py"'))
+    attnlab("train", str(cfg), "--out", "r", "--quiet", "--set", PARTS[0], cwd=tmp_path)
+    gen = ["generate", "r", "--prompt", "the", "--max-new-tokens", "2"]
+    (tmp_path / "r" / "plugins.json").write_text("{not json")
+    p = attnlab(*gen, cwd=tmp_path)
+    assert _stderr_lines(p) == [
+        "attnlab generate: warning: r/plugins.json is damaged; the plugins' sources cannot be "
+        "checked against the run"
+    ]
+    (tmp_path / "r" / "plugins.json").unlink()
+    model = tmp_path / "r" / "checkpoints" / "step_0000004" / "model.safetensors"
+    model.write_bytes(model.read_bytes()[:100])
+    p = attnlab(*gen, cwd=tmp_path)
+    (line,) = _stderr_lines(p)
+    assert line.startswith("attnlab generate: warning: skipping damaged checkpoint step_0000004")
+    assert line.endswith("falling back to step_0000002")
+    assert "Warning" not in p.stderr and ".py:" not in p.stderr
