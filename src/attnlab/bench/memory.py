@@ -190,8 +190,8 @@ def measure_memory(
     r = json.loads(lines[-1]) if lines else {}
     if out.returncode != 0 or not lines or "error" in r:
         tail = (out.stderr or out.stdout).strip().splitlines()[-1:] or ["no output"]
-        why = r.get("error") or tail[0]
-        return MemoryRow(name, None, None, None, error=f"probe failed: {why[:300]}")
+        why = r.get("error") or f"the measuring process failed: {tail[0]}"
+        return MemoryRow(name, None, None, None, error=why[:300])
     cuda = r.get("cuda_max_allocated")
     return MemoryRow(
         name=name,
