@@ -195,3 +195,23 @@ def test_warnings_are_one_line_and_foreign_deprecations_are_dropped(capsys, monk
         "attnlab eval: warning: run file damaged",
     ]
     assert warnings.showwarning is before  # restored after the block
+
+
+def test_contracts_doc_states_every_slot_dims_field_and_score_context_field():
+    """docs/CONTRACTS.md repeats the contracts of parts/slots.py: a section per slot, every Dims
+    field, every ScoreContext field; each contract class states its forward's shapes."""
+    import dataclasses
+
+    from attnlab.parts import Dims, ScoreContext
+    from attnlab.parts.slots import SLOTS
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "CONTRACTS.md").read_text()
+    for name, slot in SLOTS.items():
+        assert f"`{name}` (`{slot.base.__name__}`" in doc, name
+        assert "forward(" in (slot.base.__doc__ or ""), slot.base.__name__
+    for f in dataclasses.fields(Dims):
+        assert f"| `{f.name}`" in doc or f", `{f.name}`" in doc, f.name
+        assert f"``{f.name}``" in (Dims.__doc__ or ""), f.name
+    for f in dataclasses.fields(ScoreContext):
+        assert f"`{f.name}`" in doc.split("### `score`")[1].split("###")[0], f.name
+        assert f"``{f.name}``" in (ScoreContext.__doc__ or ""), f.name
