@@ -264,11 +264,6 @@ def remember(records: list[dict]) -> None:
             _recorded[rec["spec"]] = rec
 
 
-def moved() -> dict[str, PluginRecord]:
-    """Recorded spec -> the plugin loaded in its place, for every moved plugin of this process."""
-    return dict(_moved)
-
-
 def current_spec(spec: str) -> str:
     """The spec the loader uses for ``spec`` now: the stand-in's path for a moved plugin file
     (found as :func:`load_plugin` finds it), else ``spec`` itself. Imports nothing new."""

@@ -334,6 +334,8 @@ def recorded_plugins(run_dir: str | Path) -> list[dict[str, Any]]:
         stat = path.stat()
     except OSError:
         return []
+    if not path.is_file():  # a directory or a FIFO someone put there: not a record
+        return []
     key = (str(path.resolve()), stat.st_mtime_ns, stat.st_size)
     if key not in _plugin_records:
         try:
