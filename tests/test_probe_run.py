@@ -43,7 +43,7 @@ def _overrides(env, model: str = "llama", method: str = "preproj+skip+lora") -> 
         f"method={method}",
         f"data.corpus={env['corpus']}",
         "data.val_fraction=0.2",
-        "train.steps=4",
+        "train.max_steps=4",
         "train.device=cpu",  # resume is compared bit for bit
         "train.batch_size=2",
         "train.seq_len=16",
@@ -179,7 +179,7 @@ def test_experiment_writes_one_table(env, tmp_path):
     exp.write_text(
         'name = "tiny"\nmethods = ["frozen", "lora@preproj+skip", "preproj+skip"]\n'
         f'[base]\nmodel = "{env["llama"]}"\n[data]\ncorpus = "{env["corpus"]}"\n'
-        "val_fraction = 0.2\n[train]\nsteps = 2\nbatch_size = 2\nseq_len = 16\nlr = 1e-3\n"
+        "val_fraction = 0.2\n[train]\nmax_steps = 2\nbatch_size = 2\nseq_len = 16\nlr = 1e-3\n"
         '[eval]\nval_tokens = 64\nbatch_size = 4\ntasks = ["perplexity", "cloze-heldout"]\n'
         "limit = 4\n"
     )
@@ -256,7 +256,7 @@ def test_smollm2_real_probe_trains_a_few_steps(tmp_path):
             "method=preproj+skip",
             f"data.dir={tmp_path / 'data'}",
             "data.max_documents=30",
-            "train.steps=3",
+            "train.max_steps=3",
             "train.batch_size=1",
             "train.seq_len=64",
             "train.lr=1e-3",

@@ -330,7 +330,7 @@ def resolve(
     base_raw = _overridden(_base_dict(spec, folder), list(base_overrides))
     base0 = _validate(base_raw, "base config")
     t = base0.train
-    tokens_per_step = t.tokens_per_step or t.batch_size * base0.data.seq_len
+    tokens_per_step = t.batch_plan(base0.data.seq_len).tokens  # one process: compare's runs
     if spec.budget.steps is not None:
         steps = spec.budget.steps
     else:

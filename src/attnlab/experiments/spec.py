@@ -47,7 +47,7 @@ from attnlab.config import (
     resolve_plugin_paths,
 )
 from attnlab.experiments.sweep_spec import SweepSpec
-from attnlab.schema import Section
+from attnlab.section import Section
 
 #: a variant name becomes a directory name
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._+-]*$"

@@ -28,7 +28,7 @@ from typing import Any
 from pydantic import BaseModel, Field, model_validator
 
 from attnlab.config import Config
-from attnlab.schema import Section
+from attnlab.section import Section
 
 #: grid keys live in these config sections
 GRID_SECTIONS = ("model", "train", "eval")
