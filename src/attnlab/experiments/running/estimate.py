@@ -53,7 +53,7 @@ class Estimate:
     load: tuple[float, float, float] | None
 
     def describe(self) -> str:
-        from attnlab.experiments.progress import fmt_duration
+        from attnlab.experiments.running.progress import fmt_duration
 
         parts = [
             f"{name} {t.step_s:.3g} s/step{' (from FLOPs)' if t.how == 'flops' else ''}"
