@@ -6,17 +6,16 @@ controls) before anything trains; :func:`run_all` trains each (variant, seed) in
 ``DIR/runs/<variant>/seed<k>/`` with identical batches per seed; :func:`build_report` turns the
 run directories into ``results.csv``, ``results.json``, ``report.md`` and ``plots/``.
 
-The package, by concern; each layer imports only the ones above it:
+The package, by concern, in layers: each imports only the ones above it, and ``running`` and
+``reports`` never import each other (tests/test_import_layers.py):
 
     spec, sweep_spec       the experiment file and its ``[sweep]`` table
     matching, resolve      one validated config per variant (parameter-matched controls)
     record, results        ``experiment.json``; one row per run read back from its directory
     sweeps/                a ``[sweep]`` grid expanded into arms, the run count, the --plan text
-    load                   ``load_experiment``: the file, ``--set`` and ``--plugin``, resolved
     running/               ``run_all``: launchers (local, --jobs, submitit), pruning, progress
     reports/               ``build_report``: the comparison or sweep report, plots, statistics
-
-``running`` and ``reports`` never import each other (tests/test_import_layers.py).
+    load                   ``load_experiment``: the file, ``--set`` and ``--plugin``, resolved
 """
 
 from attnlab.experiments.load import load_experiment
