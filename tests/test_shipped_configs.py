@@ -13,6 +13,7 @@ import pytest
 from attnlab.config import ConfigError, TrainConfig, load_config
 from attnlab.probe.config import ProbeTrainConfig, is_experiment_file, load_probe_config
 from attnlab.probe.config import load_experiment as load_probe_experiment
+from attnlab.probe.moved_keys import MOVED
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -54,8 +55,8 @@ def _doc_texts() -> dict[str, str]:
 
 def test_every_documented_train_key_exists():
     """``train.KEY`` in the README, docs/ and the config comments is a key of the shared recipe or
-    of a protocol's ``[train]`` table."""
-    known = set(TrainConfig.model_fields) | set(ProbeTrainConfig.model_fields)
+    of a protocol's ``[train]`` table (or a moved probe key, where its move is explained)."""
+    known = set(TrainConfig.model_fields) | set(ProbeTrainConfig.model_fields) | set(MOVED)
     missing = {
         f"{name}: train.{key}"
         for name, text in _doc_texts().items()

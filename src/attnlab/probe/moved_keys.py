@@ -22,6 +22,8 @@ from typing import Any
 
 from attnlab.config import ConfigError
 
+#: the [train] keys that moved (a config naming one is refused with its new name)
+MOVED = ("steps", "micro_batch_size")
 #: the defaults of batch_size and seq_len when micro_batch_size existed
 OLD_BATCH, OLD_SEQ_LEN = 16, 512
 
@@ -71,7 +73,7 @@ def upgrade_recorded(raw: Mapping[str, Any]) -> dict[str, Any]:
     train = raw.get("train")
     if not isinstance(train, Mapping) or moved_message(train) is None:
         return dict(raw)
-    new = {k: v for k, v in train.items() if k not in ("steps", "micro_batch_size", "batch_size")}
+    new = {k: v for k, v in train.items() if k not in (*MOVED, "batch_size")}
     if "steps" in train:
         new["max_steps"] = train["steps"]
     if "batch_size" in train or "micro_batch_size" in train:
