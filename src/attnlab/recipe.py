@@ -19,6 +19,8 @@ A protocol subclasses :class:`TrainRecipe` and adds what is its own (pretraining
 ``gradient_checkpointing``). It may give a shared key another default (the probe's paper recipe:
 500 steps, batch 16, lr 1e-5, beta2 0.999, ...) by declaring it again with the same type alias
 below, which carries the key's bounds and description: defaults may differ, meanings may not.
+Only where 0 means something to a protocol may it widen a bound (the probe's ``max_steps = 0``:
+train nothing; ``eval_every = 0``: no validation loss during training).
 :meth:`TrainRecipe.batch_plan` cuts a step into micro-batches for every protocol, and
 :meth:`attnlab.runs.loop.LoopSettings.from_recipe` hands the recipe to the one training loop.
 """
