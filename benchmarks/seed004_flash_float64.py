@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from attnlab.experiments.resolve import load_experiment
+    from attnlab.experiments import load_experiment
     from attnlab.model import build_model
 
     torch.set_num_threads(args.threads)

@@ -238,7 +238,7 @@ def test_a_vocabulary_too_small_for_the_data_is_refused_before_training(data_dir
 
 def test_report_puts_run_to_run_noise_next_to_the_seed_spread(done):
     """CPU runs are reproducible bit for bit; CUDA runs without train.deterministic are not."""
-    from attnlab.experiments.report import _noise, summarise
+    from attnlab.experiments.reports.report import noise_note, summarise
     from attnlab.experiments.results import RunRow
 
     report = (done / "report.md").read_text()
@@ -250,6 +250,6 @@ def test_report_puts_run_to_run_noise_next_to_the_seed_spread(done):
                       deterministic=det)  # fmt: skip
 
     cuda = [row(0, "cuda:0", False, 3.0), row(1, "cuda:0", True, 3.2)]
-    text = _noise(cuda, summarise(cuda, ["b"], "b")[0])
+    text = noise_note(cuda, summarise(cuda, ["b"], "b")[0])
     assert "not zero and not measured: 1 of 2 runs on cuda:0 without train.deterministic" in text
     assert "Seed spread (sample std of the baseline's final val loss over seeds): 0.1414" in text

@@ -254,9 +254,11 @@ def test_missing_experiment_file_is_a_user_error(tmp_path):
         load_experiment(tmp_path / "nope.toml")
 
 
-@pytest.mark.parametrize("name", ["quick", "seed004-ideas", "nonlinear-query-124m", "nlq-lr-sweep"])
-def test_shipped_experiments_load(name):
-    path = Path(__file__).parent.parent / "configs" / "experiments" / f"{name}.toml"
+SHIPPED = sorted((Path(__file__).parent.parent / "configs" / "experiments").glob("*.toml"))
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.stem)
+def test_shipped_experiments_load(path):
     exp = load_experiment(path)
     assert len(exp.variants) >= 2
     for v in exp.variants.values():

@@ -8,14 +8,14 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from attnlab.experiments.curves import band, relative_curve
-from attnlab.experiments.progress import EtaModel
-from attnlab.experiments.stats import (
+from attnlab.experiments.reports.curves import band, relative_curve
+from attnlab.experiments.reports.stats import (
     mean_std,
     paired_test,
     relative_improvement,
     sign_flip_pvalue,
 )
+from attnlab.experiments.running.progress import EtaModel
 
 
 def test_mean_and_sample_std():

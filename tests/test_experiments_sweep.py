@@ -14,10 +14,10 @@ import pytest
 from attnlab.cli import main
 from attnlab.config import ConfigError
 from attnlab.experiments import build_report, load_experiment
+from attnlab.experiments.record import write_record
+from attnlab.experiments.reports.stats import paired_test
+from attnlab.experiments.reports.sweep_analysis import Cell, best_cell, stable_ranges
 from attnlab.experiments.results import RunRow
-from attnlab.experiments.runner import write_record
-from attnlab.experiments.stats import paired_test
-from attnlab.experiments.sweep_analysis import Cell, best_cell, stable_ranges
 
 HEAD = """
 name = "grid"
@@ -173,7 +173,7 @@ def test_a_grid_over_budget_is_refused_with_the_count(tmp_path, capsys):
 
 
 def test_estimate_scales_with_the_runs_and_jobs(tmp_path):
-    from attnlab.experiments.estimate import Timing, estimate, run_seconds
+    from attnlab.experiments.running.estimate import Timing, estimate, run_seconds
 
     exp = load_experiment(write(tmp_path))
     runs = exp.runs(tmp_path / "out")
@@ -354,7 +354,7 @@ def test_stable_range_with_a_gap_is_marked_not_contiguous():
 def test_a_run_paused_for_pruning_is_not_counted_done():
     import io
 
-    from attnlab.experiments.progress import ExperimentProgress
+    from attnlab.experiments.running.progress import ExperimentProgress
 
     for rich in (False, True):
         p = ExperimentProgress(2, {"a": 1.0, "b": 1.0}, rich=rich, stream=io.StringIO())

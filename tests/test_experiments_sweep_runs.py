@@ -163,7 +163,8 @@ def test_slurm_without_sbatch_and_bad_executor_args_are_refused(data_dir, tmp_pa
 
 
 def test_jobs_on_one_gpu_run_one_after_another(data_dir, tmp_path, monkeypatch):
-    from attnlab.experiments import launch, load_experiment
+    from attnlab.experiments import load_experiment
+    from attnlab.experiments.running import launch
 
     exp = load_experiment(sweep_file(tmp_path, data_dir, GRID))
     runs = exp.runs(tmp_path / "out")

@@ -92,7 +92,7 @@ SCRIPT = textwrap.dedent(
                                 "--set", f"data.corpus={work}/docs.jsonl",
                                 "--set", "train.max_steps=2", "--set", "train.warmup_steps=1",
                                 "--set", "train.eval_every=2", "--set", "train.eval_batches=1"]))
-    from attnlab.experiments.stats import paired_test
+    from attnlab.experiments.reports.stats import paired_test
     out["p_ttest"] = paired_test([3.0, 3.1, 3.05], [2.9, 3.0, 3.0]).p_ttest
 
     call("probe", lambda: main(["probe", "--out", f"{work}/probe"]))

@@ -305,7 +305,7 @@ def test_a_plugin_side_branch_probes_a_tiny_pretrained_model(lab, tmp_path):
         "parts.low_rank_skip.rank=2",
         f"data.corpus={corpus}",
         "data.val_fraction=0.2",
-        "train.steps=3",
+        "train.max_steps=3",
         "train.batch_size=2",
         "train.seq_len=16",
         "train.lr=3e-3",

@@ -61,16 +61,19 @@ def test_bad_methods_say_why(text, fragment):
 def test_config_defaults_follow_the_paper_recipe():
     cfg = load_probe_config(None)
     t = cfg.train
-    assert (t.lr, t.batch_size, t.seq_len, t.steps) == (1e-5, 16, 512, 500)
-    assert t.dtype == "auto" and t.accumulation == 1
+    assert (t.lr, t.batch_size, t.seq_len, t.max_steps, t.beta2) == (1e-5, 16, 512, 500, 0.999)
+    assert t.dtype == "auto" and t.tokens_per_step is None
+    assert (t.plan.micro, t.plan.accum, t.plan.sequences) == (16, 1, 16)  # effective batch 16
 
 
 def test_config_overrides_and_method_canonicalisation(tmp_path: Path):
     f = tmp_path / "p.toml"
-    f.write_text('method = "skip+preproj"\n[train]\nsteps = 3\n')
-    cfg = load_probe_config(f, ["train.micro_batch_size=4", "lora.rank=8"])
+    f.write_text('method = "skip+preproj"\n[train]\nmax_steps = 3\ntokens_per_step = 8192\n')
+    cfg = load_probe_config(f, ["train.batch_size=4", "lora.rank=8"])
     assert cfg.method == "preproj+skip"
-    assert cfg.train.steps == 3 and cfg.train.accumulation == 4 and cfg.lora.rank == 8
+    assert cfg.train.max_steps == 3 and cfg.lora.rank == 8
+    # 8192 tokens = 16 sequences of 512 per step, in 4 micro-batches of 4
+    assert (cfg.train.plan.micro, cfg.train.plan.accum, cfg.train.plan.sequences) == (4, 4, 16)
 
 
 def test_unknown_key_names_the_nearest_spelling(tmp_path: Path):
@@ -86,7 +89,7 @@ def test_bad_values_fail_at_load_time():
     with pytest.raises(ConfigError, match="did you mean 'preproj'"):
         load_probe_config(None, ["method=prepoj"])
     with pytest.raises(ConfigError, match="not a multiple"):
-        load_probe_config(None, ["train.batch_size=16", "train.micro_batch_size=5"])
+        load_probe_config(None, ["train.batch_size=5", "train.tokens_per_step=8192"])
     with pytest.raises(ConfigError, match=r"'base\.dtype'"):
         load_probe_config(None, ["base.dtype=int8"])
 
@@ -96,22 +99,111 @@ def test_experiment_file_methods_and_fairness(tmp_path: Path):
     f.write_text(
         'name = "x"\n'
         'methods = ["frozen", "lora@preproj+skip", {method = "preproj+lora", name = "pl", '
-        "lora = {rank = 4}, train = {micro_batch_size = 2}}]\n"
-        "[train]\nsteps = 7\nbatch_size = 4\n"
+        "lora = {rank = 4}, train = {batch_size = 2}}]\n"
+        "[train]\nmax_steps = 7\nbatch_size = 4\nseq_len = 64\ntokens_per_step = 256\n"
     )
     name, cfgs = load_experiment(f, ["train.lr=1e-3"])
     assert name == "x"
     assert [c.label for c in cfgs] == ["frozen", "lora@preproj+skip", "pl"]
-    assert all(c.train.steps == 7 and c.train.lr == 1e-3 for c in cfgs)
-    assert cfgs[2].lora.rank == 4 and cfgs[2].train.micro == 2 and cfgs[0].lora.rank == 64
+    assert all(c.train.max_steps == 7 and c.train.lr == 1e-3 for c in cfgs)
+    assert cfgs[2].lora.rank == 4 and cfgs[0].lora.rank == 64
+    # a method's own micro-batch: the same 4 sequences per step, in 2 micro-batches of 2
+    assert [(c.train.plan.micro, c.train.plan.accum) for c in cfgs] == [(4, 1), (4, 1), (2, 2)]
     with pytest.raises(ConfigError, match="experiment file"):
         load_probe_config(f)
 
     unfair = tmp_path / "u.toml"
-    unfair.write_text('methods = [{method = "preproj", train = {steps = 9}}]\n')
-    with pytest.raises(ConfigError, match=r"train\.steps.*same base, data, batches"):
+    unfair.write_text('methods = [{method = "preproj", train = {max_steps = 9}}]\n')
+    with pytest.raises(ConfigError, match=r"train\.max_steps.*same base, data, batches"):
+        load_experiment(unfair)
+    unfair.write_text('methods = ["frozen", {method = "preproj", train = {batch_size = 8}}]\n')
+    with pytest.raises(ConfigError, match=r"reads 8 sequences per step and methods\[0\] 16"):
         load_experiment(unfair)
     dup = tmp_path / "d.toml"
     dup.write_text('methods = ["preproj", "pre-projection"]\n')
     with pytest.raises(ConfigError, match="appears twice"):
         load_experiment(dup)
+
+
+# ------------------------------------------------------------- [train] keys before the shared recipe
+
+
+def test_old_probe_keys_are_refused_in_one_line_naming_the_new_keys(tmp_path: Path):
+    with pytest.raises(ConfigError) as e:
+        load_probe_config(None, ["train.steps=50"])
+    assert str(e.value) == (
+        "train.steps was renamed train.max_steps (the same number of optimizer steps); write "
+        "max_steps = 50 in [train] or --set train.max_steps=50"
+    )
+    old = tmp_path / "old.toml"
+    old.write_text("[train]\nsteps = 10\nbatch_size = 16\nmicro_batch_size = 4\nseq_len = 128\n")
+    with pytest.raises(ConfigError) as e:
+        load_probe_config(old)
+    text = str(e.value)
+    assert "\n" not in text and text.startswith("train.steps was renamed train.max_steps")
+    assert (
+        "train.micro_batch_size was removed: train.batch_size is now the micro-batch (as in "
+        "attnlab train) and train.tokens_per_step the whole batch in tokens; for batch_size = 16, "
+        "micro_batch_size = 4, seq_len = 128 write batch_size = 4, tokens_per_step = 2048"
+    ) in text
+    exp = tmp_path / "exp.toml"
+    exp.write_text('methods = ["frozen", {method = "preproj", train = {steps = 3}}]\n')
+    with pytest.raises(ConfigError, match=r"methods\[1\].*train\.steps was renamed"):
+        load_experiment(exp)
+
+
+@pytest.mark.parametrize(
+    ("old", "micro", "accum", "sequences"),
+    [
+        ({"steps": 10, "batch_size": 16, "micro_batch_size": 4, "seq_len": 128}, 4, 4, 16),
+        ({"steps": 10, "batch_size": 8, "micro_batch_size": 8, "seq_len": 64}, 8, 1, 8),
+        ({"steps": 10, "batch_size": 6}, 6, 1, 6),
+        ({"micro_batch_size": 2}, 2, 8, 16),  # the old default batch of 16 x 512
+    ],
+)
+def test_recorded_old_probe_configs_train_the_same_batches(old, micro, accum, sequences):
+    """A config recorded by an earlier attnlab (probe.json, probe.toml, a checkpoint) is read in
+    today's keys: the same steps, micro-batch and sequences per step as it trained with."""
+    from attnlab.probe.config import validate_probe
+    from attnlab.probe.moved_keys import upgrade_recorded
+
+    raw = {"method": "preproj", "train": old}
+    with pytest.raises(ConfigError, match=r"was re(named|moved)"):
+        validate_probe(raw)
+    t = validate_probe(upgrade_recorded(raw)).train
+    assert t.max_steps == old.get("steps", 500)
+    assert (t.plan.micro, t.plan.accum, t.plan.sequences) == (micro, accum, sequences)
+    assert upgrade_recorded({"train": {"max_steps": 3}}) == {"train": {"max_steps": 3}}
+
+
+def test_an_old_probe_directory_resumes_in_todays_keys(tmp_path: Path):
+    """A probe directory whose checkpoint and probe.toml hold the old keys is the same training
+    as today's config of that recipe: no conflict, no rewrite warning; a real change still is."""
+    import warnings
+
+    import torch
+
+    from attnlab.errors import UserError
+    from attnlab.probe.config import dump_probe_toml
+    from attnlab.probe.moved_keys import upgrade_recorded
+    from attnlab.runs import checkpoint, rundir
+    from attnlab.runs.records import ConfigRecord
+
+    keys = ["train.max_steps=10", "train.batch_size=4", "train.seq_len=128"]
+    new = dump_probe_toml(load_probe_config(None, [*keys, "train.tokens_per_step=2048"]))
+    old = new.replace("max_steps = 10", "steps = 10").replace("tokens_per_step = 2048\n", "")
+    old = old.replace("batch_size = 4\n", "batch_size = 16\nmicro_batch_size = 4\n")
+    assert "steps = 10" in old and "micro_batch_size = 4" in old and "tokens_per_step" not in old
+    record = ConfigRecord(file="probe.toml", text=old)
+    empty_optim = {"state": {}, "param_groups": []}
+    checkpoint.write_checkpoint(tmp_path, 2, {"w": torch.zeros(1)}, empty_optim, {}, config=record)
+    (tmp_path / "probe.toml").write_text(old)
+    assert "train.max_steps: None -> 10" in rundir.config_conflicts(
+        tmp_path, new, file="probe.toml"
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        rundir.reconcile_config(tmp_path, new, file="probe.toml", upgrade=upgrade_recorded)
+    other = new.replace("tokens_per_step = 2048", "tokens_per_step = 4096")
+    with pytest.raises(UserError, match=r"train\.tokens_per_step: 2048 -> 4096"):
+        rundir.reconcile_config(tmp_path, other, file="probe.toml", upgrade=upgrade_recorded)

@@ -43,7 +43,7 @@ def _overrides(env, model: str = "llama", method: str = "preproj+skip+lora") -> 
         f"method={method}",
         f"data.corpus={env['corpus']}",
         "data.val_fraction=0.2",
-        "train.steps=4",
+        "train.max_steps=4",
         "train.device=cpu",  # resume is compared bit for bit
         "train.batch_size=2",
         "train.seq_len=16",
@@ -95,6 +95,57 @@ def test_resume_continues_where_it_stopped(env, tmp_path):
     other = load_probe_config(None, [*_overrides(env), "train.lr=1e-3"])
     with pytest.raises(UserError, match=r"train.lr: 0.003 -> 0.001"):
         train_probe(other, run, data_root=env["data"], log=_quiet)
+
+
+def _as_before_the_shared_recipe(config: dict) -> dict:
+    """A probe config in the [train] keys of earlier versions (steps, effective batch_size,
+    micro_batch_size)."""
+    t = dict(config["train"])
+    t["steps"] = t.pop("max_steps")
+    t["micro_batch_size"] = t["batch_size"]
+    t["batch_size"] = t.pop("tokens_per_step") // t["seq_len"]
+    return {**config, "train": t}
+
+
+def test_a_probe_directory_from_before_the_shared_recipe_resumes_and_reattaches(env, tmp_path):
+    """Every config recorded in the directory (probe.toml, probe.json, the checkpoint) in the old
+    keys: a rerun with today's keys resumes it at its checkpoint and ends bit for bit like an
+    uninterrupted run, and the adapter re-attaches."""
+    from attnlab.config import _to_toml
+    from attnlab.runs.records import ConfigRecord
+
+    # 2 sequences of 16 tokens per step, in two micro-batches of 1
+    sets = [*_overrides(env), "train.batch_size=1", "train.tokens_per_step=32"]
+    cfg = load_probe_config(None, sets)
+    straight = train_probe(cfg, tmp_path / "a", data_root=env["data"], log=_quiet)
+    run = tmp_path / "b"
+    train_probe(cfg, run, data_root=env["data"], log=_quiet)
+    old = _as_before_the_shared_recipe(cfg.to_dict())
+    assert old["train"]["micro_batch_size"] == 1 and old["train"]["batch_size"] == 2
+    old_text = _to_toml(old)
+    shutil.rmtree(run / "checkpoints" / checkpoint.step_name(4))
+    ck = checkpoint.read_checkpoint(run / "checkpoints" / checkpoint.step_name(2))
+    skip = ("format", "step", "files", "config", "sha256")
+    state = {k: v for k, v in ck.state.model_dump(mode="json").items() if k not in skip}
+    record = ConfigRecord(file="probe.toml", text=old_text)
+    checkpoint.write_checkpoint(run, 2, ck.model, ck.optim, state, config=record)
+    (run / "probe.toml").write_text(old_text)
+    (run / "status.json").unlink()
+    with pytest.raises(UserError, match=r"train\.steps was renamed train\.max_steps"):
+        load_probe_config(run / "probe.toml")
+
+    lines = []
+    resumed = train_probe(cfg, run, data_root=env["data"], log=lines.append)
+    assert any("resuming at step 2/4" in line for line in lines)
+    assert resumed.final_loss == straight.final_loss
+    a, b = load_file(tmp_path / "a" / "adapter.safetensors"), load_file(run / "adapter.safetensors")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+    probe_json = json.loads((run / "probe.json").read_text())
+    probe_json["config"] = _as_before_the_shared_recipe(probe_json["config"])
+    (run / "probe.json").write_text(json.dumps(probe_json))
+    attached = load_probed(run).injection.state_dict()
+    assert attached.keys() == b.keys() and all(torch.equal(attached[k], b[k]) for k in b)
 
 
 def test_adapter_files_hold_only_the_new_tensors_and_reattach(env, tmp_path):
@@ -179,7 +230,7 @@ def test_experiment_writes_one_table(env, tmp_path):
     exp.write_text(
         'name = "tiny"\nmethods = ["frozen", "lora@preproj+skip", "preproj+skip"]\n'
         f'[base]\nmodel = "{env["llama"]}"\n[data]\ncorpus = "{env["corpus"]}"\n'
-        "val_fraction = 0.2\n[train]\nsteps = 2\nbatch_size = 2\nseq_len = 16\nlr = 1e-3\n"
+        "val_fraction = 0.2\n[train]\nmax_steps = 2\nbatch_size = 2\nseq_len = 16\nlr = 1e-3\n"
         '[eval]\nval_tokens = 64\nbatch_size = 4\ntasks = ["perplexity", "cloze-heldout"]\n'
         "limit = 4\n"
     )
@@ -256,7 +307,7 @@ def test_smollm2_real_probe_trains_a_few_steps(tmp_path):
             "method=preproj+skip",
             f"data.dir={tmp_path / 'data'}",
             "data.max_documents=30",
-            "train.steps=3",
+            "train.max_steps=3",
             "train.batch_size=1",
             "train.seq_len=64",
             "train.lr=1e-3",

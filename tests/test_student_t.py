@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from attnlab.experiments.stats import paired_test
-from attnlab.experiments.student_t import paired_t_pvalue, regularized_beta, t_two_sided_p
+from attnlab.experiments.reports.stats import paired_test
+from attnlab.experiments.reports.student_t import paired_t_pvalue, regularized_beta, t_two_sided_p
 
 scipy_stats = pytest.importorskip("scipy.stats")
 

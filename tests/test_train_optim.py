@@ -10,9 +10,10 @@ import torch
 from torch import nn
 
 from attnlab.errors import UserError
+from attnlab.recipe import grad_accum_steps
 from attnlab.runs.optim import build_optimizer, lr_at, param_groups
 from attnlab.runs.peak import measure_peak_flops, mfu
-from attnlab.train.batches import grad_accum_steps, micro_offsets
+from attnlab.train.batches import micro_offsets
 
 
 def test_lr_warmup_is_linear_then_cosine_reaches_min():

@@ -20,6 +20,7 @@ from typing import Any, Literal, get_args
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from attnlab.errors import UserError
+from attnlab.recipe import TrainRecipe
 from attnlab.schema import PartOptions, Section, default_options, slot_field, slot_of
 
 
@@ -270,60 +271,21 @@ class DataConfig(Section):
 
 # --------------------------------------------------------------------------------------------- train
 
-#: experiment trackers (attnlab.runs.trackers); jsonl is always on
-Logger = Literal["jsonl", "tensorboard", "wandb"]
 
+class TrainConfig(TrainRecipe):
+    """Pretraining's ``[train]``: the shared recipe (:mod:`attnlab.recipe`, with its defaults: the
+    from-scratch recipe of SPEC 2.1) plus what only pretraining has."""
 
-class TrainConfig(Section):
-    """The from-scratch recipe (SPEC 2.1): AdamW, warmup + cosine, clipping, accumulation."""
-
-    max_steps: int = Field(1000, ge=1)
-    seed: int = Field(0, ge=0, description="seed of the batch schedule, init and dropout")
-    batch_size: int = Field(8, ge=1, description="sequences per micro-batch per process")
-    tokens_per_step: int | None = Field(
-        None, ge=1, description="accumulate micro-batches up to this many tokens per step"
-    )
-    lr: float = Field(6e-4, gt=0)
-    min_lr: float = Field(6e-5, ge=0)
-    warmup_steps: int = Field(100, ge=0)
-    weight_decay: float = Field(0.1, ge=0)
-    beta1: float = Field(0.9, ge=0, lt=1)
-    beta2: float = Field(0.95, ge=0, lt=1)
-    grad_clip: float = Field(1.0, ge=0)
-    eval_every: int = Field(100, ge=1)
-    eval_batches: int = Field(8, ge=1)
-    checkpoint_every: int = Field(100, ge=1)
-    log_every: int = Field(10, ge=1)
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    eval_batches: int = Field(8, ge=1, description="micro-batches of fixed validation sequences")
     compile: bool = False
-    device: str = "auto"
-    deterministic: bool = Field(
-        False, description="bit-identical reruns on a GPU too (attnlab.determinism; slower)"
-    )
-    threads: int | None = Field(None, ge=1)
-    spike_factor: float = Field(0.0, ge=0, description="diverged if loss > factor * best (0 = off)")
     parallel: Literal["ddp", "fsdp"] = "ddp"
     objective: Literal["auto", "causal_lm", "masked_lm", "span_corruption"] = "auto"
     mask_prob: float = Field(0.15, gt=0, lt=1)
-    loggers: list[Logger] = Field(
-        default_factory=lambda: ["jsonl"],
-        description="where metrics go: jsonl (metrics.jsonl, always written), tensorboard, wandb",
-    )
     init_from: str | None = Field(
         None,
         description="start from a GPT-2/GPT-NeoX/Llama checkpoint's weights (hf:NAME or a local "
         "folder); set by `attnlab train --init-from`, which also sets [model] to match it",
     )
-
-    @model_validator(mode="after")
-    def _check(self) -> TrainConfig:
-        if self.min_lr > self.lr:
-            raise ValueError(f"train.min_lr={self.min_lr} exceeds train.lr={self.lr}")
-        if self.warmup_steps > self.max_steps:
-            raise ValueError(
-                f"train.warmup_steps={self.warmup_steps} exceeds train.max_steps={self.max_steps}"
-            )
-        return self
 
 
 # ---------------------------------------------------------------------------------------------- eval

@@ -1,5 +1,6 @@
-"""The building blocks of every typed config: the strict ``Section`` base, and the ``PartOptions``
-field that takes its schema from the part registry.
+"""The building blocks of every typed config: the strict ``Section`` base (from
+:mod:`attnlab.section`, re-exported here), and the ``PartOptions`` field that takes its schema from
+the part registry.
 
 A slot field (``model.query``, ``model.score``, ...) holds the options of whichever part kind the
 table names: ``{kind = "nonlinear", ratio = 0.5}`` is validated by the nonlinear query's own options
@@ -10,55 +11,16 @@ needs only pydantic; the registry (and torch) is imported on the first validatio
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar, Literal, get_args
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    SerializeAsAny,
-    ValidationInfo,
-    WrapValidator,
-    field_validator,
-)
+from pydantic import Field, SerializeAsAny, WrapValidator
 from pydantic_core import PydanticCustomError
 
+from attnlab.section import Section
+
+__all__ = ["Activation", "PartOptions", "Section", "default_options", "slot_field"]
+
 Activation = Literal["gelu", "relu", "relu2", "silu"]
-
-
-#: the largest integer any config field takes (torch sizes and seeds are int64)
-INT_MAX = 2**63 - 1
-
-
-def _scalar_kinds(annotation: Any) -> set[type]:
-    """The scalar types among ``int``, ``float`` and ``bool`` a field annotation admits."""
-    args = get_args(annotation) or (annotation,)
-    return {a for a in args if a in (int, float, bool)}
-
-
-class Section(BaseModel):
-    """Base of every config table: unknown keys are errors, assignment is validated, floats must
-    be finite, ``true``/``false`` is no number and a number no ``true``/``false``, and integers
-    fit in int64."""
-
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
-
-    @field_validator("*", mode="before")
-    @classmethod
-    def _strict_numbers(cls, v: Any, info: ValidationInfo) -> Any:
-        field = cls.model_fields.get(info.field_name or "")
-        kinds = _scalar_kinds(field.annotation) if field is not None else set()
-        if kinds == {bool}:
-            if not isinstance(v, bool):
-                raise PydanticCustomError("bool_expected", "give true or false")
-            return v
-        if not kinds:
-            return v
-        if isinstance(v, bool):
-            raise PydanticCustomError("bool_not_number", "a boolean is not a number; give a number")
-        if isinstance(v, int) and abs(v) > INT_MAX:
-            raise PydanticCustomError("int_too_large", f"too large; at most {INT_MAX} (int64)")
-        return v
 
 
 class PartOptions(Section):

@@ -83,7 +83,7 @@ def print_plan(exp, say) -> None:
     """One line per variant: non-embedding parameters, change vs the baseline, overrides, match;
     a sweep adds its grid and run count."""
     if exp.sweep is not None:
-        from attnlab.experiments.sweep_plan import print_sweep_plan
+        from attnlab.experiments.sweeps.plan import print_sweep_plan
 
         print_sweep_plan(exp, say)
         return
@@ -127,8 +127,8 @@ def _log_report_plots(runs: list, out: Path) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from attnlab.experiments import build_report, load_experiment, run_all
-    from attnlab.experiments.progress import ExperimentProgress, fmt_duration
-    from attnlab.experiments.sweep import check_budget
+    from attnlab.experiments.running.progress import ExperimentProgress, fmt_duration
+    from attnlab.experiments.sweeps.budget import check_budget
     from attnlab.preflight import check_concurrent
     from attnlab.runs import lock
     from attnlab.safepath import check_out_dir
@@ -150,9 +150,9 @@ def run(args: argparse.Namespace) -> int:
     print_plan(exp, say)
     runs = exp.runs(args.out, only or None)
     if args.plan:
-        from attnlab.experiments.estimate import estimate
-        from attnlab.experiments.launch import effective_jobs
-        from attnlab.experiments.runner import is_over
+        from attnlab.experiments.running.estimate import estimate
+        from attnlab.experiments.running.execute import is_over
+        from attnlab.experiments.running.launch import effective_jobs
 
         jobs = effective_jobs(args.jobs, runs)[0] if args.launcher == "local" else args.jobs
         est = estimate(exp, runs, jobs, skip_over=is_over)
@@ -163,7 +163,10 @@ def run(args: argparse.Namespace) -> int:
         return 0
     launcher = None
     if args.launcher != "local":
-        from attnlab.experiments.launch_submitit import SubmititLauncher, parse_launcher_args
+        from attnlab.experiments.running.launch_submitit import (
+            SubmititLauncher,
+            parse_launcher_args,
+        )
 
         launcher = SubmititLauncher(
             args.launcher,

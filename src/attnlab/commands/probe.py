@@ -35,7 +35,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="override a config value, e.g. --set train.steps=50 (repeatable)",
+        help="override a config value, e.g. --set train.max_steps=50 (repeatable)",
     )
     p.add_argument("--method", help="shortcut for --set method=METHOD (single-method configs)")
     p.add_argument(

@@ -6,19 +6,26 @@ controls) before anything trains; :func:`run_all` trains each (variant, seed) in
 ``DIR/runs/<variant>/seed<k>/`` with identical batches per seed; :func:`build_report` turns the
 run directories into ``results.csv``, ``results.json``, ``report.md`` and ``plots/``.
 
-A ``[sweep]`` table (:mod:`~attnlab.experiments.sweep_spec`) expands the experiment into
-variant x grid point x seed runs (:mod:`~attnlab.experiments.sweep`), optionally pruned
-(:mod:`~attnlab.experiments.pruning`), executed here or as submitit jobs
-(:mod:`~attnlab.experiments.launch`), and reported over the grid
-(:mod:`~attnlab.experiments.sweep_report`).
+The package, by concern, in layers: each imports only the ones above it, and ``running`` and
+``reports`` never import each other (tests/test_import_layers.py):
+
+    spec, sweep_spec       the experiment file and its ``[sweep]`` table
+    matching, resolve      one validated config per variant (parameter-matched controls)
+    record, results        ``experiment.json``; one row per run read back from its directory
+    sweeps/                a ``[sweep]`` grid expanded into arms, the run count, the --plan text
+    running/               ``run_all``: launchers (local, --jobs, submitit), pruning, progress
+    reports/               ``build_report``: the comparison or sweep report, plots, statistics
+    load                   ``load_experiment``: the file, ``--set`` and ``--plugin``, resolved
 """
 
+from attnlab.experiments.load import load_experiment
 from attnlab.experiments.matching import MatchResult, closest_integer
-from attnlab.experiments.report import build_report
-from attnlab.experiments.resolve import Experiment, RunPlan, Variant, load_experiment, resolve
-from attnlab.experiments.runner import RunOutcome, run_all
+from attnlab.experiments.reports.build import build_report
+from attnlab.experiments.reports.stats import mean_std, paired_test, relative_improvement
+from attnlab.experiments.resolve import Experiment, RunPlan, Variant, resolve
+from attnlab.experiments.running.execute import RunOutcome
+from attnlab.experiments.running.runner import run_all
 from attnlab.experiments.spec import ExperimentSpec, parse_experiment, read_experiment
-from attnlab.experiments.stats import mean_std, paired_test, relative_improvement
 
 __all__ = [
     "Experiment",

@@ -7,7 +7,7 @@
               :func:`~attnlab.experiments.matching.closest_integer`
     run     = variant with train.seed = k and experiment.{name, variant, seed_index = k, tags}
     sweep   = one resolution per grid point, the point's keys applied after each variant's own
-              overrides (:mod:`~attnlab.experiments.sweep`): "arms" named ``variant@point``
+              overrides (:mod:`~attnlab.experiments.sweeps.grid`): "arms" named ``variant@point``
 
 Fairness is enforced here: a variant may change the model, the optimizer recipe and evaluation,
 but nothing that decides which tokens are read (``data.*``, ``train.seed``, ``max_steps``,
@@ -28,7 +28,6 @@ from attnlab.config import (
     ConfigError,
     apply_overrides,
     deep_merge,
-    parse_override,
     source_dict,
     validate,
 )
@@ -37,8 +36,6 @@ from attnlab.experiments.spec import (
     EvaluateSpec,
     ExperimentSpec,
     VariantSpec,
-    parse_experiment,
-    read_experiment,
 )
 from attnlab.experiments.sweep_spec import SCHEDULE_TRAIN_KEYS, SweepSpec
 from attnlab.model.params import ParamReport
@@ -47,8 +44,6 @@ from attnlab.preflight import param_count as count  # any depth, absurd widths r
 #: train.* keys that decide the batch schedule or the validation points; only the base sets them
 #: (a sweep may not grid them either: one list, kept in sweep_spec, which spec.py imports)
 SCHEDULE_KEYS = SCHEDULE_TRAIN_KEYS
-#: top-level keys of the experiment file that ``--set`` may change (the rest go to the base)
-EXPERIMENT_KEYS = ("budget", "seeds", "baseline", "name", "description", "sweep")
 
 
 @dataclass
@@ -116,9 +111,9 @@ class Experiment:
             bases = {v.base for v in self.variants.values()}
             for n in only:
                 if n not in self.variants and n not in bases:
-                    from attnlab.experiments.spec import _unknown
+                    from attnlab.experiments.spec import unknown_name
 
-                    raise ConfigError(f"--only {n!r}: {_unknown(n, sorted(bases))}")
+                    raise ConfigError(f"--only {n!r}: {unknown_name(n, sorted(bases))}")
             names = [n for n in names if n in only or self.variants[n].base in only]
         out = Path(out_dir)
         return [
@@ -178,15 +173,6 @@ def run_dir(out_dir: Path, variant: str, seed: int) -> Path:
 # ---------------------------------------------------------------------------------- resolving
 
 
-def _split_overrides(overrides: list[str]) -> tuple[list[str], list[str]]:
-    """CLI ``--set`` items: experiment keys (budget.steps, seeds, ...) vs base config keys."""
-    exp, base = [], []
-    for item in overrides:
-        path, _ = parse_override(item)
-        (exp if path[0] in EXPERIMENT_KEYS else base).append(item)
-    return exp, base
-
-
 def _base_dict(spec: ExperimentSpec, folder: Path) -> dict[str, Any]:
     base = spec.base
     if isinstance(base, str):
@@ -218,7 +204,7 @@ def _variant_overrides(v: VariantSpec, by_name: dict[str, VariantSpec]) -> list[
     return chain[::-1]
 
 
-def _overridden(raw: dict[str, Any], items: list[str]) -> dict[str, Any]:
+def overridden(raw: dict[str, Any], items: list[str]) -> dict[str, Any]:
     """``apply_overrides`` on a deep copy (it writes into nested tables it shares with its input)."""
     return apply_overrides(copy.deepcopy(raw), items)
 
@@ -227,7 +213,7 @@ def _variant_dict(base: dict[str, Any], chain: list[VariantSpec]) -> dict[str, A
     raw = copy.deepcopy(base)
     for link in chain:
         raw = deep_merge(raw, copy.deepcopy(link.tables()))
-        raw = _overridden(raw, link.set)
+        raw = overridden(raw, link.set)
     return raw
 
 
@@ -285,7 +271,7 @@ def _match(
         raise ConfigError(f"variant {name!r}: match_by = {knob!r} must be a model.* width key")
 
     def build(value: int) -> Config:
-        return _validate(_overridden(raw, [f"{knob}={value}"]), f"variant {name!r}")
+        return _validate(overridden(raw, [f"{knob}={value}"]), f"variant {name!r}")
 
     probe = build(1)
     if not isinstance(knob_value(probe.to_dict(), knob), int):
@@ -327,10 +313,10 @@ def resolve(
     overrides, so it wins over them; ``min_lr_ratio`` then sets ``train.min_lr = ratio x lr``.
     """
     folder = Path(folder)
-    base_raw = _overridden(_base_dict(spec, folder), list(base_overrides))
+    base_raw = overridden(_base_dict(spec, folder), list(base_overrides))
     base0 = _validate(base_raw, "base config")
     t = base0.train
-    tokens_per_step = t.tokens_per_step or t.batch_size * base0.data.seq_len
+    tokens_per_step = t.batch_plan(base0.data.seq_len).tokens  # one process: compare's runs
     if spec.budget.steps is not None:
         steps = spec.budget.steps
     else:
@@ -346,7 +332,7 @@ def resolve(
             f"the budget of {steps} steps is shorter than train.warmup_steps="
             f"{base0.train.warmup_steps}; raise the budget or set train.warmup_steps in [base.train]"
         )
-    base_raw = _overridden(base_raw, [f"train.max_steps={steps}"])
+    base_raw = overridden(base_raw, [f"train.max_steps={steps}"])
     base = _validate(base_raw, f"base config with the budget of {steps} steps")
     if base.train.eval_every > steps:
         notes.append(
@@ -363,10 +349,10 @@ def resolve(
     variants: dict[str, Variant] = {}
     for v in spec.variants:
         chain = _variant_overrides(v, by_name)
-        raw = _overridden(_variant_dict(base_raw, chain), list(point))
+        raw = overridden(_variant_dict(base_raw, chain), list(point))
         if min_lr_ratio is not None:
             lr = _validate({**raw, "train": {**raw.get("train", {}), "min_lr": 0.0}}, v.name)
-            raw = _overridden(raw, [f"train.min_lr={min_lr_ratio * lr.train.lr!r}"])
+            raw = overridden(raw, [f"train.min_lr={min_lr_ratio * lr.train.lr!r}"])
         what = f"variant {v.name!r}" + (f" at sweep point {', '.join(point)}" if point else "")
         cfg = _validate(raw, what)
         _check_fair(v.name, cfg, base)
@@ -403,26 +389,3 @@ def resolve(
         evaluate=spec.evaluate,
         notes=notes,
     )
-
-
-def load_experiment(
-    path: str | Path,
-    overrides: list[str] = (),  # type: ignore[assignment]
-    plugins: list[str] = (),  # type: ignore[assignment]
-) -> Experiment:
-    """Read, validate and resolve an experiment file; ``overrides`` are ``--set`` items,
-    ``plugins`` the ``--plugin`` specs (added to the file's own ``plugins``)."""
-    exp_over, base_over = _split_overrides(list(overrides))
-    spec, raw = read_experiment(path)
-    if exp_over:
-        raw = _overridden(raw, exp_over)
-        name = spec.name
-        spec = parse_experiment(raw, str(path))
-        spec.name = spec.name or name
-    if plugins:
-        spec.plugins = [*spec.plugins, *(p for p in plugins if p not in spec.plugins)]
-    if spec.sweep is not None:
-        from attnlab.experiments.sweep import expand
-
-        return expand(spec, folder=Path(path).parent, base_overrides=base_over, source=str(path))
-    return resolve(spec, folder=Path(path).parent, base_overrides=base_over, source=str(path))

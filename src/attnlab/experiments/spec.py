@@ -47,7 +47,7 @@ from attnlab.config import (
     resolve_plugin_paths,
 )
 from attnlab.experiments.sweep_spec import SweepSpec
-from attnlab.schema import Section
+from attnlab.section import Section
 
 #: a variant name becomes a directory name
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._+-]*$"
@@ -134,13 +134,13 @@ class ExperimentSpec(_Spec):
         if dup:
             problems.append(f"variant names must be unique; repeated: {', '.join(dup)}")
         if self.baseline is not None and self.baseline not in names:
-            problems.append(f"baseline = {self.baseline!r}: {_unknown(self.baseline, names)}")
+            problems.append(f"baseline = {self.baseline!r}: {unknown_name(self.baseline, names)}")
         by_name = {v.name: v for v in self.variants}
         for v in self.variants:
             if v.extends is not None:
                 if v.extends not in names:
                     problems.append(
-                        f"variant {v.name!r}: extends = {v.extends!r}: {_unknown(v.extends, names)}"
+                        f"variant {v.name!r}: extends = {v.extends!r}: {unknown_name(v.extends, names)}"
                     )
                 else:
                     chain, cur = [v.name], v
@@ -162,7 +162,7 @@ class ExperimentSpec(_Spec):
                 problems.append(f"variant {v.name!r}: match_params names itself")
             elif target not in names:
                 problems.append(
-                    f"variant {v.name!r}: match_params = {target!r}: {_unknown(target, names)}"
+                    f"variant {v.name!r}: match_params = {target!r}: {unknown_name(target, names)}"
                 )
             elif by_name[target].match_params is not None:
                 problems.append(
@@ -178,7 +178,7 @@ class ExperimentSpec(_Spec):
         return self.baseline or self.variants[0].name
 
 
-def _unknown(name: str, names: list[str]) -> str:
+def unknown_name(name: str, names: list[str]) -> str:
     near = difflib.get_close_matches(name, names, n=1, cutoff=0.4)
     hint = f"did you mean {near[0]!r}? " if near else ""
     return f"no such variant; {hint}variants: {', '.join(names)}"

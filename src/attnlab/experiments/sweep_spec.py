@@ -12,7 +12,7 @@
     at = [100]                             # steps (multiples of eval_every and checkpoint_every)
     factor = 1.25                          # pruned if val loss > factor x median of its group
 
-The grid expands into ``variants x points x seeds`` runs (:mod:`attnlab.experiments.sweep`).
+The grid expands into ``variants x points x seeds`` runs (:mod:`attnlab.experiments.sweeps.grid`).
 Keys that decide which batches are read or when validation runs (``data.*``, ``train.seed``,
 ``train.max_steps``, ``train.batch_size``, ``train.tokens_per_step``, ``train.eval_every``,
 ``train.eval_batches``) are refused: every run of a seed must read the same batch schedule, or
@@ -28,7 +28,7 @@ from typing import Any
 from pydantic import BaseModel, Field, model_validator
 
 from attnlab.config import Config
-from attnlab.schema import Section
+from attnlab.section import Section
 
 #: grid keys live in these config sections
 GRID_SECTIONS = ("model", "train", "eval")

@@ -28,6 +28,7 @@ from safetensors.torch import load_file, save_file
 from attnlab.errors import UserError
 from attnlab.probe.build import BaseProvider, ProbedModel, build_probed_model, check_fingerprint
 from attnlab.probe.config import ConfigError, validate_probe
+from attnlab.probe.moved_keys import upgrade_recorded
 from attnlab.runs import checkpoint, rundir
 from attnlab.runs.atomic import atomic_directory, atomic_write_json, sha256_file, temp_sibling
 
@@ -160,7 +161,7 @@ def load_probed(
     record = read_probe_json(path)
     rundir.recorded_plugins(path)  # a moved plugin is then reported with its recorded sha256
     try:
-        cfg = validate_probe(record["config"])
+        cfg = validate_probe(upgrade_recorded(record["config"]))
     except ConfigError as e:
         raise UserError(
             f"{path / PROBE_JSON} holds a config this attnlab cannot read: {e}"

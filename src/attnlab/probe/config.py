@@ -6,9 +6,12 @@ spelling and the valid keys, a wrong value names the allowed ones. An *experimen
 config with a ``methods`` list (strings, or ``[[methods]]`` tables with ``method``, an optional
 ``name`` and any per-method config keys); every method then runs on the shared settings.
 
-Defaults follow seed 000's recipe: AdamW, cosine schedule, lr 1e-5, effective batch 16 sequences of
-512 tokens, 500 steps, bf16 autocast on a GPU. Unstated details follow the Hugging Face ``Trainer``
-defaults the paper's code is built on: no warmup, no weight decay, betas (0.9, 0.999), clip 1.0.
+The ``[train]`` table is the shared training recipe (:mod:`attnlab.recipe`: the same keys, with the
+same meanings, as ``attnlab train``'s) plus ``seq_len`` and ``gradient_checkpointing``; keys of
+earlier versions are handled by :mod:`~attnlab.probe.moved_keys`. Defaults follow seed 000's recipe:
+AdamW, cosine schedule, lr 1e-5, batch 16 sequences of 512 tokens, 500 steps, bf16 autocast on a
+GPU. Unstated details follow the Hugging Face ``Trainer`` defaults the paper's code is built on: no
+warmup, no weight decay, betas (0.9, 0.999), clip 1.0.
 """
 
 from __future__ import annotations
@@ -30,7 +33,6 @@ from pydantic_core import PydanticCustomError
 
 from attnlab.config import (
     ConfigError,
-    Logger,
     apply_overrides,
     deep_merge,
     load_config_plugins,
@@ -39,6 +41,7 @@ from attnlab.config import (
     with_plugins,
 )
 from attnlab.config import explain as explain_validation
+from attnlab.errors import UserError
 from attnlab.parts import PartOptions, registry
 from attnlab.probe.methods import (
     Component,
@@ -48,7 +51,18 @@ from attnlab.probe.methods import (
     method_slug,
     parse_method,
 )
-from attnlab.schema import Section
+from attnlab.probe.moved_keys import refuse_moved
+from attnlab.recipe import (
+    BatchPlan,
+    Beta,
+    LearningRate,
+    MicroBatch,
+    MinLearningRate,
+    TrainRecipe,
+    WarmupSteps,
+    WeightDecay,
+)
+from attnlab.section import Section
 
 
 class BaseModelConfig(Section):
@@ -103,58 +117,41 @@ class LoraOptions(Section):
     )
 
 
-class ProbeTrainConfig(Section):
-    """The recipe; every field is overridable."""
+class ProbeTrainConfig(TrainRecipe):
+    """The probe's ``[train]``: the shared recipe (:mod:`attnlab.recipe`, the same keys with the
+    same meanings as ``attnlab train``'s) with seed 000's defaults, plus the sequence length and
+    gradient checkpointing. The effective batch is ``tokens_per_step`` (None: one micro-batch
+    of ``batch_size`` sequences per step)."""
 
-    steps: int = Field(500, ge=0)
-    lr: float = Field(1e-5, gt=0)
-    min_lr: float = Field(0.0, ge=0)
-    warmup_steps: int = Field(0, ge=0)
-    weight_decay: float = Field(0.0, ge=0)
-    beta1: float = Field(0.9, ge=0, lt=1)
-    beta2: float = Field(0.999, ge=0, lt=1)
-    grad_clip: float = Field(1.0, ge=0, description="0 = no clipping")
-    batch_size: int = Field(16, ge=1, description="effective batch: sequences per optimizer step")
-    micro_batch_size: int | None = Field(None, ge=1, description="None = batch_size")
-    seq_len: int = Field(512, ge=2)
-    seed: int = 0
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
-        "auto", description="autocast dtype; auto = bfloat16 on CUDA, float32 elsewhere"
-    )
+    max_steps: Annotated[int, Field(ge=0, description="optimizer steps; 0 = train nothing")] = 500
+    batch_size: MicroBatch = 16
+    lr: LearningRate = 1e-5
+    min_lr: MinLearningRate = 0.0
+    warmup_steps: WarmupSteps = 0
+    weight_decay: WeightDecay = 0.0
+    beta2: Beta = 0.999
+    eval_every: Annotated[
+        int,
+        Field(
+            ge=0,
+            description="validation loss every n steps; 0 = none (the end's evaluation "
+            "is the probe's perplexity)",
+        ),
+    ] = 0
+    seq_len: int = Field(512, ge=2, description="tokens per training sequence")
     gradient_checkpointing: bool = False
-    device: str = "auto"
-    deterministic: bool = Field(
-        False, description="bit-identical reruns on a GPU too (attnlab.determinism; slower)"
-    )
-    threads: int | None = Field(None, ge=1)
-    log_every: int = Field(10, ge=1)
-    checkpoint_every: int = Field(100, ge=1)
-    eval_every: int = Field(0, ge=0, description="validation loss every n steps; 0 = at the end")
-    spike_factor: float = Field(0.0, ge=0, description="diverged if loss > factor * best (0 = off)")
-    loggers: list[Logger] = Field(
-        default_factory=lambda: ["jsonl"],
-        description="where metrics go: jsonl (metrics.jsonl, always written), tensorboard, wandb",
-    )
 
     @property
-    def micro(self) -> int:
-        return self.micro_batch_size or self.batch_size
-
-    @property
-    def accumulation(self) -> int:
-        return self.batch_size // self.micro
+    def plan(self) -> BatchPlan:
+        """The micro-batches of one step (the probe runs in one process)."""
+        return self.batch_plan(self.seq_len)
 
     @model_validator(mode="after")
-    def _check(self) -> ProbeTrainConfig:
-        if self.batch_size % self.micro:
-            raise ValueError(
-                f"train.batch_size={self.batch_size} is not a multiple of "
-                f"train.micro_batch_size={self.micro}; the effective batch must be whole micro-batches"
-            )
-        if self.min_lr > self.lr:
-            raise ValueError(f"train.min_lr={self.min_lr} exceeds train.lr={self.lr}")
-        if self.steps and self.warmup_steps > self.steps:
-            raise ValueError(f"train.warmup_steps={self.warmup_steps} exceeds train.steps")
+    def _check_batch(self) -> ProbeTrainConfig:
+        try:
+            self.batch_plan(self.seq_len)
+        except UserError as e:
+            raise ValueError(str(e)) from None
         return self
 
 
@@ -293,7 +290,9 @@ def explain(
 
 
 def validate_probe(raw: Mapping[str, Any]) -> ProbeConfig:
-    """A raw dict as a :class:`ProbeConfig`, or :class:`ConfigError` naming every problem."""
+    """A raw dict as a :class:`ProbeConfig`, or :class:`ConfigError` naming every problem (a
+    ``[train]`` key that moved to the shared recipe: one line naming its new name)."""
+    refuse_moved(raw)
     raw = load_config_plugins(dict(raw))
     try:
         return ProbeConfig.model_validate(raw)
@@ -345,9 +344,11 @@ def _entries(raw_methods: Any, where: str) -> list[MethodEntry]:
     return out
 
 
-# Per-method keys that would change which tokens are read or how methods are scored.
+# Per-method keys that would change which tokens are read or how methods are scored. A method
+# may set its own train.batch_size (the micro-batch, e.g. a smaller one for LoRA) as long as its
+# step reads the same sequences (checked on the validated configs: _check_same_batches).
 SHARED_SECTIONS = ("base", "data", "eval")
-SHARED_TRAIN_KEYS = ("steps", "batch_size", "seq_len", "seed")
+SHARED_TRAIN_KEYS = ("max_steps", "tokens_per_step", "seq_len", "seed")
 
 
 def _check_fair(entry: MethodEntry, where: str, i: int) -> None:
@@ -389,8 +390,21 @@ def load_experiment(
                 f"runs/{cfg.dir_name} with another); give one of them a distinct 'name'"
             )
         seen.update((cfg.label, cfg.dir_name))
+        _check_same_batches(cfg, configs[0] if configs else cfg, str(path), i)
         configs.append(cfg)
     return name, configs
+
+
+def _check_same_batches(cfg: ProbeConfig, first: ProbeConfig, where: str, i: int) -> None:
+    """Every method's step reads the same sequences (its micro-batches may differ)."""
+    have, want = cfg.train.plan.sequences, first.train.plan.sequences
+    if have != want:
+        raise ConfigError(
+            f"{where}: methods[{i}] ({cfg.method!r}) reads {have} sequences per step and "
+            f"methods[0] {want}; every method of an experiment must read the same batches. Set "
+            "train.tokens_per_step at the top of the file (a method may then change "
+            "train.batch_size, its micro-batch)"
+        )
 
 
 def dump_probe_toml(cfg: ProbeConfig) -> str:

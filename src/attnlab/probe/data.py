@@ -75,6 +75,7 @@ def probe_data(
 
 
 def train_schedule(cfg: ProbeConfig, data: TokenData) -> Schedule:
-    """The stored schedule: ``train.steps`` rows of ``train.batch_size`` sequence offsets."""
+    """The stored schedule: ``train.max_steps`` rows of one step's sequence offsets (the
+    micro-batches of the step, ``train.plan.sequences`` sequences)."""
     t = cfg.train
-    return get_schedule(data.directory, "train", t.seq_len, t.batch_size, t.steps, t.seed)
+    return get_schedule(data.directory, "train", t.seq_len, t.plan.sequences, t.max_steps, t.seed)

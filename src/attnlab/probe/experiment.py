@@ -79,7 +79,7 @@ def recipe_note(cfg: ProbeConfig) -> str:
     t = cfg.train
     return (
         f"base {cfg.base.model}; corpus {cfg.data.corpus}; AdamW lr {t.lr:g} cosine to {t.min_lr:g}, "
-        f"warmup {t.warmup_steps}, {t.steps} steps x {t.batch_size} seqs x {t.seq_len} tokens, "
+        f"warmup {t.warmup_steps}, {t.max_steps} steps x {t.plan.sequences} seqs x {t.seq_len} tokens, "
         f"seed {t.seed}; eval limit {cfg.eval.limit}, context {cfg.eval.max_length or t.seq_len}"
     )
 

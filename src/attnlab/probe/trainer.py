@@ -2,10 +2,11 @@
 
 This module is the probe protocol's side of the shared loop (:mod:`attnlab.runs.loop`): the model
 is a frozen Hugging Face base with injected / LoRA tensors (only those train; the base is never
-saved), micro-batch ``m`` of step ``s`` is rows ``[m b, (m + 1) b)`` of row ``s`` of the stored
-batch schedule (``batch_size`` sequences of ``seq_len + 1`` tokens), the loss is the next-token
-cross-entropy, and the optional in-training validation loss scores fixed windows. Everything
-else (warmup + cosine lr, AdamW grouping, precision with float16 loss scaling, accumulation,
+saved), micro-batch ``m`` of step ``s`` is rows ``[m b, (m + 1) b)`` (``b = train.batch_size``) of
+row ``s`` of the stored batch schedule (``train.plan.sequences`` sequences of ``seq_len + 1``
+tokens), the loss is the next-token cross-entropy, and the optional in-training validation loss
+scores fixed windows. The recipe is the shared one (:mod:`attnlab.recipe`). Everything else
+(warmup + cosine lr, AdamW grouping, precision with float16 loss scaling, accumulation,
 clipping, the NaN/inf/spike divergence monitor, metrics, checkpoints and the exact resume) is the
 shared loop's. The model runs in train mode, so a base's own dropout (GPT-2: 0.1; Pythia, Llama:
 0) is active, as under the Hugging Face ``Trainer``.
@@ -35,12 +36,13 @@ from attnlab.probe.build import BaseProvider, ProbedModel, build_probed_model
 from attnlab.probe.config import ProbeConfig, dump_probe_toml
 from attnlab.probe.data import probe_data, train_schedule
 from attnlab.probe.evaluation import evaluate_probe, result_key, validation_loss
+from attnlab.probe.moved_keys import upgrade_recorded
 from attnlab.probe.skip_norms import write_skip_norms
 from attnlab.runs import checkpoint, lock, rundir
 from attnlab.runs.device import Precision, resolve_device, resolve_precision
 from attnlab.runs.distributed import Dist
 from attnlab.runs.loop import Loop, LoopResult, LoopSettings, TrainTask
-from attnlab.runs.optim import build_optimizer
+from attnlab.runs.optim import recipe_optimizer
 from attnlab.runs.progress import ProgressEvent
 from attnlab.runs.records import ConfigRecord
 from attnlab.runs.trackers import RunInfo
@@ -94,14 +96,7 @@ def enable_gradient_checkpointing(model: nn.Module, use_reentrant: bool = True) 
 
 def probe_optimizer(probed: ProbedModel, cfg: ProbeConfig, device: torch.device):
     """AdamW over the trainable tensors with the engine's grouping (decay on >= 2-D only)."""
-    t = cfg.train
-    return build_optimizer(
-        probed.model,
-        lr=t.lr,
-        weight_decay=t.weight_decay,
-        betas=(t.beta1, t.beta2),
-        device=device,
-    )
+    return recipe_optimizer(probed.model, cfg.train, device)
 
 
 def lm_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -139,7 +134,9 @@ def check_or_write_config(run_dir: Path, cfg: ProbeConfig) -> ConfigRecord:
     """Refuse to resume a run trained with another recipe (the checkpoint's recorded config
     decides; a damaged ``probe.toml`` is repaired from it), then write ``probe.toml``."""
     record = ConfigRecord(file=artifacts.PROBE_TOML, text=dump_probe_toml(cfg))
-    rundir.reconcile_config(run_dir, record.text, file=record.file, unchecked=UNCHECKED)
+    rundir.reconcile_config(
+        run_dir, record.text, file=record.file, unchecked=UNCHECKED, upgrade=upgrade_recorded
+    )
     rundir.write_config(run_dir, record.text, file=record.file)
     rundir.write_plugins(run_dir, cfg.plugins)
     return record
@@ -170,7 +167,7 @@ class ProbeTask(TrainTask):
         from attnlab.data import batch_tokens
 
         t = self.cfg.train
-        off = self.offsets[step][micro * t.micro : (micro + 1) * t.micro]
+        off = self.offsets[step][micro * t.batch_size : (micro + 1) * t.batch_size]
         x, y = batch_tokens(self.data.train, off, t.seq_len)
         loss = lm_loss(
             self.model, torch.from_numpy(x).to(self.device), torch.from_numpy(y).to(self.device)
@@ -184,7 +181,7 @@ class ProbeTask(TrainTask):
             self.data,
             t.seq_len,
             self.cfg.eval.val_sequences,
-            t.micro,
+            t.batch_size,
             self.precision.autocast,
         )
 
@@ -240,20 +237,8 @@ def _train_loop(
     device = next(probed.model.parameters()).device
     precision = resolve_precision(t.dtype, device)
     task = ProbeTask(cfg, probed, data, precision)
-    settings = LoopSettings(
-        max_steps=t.steps,
-        lr=t.lr,
-        min_lr=t.min_lr,
-        warmup_steps=t.warmup_steps,
-        grad_clip=t.grad_clip,
-        accum=t.accumulation,
-        tokens_per_step=t.batch_size * t.seq_len,
-        log_every=t.log_every,
-        checkpoint_every=t.checkpoint_every,
-        eval_every=t.eval_every,
-        eval_at_end=False,  # the end's evaluation is evaluate_probe's perplexity
-        spike_factor=t.spike_factor,
-    )
+    # the end's evaluation is evaluate_probe's perplexity, not the loop's validation loss
+    settings = LoopSettings.from_recipe(t, t.plan, eval_at_end=False)
     loop = Loop(
         task,
         settings,
@@ -326,7 +311,7 @@ def _train_probe(
     meta = {"method": probed.method.name}
     final: dict[str, Any] = {"status": "finished", "step": 0, **meta}
     steps, last, reason = 0, None, ""
-    if counts["trainable"] and t.steps:
+    if counts["trainable"] and t.max_steps:
         rundir.write_status(run_dir, {"status": "running", "step": 0, **meta})
         with deterministic_mode(t.deterministic, device):
             result = _train_loop(cfg, run_dir, probed, data, record, log, meta)

@@ -37,6 +37,7 @@ from torch import nn
 
 import attnlab
 from attnlab.errors import UserError
+from attnlab.recipe import BatchPlan, TrainRecipe
 from attnlab.runs import checkpoint, rundir
 from attnlab.runs.device import Precision
 from attnlab.runs.distributed import Dist
@@ -51,7 +52,7 @@ from attnlab.runs.trackers import RunInfo, Trackers, check_clients
 
 @dataclass(frozen=True)
 class LoopSettings:
-    """The recipe's numbers, whatever the protocol calls them."""
+    """The numbers of the loop; :meth:`from_recipe` reads them from a :mod:`attnlab.recipe`."""
 
     max_steps: int
     lr: float
@@ -65,6 +66,27 @@ class LoopSettings:
     eval_every: int  # 0 = never during training
     eval_at_end: bool = True
     spike_factor: float = 0.0
+
+    @classmethod
+    def from_recipe(
+        cls, recipe: TrainRecipe, plan: BatchPlan, *, eval_at_end: bool = True
+    ) -> LoopSettings:
+        """The loop's numbers from a protocol's ``[train]`` recipe and its step's batch plan:
+        the one mapping every protocol uses."""
+        return cls(
+            max_steps=recipe.max_steps,
+            lr=recipe.lr,
+            min_lr=recipe.min_lr,
+            warmup_steps=recipe.warmup_steps,
+            grad_clip=recipe.grad_clip,
+            accum=plan.accum,
+            tokens_per_step=plan.tokens,
+            log_every=recipe.log_every,
+            checkpoint_every=recipe.checkpoint_every,
+            eval_every=recipe.eval_every,
+            eval_at_end=eval_at_end,
+            spike_factor=recipe.spike_factor,
+        )
 
 
 class TrainTask(ABC):

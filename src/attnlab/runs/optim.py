@@ -19,6 +19,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from attnlab.recipe import TrainRecipe
+
 
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
     """Two AdamW groups: ``weight_decay`` on >= 2-D trainable tensors, 0 on the rest.
@@ -62,6 +64,16 @@ def build_optimizer(
     else:
         kwargs["foreach"] = True
     return torch.optim.AdamW(groups, **kwargs)
+
+
+def recipe_optimizer(
+    model: nn.Module, recipe: TrainRecipe, device: torch.device
+) -> torch.optim.AdamW:
+    """:func:`build_optimizer` with a ``[train]`` recipe's lr, weight decay and betas (every
+    protocol builds its optimizer through this)."""
+    return build_optimizer(
+        model, lr=recipe.lr, weight_decay=recipe.weight_decay, betas=recipe.betas, device=device
+    )
 
 
 def lr_at(step: int, *, lr: float, min_lr: float, warmup_steps: int, max_steps: int) -> float:

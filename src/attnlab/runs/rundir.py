@@ -19,7 +19,7 @@ import contextlib
 import json
 import tomllib
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -224,16 +224,26 @@ def _trained_config(run_dir: Path) -> tuple[ConfigRecord | None, str]:
     return newest[1].config, newest[0].name
 
 
+#: a protocol's translation of a config recorded by an earlier attnlab into today's keys
+Upgrade = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+def _same(d: dict[str, Any], upgrade: Upgrade | None) -> dict[str, Any]:
+    return upgrade(d) if upgrade is not None else d
+
+
 def config_conflicts(
     run_dir: str | Path,
     given_text: str,
     *,
     file: str = CONFIG_FILE,
     unchecked: Iterable[str] = UNCHECKED_SECTIONS,
+    upgrade: Upgrade | None = None,
 ) -> list[str]:
     """``key: trained -> given`` lines for every trained-relevant difference between ``given_text``
     and the config ``run_dir`` was trained with (its newest checkpoint's record, else its readable
-    config file); empty when resuming is safe. Reads only."""
+    config file); empty when resuming is safe. ``upgrade`` translates a recorded config written
+    with keys that have since moved. Reads only."""
     run_dir = Path(run_dir)
     given = parse_config_text(given_text)
     if given is None:
@@ -243,9 +253,11 @@ def config_conflicts(
         reference = parse_config_text(trained.text)
         if reference is None:
             raise RunFileError(f"the config recorded in the checkpoints of {run_dir} is not TOML")
-        return config_diff(_plugins_now(reference), given, unchecked)
+        return config_diff(_plugins_now(_same(reference, upgrade)), given, unchecked)
     _, on_disk = _config_state(run_dir / file)
-    return [] if on_disk is None else config_diff(_plugins_now(on_disk), given, unchecked)
+    if on_disk is None:
+        return []
+    return config_diff(_plugins_now(_same(on_disk, upgrade)), given, unchecked)
 
 
 def _plugins_now(saved: dict[str, Any]) -> dict[str, Any]:
@@ -266,17 +278,20 @@ def reconcile_config(
     *,
     file: str = CONFIG_FILE,
     unchecked: Iterable[str] = UNCHECKED_SECTIONS,
+    upgrade: Upgrade | None = None,
 ) -> None:
     """Refuse to resume ``run_dir`` with a config that trains something else; repair its file.
 
     The reference is the config recorded in the newest intact checkpoint: a config file that is
     missing, empty, torn or different from it is rewritten from it (a :class:`RunFileWarning`
     says so). Without one (no checkpoint yet, or checkpoints from before they carried their
-    config) the config file is the reference when it is readable. Call with the run locked.
+    config) the config file is the reference when it is readable. ``upgrade`` translates recorded
+    configs whose keys have since moved (both are compared in today's keys). Call with the run
+    locked.
     """
     run_dir = Path(run_dir)
     path = run_dir / file
-    diff = config_conflicts(run_dir, given_text, file=file, unchecked=unchecked)
+    diff = config_conflicts(run_dir, given_text, file=file, unchecked=unchecked, upgrade=upgrade)
     trained, trained_at = _trained_config(run_dir)
     if diff:
         what = (
@@ -291,8 +306,8 @@ def reconcile_config(
         )
     problem, on_disk = _config_state(path)
     if trained is not None:
-        reference = parse_config_text(trained.text) or {}
-        if problem or config_diff(reference, on_disk or {}, unchecked):
+        reference = _same(parse_config_text(trained.text) or {}, upgrade)
+        if problem or config_diff(reference, _same(on_disk or {}, upgrade), unchecked):
             why = problem or "edited (it does not match the checkpoint)"
             _warn(
                 f"{path} was {why}; rewriting it from the config recorded in checkpoint "

@@ -1,7 +1,8 @@
 """The trainer's view of the data layer: where the tokens are, and which rows each micro-batch reads.
 
 Global batch of step ``s``: ``G = B * A * W`` sequences (micro-batch ``B``, accumulation ``A``,
-world size ``W``) at ``schedule.offsets[s]``. Rank ``r`` at micro-step ``m`` reads slice
+world size ``W``: the recipe's :meth:`~attnlab.recipe.TrainRecipe.batch_plan`) at
+``schedule.offsets[s]``. Rank ``r`` at micro-step ``m`` reads slice
 ``k = r * A + m``, i.e. rows ``[k B, (k + 1) B)``: one process with ``A = 2`` and two ranks with
 ``A = 1`` see the same ``G`` sequences per step and average the same gradients.
 """
@@ -49,20 +50,3 @@ def prepare_if_missing(cfg: Config, data_dir: Path) -> None:
 def micro_offsets(offsets: np.ndarray, step: int, slice_index: int, batch_size: int) -> np.ndarray:
     """Row offsets of micro-batch ``slice_index`` (``k = rank * accum + micro``) of ``step``."""
     return offsets[step, slice_index * batch_size : (slice_index + 1) * batch_size]
-
-
-def grad_accum_steps(tokens_per_step: int | None, batch_size: int, seq_len: int, world: int) -> int:
-    """``A = tokens_per_step / (B * T * W)``, which must be a positive integer."""
-    per_micro = batch_size * seq_len * world
-    if tokens_per_step is None:
-        return 1
-    if tokens_per_step % per_micro == 0:
-        return tokens_per_step // per_micro
-    lo = max(1, tokens_per_step // per_micro)
-    options = sorted({lo * per_micro, (lo + 1) * per_micro})
-    raise UserError(
-        f"train.tokens_per_step={tokens_per_step} is not a multiple of batch_size * seq_len * "
-        f"world_size = {batch_size} * {seq_len} * {world} = {per_micro}; use "
-        + " or ".join(str(o) for o in options)
-        + " (or change train.batch_size)"
-    )

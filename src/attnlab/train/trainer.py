@@ -27,7 +27,7 @@ from attnlab.runs import checkpoint, lock, rundir
 from attnlab.runs.device import resolve_device, resolve_precision
 from attnlab.runs.distributed import Dist, setup, wrap
 from attnlab.runs.loop import Loop, LoopSettings, TrainTask
-from attnlab.runs.optim import build_optimizer
+from attnlab.runs.optim import recipe_optimizer
 from attnlab.runs.peak import measure_peak_flops
 from attnlab.runs.progress import ProgressFn
 from attnlab.runs.records import ConfigRecord
@@ -244,9 +244,10 @@ class _Pretraining(TrainTask):
         self.vocab = tok_vocab
         self.eos_id = getattr(self.tokenizer, "eos_id", None)
         t = cfg.train
-        self.accum = batches.grad_accum_steps(t.tokens_per_step, t.batch_size, seq_len, dist.world)
-        self.global_batch = t.batch_size * self.accum * dist.world
-        self.tokens_per_step = self.global_batch * seq_len
+        self.plan = t.batch_plan(seq_len, dist.world)
+        self.accum = self.plan.accum
+        self.global_batch = self.plan.sequences
+        self.tokens_per_step = self.plan.tokens
 
         def schedules():
             train_s = get_schedule(
@@ -296,14 +297,7 @@ class _Pretraining(TrainTask):
         core = torch.compile(self.raw) if cfg.train.compile else self.raw
         self.eval_model = core  # DDP: evaluate without its hooks; FSDP: every rank runs it
         self.model = wrap(core, "ddp", self.dist, self.device) if not self.fsdp else core
-        t = cfg.train
-        self.optimizer = build_optimizer(
-            self.raw,
-            lr=t.lr,
-            weight_decay=t.weight_decay,
-            betas=(t.beta1, t.beta2),
-            device=self.device,
-        )
+        self.optimizer = recipe_optimizer(self.raw, cfg.train, self.device)
         self.params = [p for g in self.optimizer.param_groups for p in g["params"]]
 
     # ----------------------------------------------------------------------- the task's side
@@ -384,19 +378,7 @@ class _Pretraining(TrainTask):
         self._setup_data()
         self._setup_model()
         t, dist = self.cfg.train, self.dist
-        settings = LoopSettings(
-            max_steps=t.max_steps,
-            lr=t.lr,
-            min_lr=t.min_lr,
-            warmup_steps=t.warmup_steps,
-            grad_clip=t.grad_clip,
-            accum=self.accum,
-            tokens_per_step=self.tokens_per_step,
-            log_every=t.log_every,
-            checkpoint_every=t.checkpoint_every,
-            eval_every=t.eval_every,
-            spike_factor=t.spike_factor,
-        )
+        settings = LoopSettings.from_recipe(t, self.plan)
         meta = {
             "objective": self.objective,
             "data_dir": str(self.data_dir),

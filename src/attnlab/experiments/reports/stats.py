@@ -5,7 +5,7 @@
   positive = the variant has the lower (better) loss;
 - paired tests on per-seed final losses (seed ``k`` of the variant against seed ``k`` of the
   baseline, which read the same batches): the paired t-test (two-sided, assumes normal
-  differences; computed as ``scipy.stats.ttest_rel`` does, by :mod:`attnlab.experiments.student_t`,
+  differences; computed as ``scipy.stats.ttest_rel`` does, by :mod:`attnlab.experiments.reports.student_t`,
   so the core install needs no SciPy) is the one reported, and the exact sign-flip permutation
   test (no distribution assumed) is shown beside it. With ``n`` seeds the sign-flip test cannot go
   below ``2 / 2^n`` (0.5 for 2 seeds, 0.0625 for 5), so it needs 6+ seeds to reach 0.05.
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from attnlab.experiments.student_t import paired_t_pvalue
+from attnlab.experiments.reports.student_t import paired_t_pvalue
 
 #: sign-flip test: exact up to this many pairs, Monte Carlo (fixed seed) beyond
 EXACT_FLIPS_MAX_N = 16

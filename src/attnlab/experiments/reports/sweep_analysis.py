@@ -5,7 +5,7 @@
 - the *best point* of a variant is its cell with the lowest mean final loss among the cells where
   every seed finished (a point where some seed diverged cannot be best);
 - *best vs best*: each variant's best cell against the baseline's best cell, paired by seed
-  (seed ``k`` of both read the same batches), with :func:`~attnlab.experiments.stats.paired_test`;
+  (seed ``k`` of both read the same batches), with :func:`~attnlab.experiments.reports.stats.paired_test`;
 - the *stable learning-rate range* of a variant, per value of the other grid keys (a "facet",
   e.g. one weight decay): the learning rates whose cell has no diverged, pruned or failed seed and
   a mean final loss ``<= (1 + X/100) x`` the variant's best mean final loss over the whole grid.
@@ -19,8 +19,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from attnlab.experiments.reports.stats import (
+    PairedTest,
+    mean_std,
+    paired_test,
+    relative_improvement,
+)
 from attnlab.experiments.results import RunRow
-from attnlab.experiments.stats import PairedTest, mean_std, paired_test, relative_improvement
 
 LR_KEY = "train.lr"
 BAD = ("diverged", "pruned", "failed")
@@ -118,7 +123,7 @@ def lr_key(grid: dict[str, list[Any]]) -> str:
 
 def facets(grid: dict[str, list[Any]]) -> list[dict[str, Any]]:
     """Every combination of the grid keys other than the x axis (``[{}]`` when there are none)."""
-    from attnlab.experiments.sweep import grid_points
+    from attnlab.experiments.sweeps.grid import grid_points
 
     x = lr_key(grid)
     rest = {k: v for k, v in grid.items() if k != x}

@@ -21,14 +21,14 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from attnlab.experiments.progress import ExperimentProgress
 from attnlab.experiments.resolve import Experiment, RunPlan
 from attnlab.experiments.results import val_curve
-from attnlab.experiments.runner import RunOutcome, is_over, report_outcome
+from attnlab.experiments.running.execute import RunOutcome, is_over, report_outcome
+from attnlab.experiments.running.progress import ExperimentProgress
 from attnlab.runs import rundir
 
 if TYPE_CHECKING:
-    from attnlab.experiments.launch import Launcher
+    from attnlab.experiments.running.launch import Launcher
 
 
 def _step(r: RunPlan) -> int:

@@ -11,19 +11,21 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from attnlab.experiments.curves import Band
+from attnlab.experiments.reports.curves import Band
 
 DPI = 110
 
 
-def _save(fig: Figure, path: Path) -> Path:
+def save(fig: Figure, path: Path) -> Path:
+    """Write ``fig`` to ``path`` (its folder made) and return the path."""
     path.parent.mkdir(parents=True, exist_ok=True)
     FigureCanvasAgg(fig)
     fig.savefig(path, dpi=DPI, bbox_inches="tight")
     return path
 
 
-def _colors(names: Sequence[str]) -> dict[str, tuple]:
+def palette(names: Sequence[str]) -> dict[str, tuple]:
+    """One tab10 colour per name, in the order given."""
     from matplotlib import colormaps
 
     cmap = colormaps["tab10"]
@@ -34,7 +36,7 @@ def val_loss_curves(bands: Mapping[str, Band], baseline: str, path: Path) -> Pat
     """Validation loss against step: mean over seeds, shaded min-max."""
     fig = Figure(figsize=(7.5, 4.5))
     ax = fig.add_subplot()
-    colors = _colors(list(bands))
+    colors = palette(list(bands))
     tops = []
     for name, b in bands.items():
         if not len(b.steps):
@@ -57,14 +59,14 @@ def val_loss_curves(bands: Mapping[str, Band], baseline: str, path: Path) -> Pat
     ax.set_title("Validation loss (mean over seeds, shaded: min-max)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def relative_improvement_curves(bands: Mapping[str, Band], baseline: str, path: Path) -> Path:
     """100 (baseline - variant) / baseline at each validation step; positive = better."""
     fig = Figure(figsize=(7.5, 4.0))
     ax = fig.add_subplot()
-    colors = _colors([baseline, *bands])
+    colors = palette([baseline, *bands])
     for name, b in bands.items():
         if not len(b.steps):
             continue
@@ -77,7 +79,7 @@ def relative_improvement_curves(bands: Mapping[str, Band], baseline: str, path: 
     ax.grid(alpha=0.3)
     if bands:
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def params_vs_loss(
@@ -86,7 +88,7 @@ def params_vs_loss(
     """Non-embedding parameters against final validation loss (dots: seeds; cross: mean)."""
     fig = Figure(figsize=(7.0, 4.5))
     ax = fig.add_subplot()
-    colors = _colors(list(points))
+    colors = palette(list(points))
     for name, (n, losses) in points.items():
         if not losses:
             continue
@@ -107,7 +109,7 @@ def params_vs_loss(
     ax.set_title("Parameters vs final loss")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def layer_stat_bars(norms: Mapping[str, np.ndarray], path: Path, title: str) -> Path:
@@ -115,7 +117,7 @@ def layer_stat_bars(norms: Mapping[str, np.ndarray], path: Path, title: str) -> 
     bars = mean over seeds, whiskers = range. ``norms[variant]`` is ``[seeds, layers]``."""
     fig = Figure(figsize=(max(6.0, 0.5 * max(a.shape[1] for a in norms.values()) + 3), 4.0))
     ax = fig.add_subplot()
-    colors = _colors(list(norms))
+    colors = palette(list(norms))
     width = 0.8 / max(len(norms), 1)
     for i, (name, a) in enumerate(norms.items()):
         layers = np.arange(a.shape[1])
@@ -135,7 +137,7 @@ def layer_stat_bars(norms: Mapping[str, np.ndarray], path: Path, title: str) -> 
     ax.set_title(f"{title} per layer (final checkpoint)")
     ax.grid(alpha=0.3, axis="y")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def _color_max(p: np.ndarray) -> float:
@@ -171,7 +173,7 @@ def attention_grid(maps: Sequence[np.ndarray], title: str, path: Path, virtual: 
             if h == 0:
                 ax.set_ylabel(f"layer {li}", fontsize=8)
     fig.suptitle(title, fontsize=9)
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def head_weight_bars(
@@ -203,4 +205,4 @@ def head_weight_bars(
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.grid(alpha=0.3, axis="y")
-    return _save(fig, path)
+    return save(fig, path)

@@ -1,8 +1,8 @@
 """``attnlab compare --launcher slurm``: every run a submitit job, the report when all are over.
 
 The runs go out as one job array (``executor.map_array``); each job calls the same
-:func:`~attnlab.experiments.runner.execute` as the local launcher, so it writes (or resumes) the
-same run directory and returns the same :class:`~attnlab.experiments.runner.RunOutcome`. This
+:func:`~attnlab.experiments.running.execute.execute` as the local launcher, so it writes (or resumes) the
+same run directory and returns the same :class:`~attnlab.experiments.running.execute.RunOutcome`. This
 process then waits for the jobs (``submitit.helpers.as_completed``) and collects their outcomes; a
 job that dies without one (killed, out of memory, timed out) is recorded as ``failed`` in its run
 directory, and rerunning the command resumes it from its last checkpoint. A job that reaches its
@@ -28,10 +28,15 @@ from typing import Any
 
 from attnlab.config import parse_override
 from attnlab.errors import UserError
-from attnlab.experiments.launch import Outcomes
-from attnlab.experiments.progress import ExperimentProgress
 from attnlab.experiments.resolve import RunPlan
-from attnlab.experiments.runner import RunOutcome, _record_failure, execute, report_outcome
+from attnlab.experiments.running.execute import (
+    RunOutcome,
+    execute,
+    record_failure,
+    report_outcome,
+)
+from attnlab.experiments.running.launch import Outcomes
+from attnlab.experiments.running.progress import ExperimentProgress
 from attnlab.experiments.spec import EvaluateSpec
 
 INSTALL = 'pip install "submitit>=1.5"'
@@ -148,7 +153,7 @@ class SubmititLauncher:
                 try:
                     out = job.result()
                 except Exception as e:  # the job died without an outcome
-                    reason = _record_failure(r.run_dir, e, traceback.format_exc())
+                    reason = record_failure(r.run_dir, e, traceback.format_exc())
                     out = RunOutcome(
                         r.variant, r.seed, "failed", True, f"job {job.job_id}: {reason}"
                     )

@@ -28,7 +28,6 @@ import torch
 
 from attnlab.config import Config
 from attnlab.experiments.resolve import Experiment, RunPlan
-from attnlab.train.batches import grad_accum_steps
 
 STEPS = 3
 MAX_TIMED_S = 5.0
@@ -54,7 +53,7 @@ class Estimate:
     load: tuple[float, float, float] | None
 
     def describe(self) -> str:
-        from attnlab.experiments.progress import fmt_duration
+        from attnlab.experiments.running.progress import fmt_duration
 
         parts = [
             f"{name} {t.step_s:.3g} s/step{' (from FLOPs)' if t.how == 'flops' else ''}"
@@ -96,7 +95,7 @@ def _forward(model, batch):
 def time_config(cfg: Config, flops_per_token: float, jobs: int = 1) -> Timing:
     """Time (or, for a large shape, FLOP-estimate) one training step of ``cfg`` here."""
     from attnlab.model import build_model
-    from attnlab.runs.optim import build_optimizer
+    from attnlab.runs.optim import recipe_optimizer
     from attnlab.runs.peak import measure_peak_flops
     from attnlab.train.objectives import make_batch, resolve_objective
 
@@ -107,8 +106,8 @@ def time_config(cfg: Config, flops_per_token: float, jobs: int = 1) -> Timing:
     try:
         if want:
             torch.set_num_threads(want)
-        accum = grad_accum_steps(t.tokens_per_step, t.batch_size, T, 1)
-        tokens = t.batch_size * T * accum
+        plan = t.batch_plan(T)
+        accum, tokens = plan.accum, plan.tokens
         step_flops = 3.0 * flops_per_token * tokens
         peak = measure_peak_flops(device)
         if step_flops / (0.3 * peak) > MAX_TIMED_S:
@@ -119,9 +118,7 @@ def time_config(cfg: Config, flops_per_token: float, jobs: int = 1) -> Timing:
             t0 = time.perf_counter()
             model = build_model(cfg.model).to(device)
             build = time.perf_counter() - t0
-            opt = build_optimizer(
-                model, lr=t.lr, weight_decay=t.weight_decay, betas=(t.beta1, t.beta2), device=device
-            )
+            opt = recipe_optimizer(model, t, device)
             rng = np.random.default_rng(0)
             vocab = min(cfg.model.vocab_size, 256)
             objective = resolve_objective(cfg.model, cfg.train)

@@ -16,9 +16,14 @@ import traceback
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from typing import Any
 
-from attnlab.experiments.progress import ExperimentProgress
 from attnlab.experiments.resolve import RunPlan
-from attnlab.experiments.runner import RunOutcome, _record_failure, execute, report_outcome
+from attnlab.experiments.running.execute import (
+    RunOutcome,
+    execute,
+    record_failure,
+    report_outcome,
+)
+from attnlab.experiments.running.progress import ExperimentProgress
 from attnlab.experiments.spec import EvaluateSpec
 from attnlab.parts.plugins import loaded
 
@@ -116,7 +121,7 @@ def run_parallel(
                     try:
                         out = f.result()
                     except Exception as e:  # the worker process died (e.g. out of memory)
-                        reason = _record_failure(r.run_dir, e, traceback.format_exc())
+                        reason = record_failure(r.run_dir, e, traceback.format_exc())
                         out = RunOutcome(r.variant, r.seed, "failed", True, reason)
                     outcomes[(r.variant, r.seed)] = out
                     report_outcome(progress, r, out)

@@ -1,13 +1,13 @@
 """Where the runs of an experiment execute: ``--launcher local`` (this machine) or a submitit
-executor (``--launcher slurm``, :mod:`~attnlab.experiments.launch_submitit`).
+executor (``--launcher slurm``, :mod:`~attnlab.experiments.running.launch_submitit`).
 
 A launcher takes a list of :class:`~attnlab.experiments.resolve.RunPlan` and returns one
-:class:`~attnlab.experiments.runner.RunOutcome` per run once they are all over. Every run writes
+:class:`~attnlab.experiments.running.execute.RunOutcome` per run once they are all over. Every run writes
 its own run directory, whichever launcher executes it, so results (and resuming) do not depend
 on the launcher.
 
 Local: ``--jobs 1`` trains in this process; ``--jobs N`` in N spawned worker processes
-(:mod:`~attnlab.experiments.parallel`: CPU cores split between them, or one GPU each on a
+(:mod:`~attnlab.experiments.running.parallel`: CPU cores split between them, or one GPU each on a
 multi-GPU machine). With a single GPU the runs go one after another: N processes on one GPU
 would share its memory and compute and give no speed-up.
 """
@@ -18,9 +18,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
-from attnlab.experiments.progress import ExperimentProgress
 from attnlab.experiments.resolve import RunPlan
-from attnlab.experiments.runner import RunOutcome, _run_here
+from attnlab.experiments.running.execute import RunOutcome, run_here
+from attnlab.experiments.running.progress import ExperimentProgress
 from attnlab.experiments.spec import EvaluateSpec
 
 Outcomes = dict[tuple[str, int], RunOutcome]
@@ -81,7 +81,7 @@ class LocalLauncher:
             self.say(why)
             self._told = True
         if jobs > 1 and len(runs) > 1:
-            from attnlab.experiments.parallel import run_parallel
+            from attnlab.experiments.running.parallel import run_parallel
 
             return run_parallel(runs, evaluate, jobs, progress)
-        return {(r.variant, r.seed): _run_here(r, evaluate, progress) for r in runs}
+        return {(r.variant, r.seed): run_here(r, evaluate, progress) for r in runs}

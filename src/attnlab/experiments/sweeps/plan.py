@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from attnlab.experiments.resolve import Experiment, Variant
-from attnlab.experiments.sweep import describe_count, format_value, n_runs
+from attnlab.experiments.sweeps.budget import describe_count, n_runs
+from attnlab.experiments.sweeps.grid import format_value
 
 
 def print_sweep_plan(exp: Experiment, say: Callable[[str], None]) -> None:

@@ -10,10 +10,10 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
-from attnlab.experiments.curves import Band
-from attnlab.experiments.plots import _colors, _save
-from attnlab.experiments.sweep import format_value, short_names
-from attnlab.experiments.sweep_analysis import Cell, facets, in_facet, lr_key
+from attnlab.experiments.reports.curves import Band
+from attnlab.experiments.reports.plots import palette, save
+from attnlab.experiments.reports.sweep_analysis import Cell, facets, in_facet, lr_key
+from attnlab.experiments.sweeps.grid import format_value, short_names
 
 
 def facet_title(facet: Mapping[str, Any]) -> str:
@@ -35,7 +35,7 @@ def loss_vs_lr(
     x_key = lr_key(grid)
     fs = facets(grid)
     fig = Figure(figsize=(5.2 * len(fs) + 1.8, 4.3))
-    colors = _colors(list(variants))
+    colors = palette(list(variants))
     finite = [float(r.final_val_loss) for c in cells for r in c.rows if r.ok]
     lo, hi = (min(finite), max(finite)) if finite else (0.0, 1.0)
     pad = 0.06 * max(hi - lo, 1e-3)
@@ -96,7 +96,7 @@ def loss_vs_lr(
     labels += ["a seed diverged (above the line)", "pruned", "some seeds only"]
     axes[-1].legend(handles, labels, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.suptitle("Final loss vs learning rate (bars: min-max over seeds)", fontsize=11)
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def curves_by_lr(
@@ -142,7 +142,7 @@ def curves_by_lr(
 
         sm = ScalarMappable(norm=norm, cmap=cmap)
         fig.colorbar(sm, ax=fig.axes, label=x_key, shrink=0.8)
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def fmt_lr(x: float | None) -> str:

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from attnlab.experiments import analysis, plots
+from attnlab.experiments.reports import analysis, plots
 from attnlab.experiments.results import RunRow
 from attnlab.parts import Part, registry
 

@@ -1,0 +1,53 @@
+"""``OUT/experiment.json``: the resolved experiment, written before anything trains, so that
+``attnlab report OUT`` (and every later reader) needs no experiment file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from attnlab.errors import UserError
+from attnlab.experiments.resolve import Experiment
+from attnlab.runs.atomic import atomic_write_json
+
+EXPERIMENT_FILE = "experiment.json"
+
+
+def write_record(exp: Experiment, out_dir: Path) -> None:
+    """Store the resolved experiment in ``OUT/experiment.json`` (atomically)."""
+    from attnlab.parts.plugins import manifest
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    specs = sorted({p for v in exp.variants.values() for p in v.config.plugins})
+    record = exp.to_record() | {"plugins": manifest(specs)}  # the parts' sources, hashed
+    atomic_write_json(out_dir / EXPERIMENT_FILE, record)
+
+
+def read_record(out_dir: str | Path) -> dict[str, Any]:
+    path = Path(out_dir) / EXPERIMENT_FILE
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserError(
+            f"{out_dir} has no {EXPERIMENT_FILE}; give the --out directory of `attnlab compare`"
+        ) from None
+    except (ValueError, UnicodeDecodeError) as e:
+        raise UserError(f"{path} is not valid JSON ({e}); rerun `attnlab compare`") from None
+    ok = (
+        isinstance(record, dict)
+        and isinstance(record.get("baseline"), str)
+        and isinstance(record.get("variants"), list)
+        and all(isinstance(v, dict) and "name" in v and "config" in v for v in record["variants"])
+    )
+    if not ok:
+        raise UserError(
+            f"{path} is valid JSON but not an experiment record (it needs 'baseline' and a "
+            "'variants' list with each variant's 'name' and 'config'); rerun `attnlab compare` "
+            "with the experiment file to rewrite it"
+        )
+    from attnlab.parts.plugins import remember
+
+    plugins = record.get("plugins")
+    remember(plugins if isinstance(plugins, list) else [])  # a moved plugin's recorded sha256
+    return record

@@ -1,0 +1,204 @@
+"""No new import circle anywhere in attnlab, and experiments/ keeps its layers.
+
+The import graph is read from the sources (every ``import``, also inside functions and under
+``TYPE_CHECKING``): module A -> module B when A imports B or a name from B. A circle is a strongly
+connected component of more than one module. Those left today outside experiments/ are listed in
+KNOWN_CIRCLES; a circle may only shrink (be a part of a known one) or disappear (then delete its
+entry, so it cannot come back).
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+import attnlab
+
+SRC = Path(attnlab.__file__).parent
+
+#: circles being removed elsewhere; this list must only shrink
+KNOWN_CIRCLES = [
+    {
+        "attnlab.config",
+        "attnlab.model.norms",
+        "attnlab.parts",
+        "attnlab.parts.part",
+        "attnlab.parts.plugins",
+        "attnlab.parts.registry",
+        "attnlab.parts.slots",
+        "attnlab.schema",
+    },
+    {
+        "attnlab.data.corpus",
+        "attnlab.data.debian",
+        "attnlab.data.hub",
+        "attnlab.data.local",
+        "attnlab.data.wiki",
+    },
+    {
+        "attnlab.data.byte_tokenizer",
+        "attnlab.data.gpt2_tokenizer",
+        "attnlab.data.hf_tokenizer",
+        "attnlab.data.tokenizer",
+    },
+]
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in SRC.rglob("*.py"):
+        parts = ["attnlab", *path.relative_to(SRC).with_suffix("").parts]
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+def import_graph() -> dict[str, set[str]]:
+    """attnlab module -> the attnlab modules it imports (a package's ``__init__`` importing its
+    own members, and a module importing its parent packages, do not count)."""
+    mods = _modules()
+
+    def owner(name: str) -> str | None:
+        while name and name not in mods:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {m: set() for m in mods}
+    for mod, path in mods.items():
+        is_pkg = path.name == "__init__.py"
+        pkg = mod if is_pkg else mod.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = pkg.split(".")[: len(pkg.split(".")) - (node.level - 1)]
+                    base = ".".join([*anchor, *([base] if base else [])])
+                names = [base, *(f"{base}.{a.name}" for a in node.names)]
+            else:
+                continue
+            for name in names:
+                target = owner(name)
+                if target is None or target == mod or mod.startswith(target + "."):
+                    continue
+                if is_pkg and target.startswith(mod + "."):
+                    continue
+                graph[mod].add(target)
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[set[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[set[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = set()
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.add(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(comp)
+
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 10_000))
+    try:
+        for v in sorted(graph):
+            if v not in index:
+                visit(v)
+    finally:
+        sys.setrecursionlimit(limit)
+    return out
+
+
+def test_the_circle_finder_finds_a_circle_and_only_circles():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert circles(graph) == [{"a", "b", "c"}]
+    assert circles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_new_import_circle():
+    found = circles(import_graph())
+    new = [c for c in found if not any(c <= known for known in KNOWN_CIRCLES)]
+    assert not new, "new import circles: " + "; ".join(" <-> ".join(sorted(c)) for c in new)
+
+
+def test_known_circles_are_still_there_or_removed_from_the_list():
+    found = circles(import_graph())
+    gone = [k for k in KNOWN_CIRCLES if not any(c <= k for c in found)]
+    assert not gone, (
+        "these circles are gone; delete them from KNOWN_CIRCLES so they cannot come back: "
+        + "; ".join(" <-> ".join(sorted(k)) for k in gone)
+    )
+
+
+# --------------------------------------------------------------------------- experiments/
+
+EXP = "attnlab.experiments"
+#: experiments/ from the bottom up: a layer imports only layers below it (or itself)
+EXPERIMENT_LAYERS = [
+    ("definition", ["spec", "sweep_spec", "matching", "resolve", "record", "results"]),
+    ("sweeps", ["sweeps"]),
+    ("running", ["running"]),
+    ("reports", ["reports"]),
+    ("load", ["load"]),
+]
+#: side by side: neither imports the other
+SIBLINGS = {("running", "reports"), ("reports", "running")}
+
+
+def _layer(module: str) -> str | None:
+    rest = module.removeprefix(EXP + ".")
+    for name, members in EXPERIMENT_LAYERS:
+        if any(rest == m or rest.startswith(m + ".") for m in members):
+            return name
+    return None
+
+
+def test_every_experiments_module_has_a_layer():
+    mods = [m for m in _modules() if m.startswith(EXP + ".")]
+    assert mods and [m for m in mods if _layer(m) is None] == []
+
+
+def test_experiments_imports_go_one_way():
+    order = [name for name, _ in EXPERIMENT_LAYERS]
+    bad = []
+    for mod, targets in import_graph().items():
+        here = _layer(mod) if mod.startswith(EXP + ".") else None
+        if here is None:
+            continue
+        for t in sorted(targets):
+            there = _layer(t) if t.startswith(EXP + ".") else None
+            if there is None or there == here:
+                continue
+            if (here, there) in SIBLINGS or order.index(there) > order.index(here):
+                bad.append(f"{mod} ({here}) imports {t} ({there})")
+    assert bad == []
+
+
+@pytest.mark.parametrize("name", ["build_report", "load_experiment", "run_all"])
+def test_the_public_entry_points_stay_where_the_cli_finds_them(name):
+    import attnlab.experiments
+
+    assert callable(getattr(attnlab.experiments, name))
