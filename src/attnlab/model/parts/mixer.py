@@ -46,6 +46,10 @@ class LinearMixer(MixerPart):
     param_label = "output"
     cost = "params n_in*d; FLOPs 2*n_in*d per token"
 
+    @classmethod
+    def param_count(cls, opts: PartOptions, dims: Dims) -> int:
+        return dims.mixer_in * dims.d_model + (dims.d_model if dims.bias else 0)
+
     def __init__(self, opts: PartOptions, dims: Dims) -> None:
         super().__init__(opts, dims)
         self.w_o = Linear(dims.mixer_in, dims.d_model, bias=dims.bias)
@@ -64,6 +68,7 @@ class NonlinearMixer(MixerPart):
     param_label = "nonlinear_mixer"
     width_option = "hidden"
     cost = "params m*(n_in + d); FLOPs 2*m*(n_in + d) per token (m sized to the removed MLP)"
+    check_config = ("model.mlp=false",)
 
     class Options(PartOptions):
         activation: Activation = "gelu"
@@ -86,6 +91,11 @@ class NonlinearMixer(MixerPart):
         d, b, n_in = dims.d_model, int(dims.bias), dims.mixer_in
         target = n_in * d + b * d + removed_mlp_params(dims.model)
         return max(1, round((target - b * d) / (n_in + d + b)))
+
+    @classmethod
+    def param_count(cls, opts: Options, dims: Dims) -> int:
+        m, d = cls.hidden_width(opts, dims), dims.d_model
+        return m * (dims.mixer_in + d) + (m + d if dims.bias else 0)
 
     def __init__(self, opts: Options, dims: Dims) -> None:
         super().__init__(opts, dims)
