@@ -11,7 +11,7 @@ import warnings
 from pathlib import Path
 
 from attnlab import exitcodes
-from attnlab.commands._common import add_config_arguments, config_from_args
+from attnlab.commands._common import add_config_arguments, add_skip_argument, config_from_args
 from attnlab.errors import UserError
 
 NAME = "train"
@@ -40,6 +40,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="start from a GPT-2, GPT-NeoX or Llama checkpoint (a local Hugging Face folder, or "
         "hf:NAME online): its architecture becomes [model], its weights the initial parameters",
     )
+    add_skip_argument(p)
 
 
 def _say(msg: str) -> None:
@@ -60,6 +61,8 @@ def run(args: argparse.Namespace) -> int:
     from attnlab.preflight import check_training
     from attnlab.runs import lock
     from attnlab.safepath import check_out_dir
+    from attnlab.testing.gate import model_parts, require_checked
+    from attnlab.testing.gate import record as record_check
 
     if args.init_from:
         from attnlab.extras import require
@@ -78,6 +81,11 @@ def run(args: argparse.Namespace) -> int:
     with lock.locked(args.out) if main else contextlib.nullcontext():
         try:
             check_training(cfg)
+            if main:  # a plugin's parts are proven before the run uses them (cached per source)
+                checked = require_checked(
+                    model_parts([cfg.model]), skip=args.skip_check, compile=cfg.train.compile
+                )
+                record_check(args.out, checked)
         except UserError:
             if fresh and main:  # a refused run leaves nothing behind, not even its lock file
                 _remove_fresh(Path(args.out))

@@ -59,15 +59,18 @@ def _validated_spec(req: PartRequest):
 
 
 def _guard(name: str, part: str, fn: Callable[[], Result]) -> Result:
+    t0 = time.perf_counter()
     try:
-        return fn()
+        result = fn()
     except Exception as e:  # a part that raises is a failed property, not a crashed check
         first = " ".join(str(e).split())[:300]
-        return failed(
+        result = failed(
             name,
             f"{part} raised {type(e).__name__} while this was checked: {first}",
             "run attnlab.testing.check_part in pytest to see the traceback",
         )
+    result.seconds = time.perf_counter() - t0
+    return result
 
 
 def _check_one(
@@ -95,17 +98,17 @@ def _check_one(
     base_model = built[base][1]
     job: exporting.Job | None = None
 
-    def flops() -> Result:
-        cfg = config_for(
-            base_case, req.slot, req.kind, req.options, ("model.attention.fuse_qkv=false",)
-        )
-        return declarations.check_flops(name, cls, req.slot, base_case, build(cfg))
+    # the Q/K/V projections unfused: each projection part runs its own forward
+    unfused = build(
+        config_for(base_case, req.slot, req.kind, req.options, ("model.attention.fuse_qkv=false",))
+    )
 
     def export() -> Result:
         nonlocal job
         if export_dir is None:
             return skipped("export", "not asked for (--no-export)")
-        got = exporting.prepare(name, base_cfg, base_case, export_dir)
+        cfg = config_for(base_case, req.slot, req.kind, req.options, exporting.CONFIG)
+        got = exporting.prepare(name, cfg, base_case, export_dir)
         if isinstance(got, Result):
             return got
         job = got
@@ -116,12 +119,12 @@ def _check_one(
         "kv_cache": lambda: kv_cache.check(name, cls, built),
         "batch": lambda: batching.check(name, built),
         "params": lambda: declarations.check_params(name, cls, built),
-        "flops": flops,
+        "flops": lambda: declarations.check_flops(name, cls, req.slot, base_case, unfused),
         "state_dict": lambda: state.check_state_dict(name, base_cfg, base_case),
         "init": lambda: state.check_init(name, cls, base_cfg, base_case),
         "gradcheck": lambda: gradients.check(name, cls, base_model, base_case),
         "compile": (
-            (lambda: compiled.check_compile(name, cls, base_model, base_case))
+            (lambda: compiled.check_compile(name, cls, unfused, base_case))
             if compile
             else (lambda: skipped("compile", "not asked for (--no-compile)"))
         ),
@@ -155,7 +158,11 @@ def check_parts(
         for i, req in enumerate(requests):
             t0 = time.perf_counter()
             with torch.random.fork_rng(devices=[]), float64():
-                folder = Path(tmp) / f"part{i}" if export else None
+                # built-in parts' exports share one folder name, so the child imports their
+                # identical remote code once; a plugin's code differs and gets its own name
+                builtin = registry.get(req.slot, req.kind).source == registry.BUILTIN
+                name = "attnlab_check" if builtin else f"attnlab_check_{i}"
+                folder = Path(tmp) / str(i) / name if export else None
                 report, job = _check_one(req, compile=compile, export_dir=folder)
             report.seconds = time.perf_counter() - t0
             reports.append(report)

@@ -155,7 +155,9 @@ def build(cfg: Config, seed: int = 0, spread: float = 0.1, dtype=torch.float64):
         gen = torch.Generator().manual_seed(seed + 1)
         with torch.no_grad():
             for p in model.parameters():
-                p.add_(torch.randn(p.shape, generator=gen, dtype=torch.float64).to(p.dtype) * spread)
+                p.add_(
+                    torch.randn(p.shape, generator=gen, dtype=torch.float64).to(p.dtype) * spread
+                )
     return model
 
 

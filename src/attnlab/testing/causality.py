@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from attnlab.testing.cases import T, VOCAB, Case, forward, ids
+from attnlab.testing.cases import VOCAB, Case, T, forward, ids
 from attnlab.testing.result import Result, failed, passed, skipped
 
 NAME = "causality"

@@ -22,9 +22,11 @@ LIMIT = 1e-9
 @functools.cache
 def platform_cannot_compile() -> str | None:
     """Why this machine cannot run torch.compile (None: it can)."""
+    import torch._inductor.config as inductor_config
+
     try:
-        f = torch.compile(lambda x: x.sin() + 1)
-        f(torch.ones(3))
+        with inductor_config.patch(compile_threads=1):
+            torch.compile(lambda x: x.sin() + 1)(torch.ones(3))
     except Exception as e:  # a missing compiler, an unsupported platform
         return f"torch.compile does not run on this machine ({type(e).__name__}: {str(e)[:160]})"
     finally:
@@ -63,8 +65,11 @@ def check_compile(name: str, cls: type, model, case: Case) -> Result:
     part = instances(model, cls)[0]
     args, kwargs = _inputs(model, case, part)
     torch._dynamo.reset()  # parts sharing a forward must not share a cache (or its size limit)
+    import torch._inductor.config as inductor_config
+
     try:
-        with torch.no_grad():
+        # one compile thread: a worker pool costs more to start than these small graphs take
+        with torch.no_grad(), inductor_config.patch(compile_threads=1):
             eager = _tensors(part(*args, **kwargs))
             compiled = _tensors(torch.compile(part)(*args, **kwargs))
     except Exception as e:

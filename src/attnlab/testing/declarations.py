@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from attnlab.testing.cases import T, Case, forward, ids, instances
+from attnlab.testing.cases import Case, T, forward, ids, instances
 from attnlab.testing.result import Result, failed, passed, skipped
 
 PARAMS, FLOPS = "params", "flops"

@@ -16,8 +16,10 @@ from attnlab.testing.result import Result, failed, passed, skipped
 
 NAME = "export"
 #: tokens the checks decode (few: each step is a forward in the child process)
-NEW_TOKENS = 6
+NEW_TOKENS = 4
 SEQ_LEN = 12
+#: the exported model holds the positions of the text transformers' pipeline() decodes
+CONFIG = ("model.max_seq_len=64",)
 
 
 @dataclass
@@ -35,11 +37,15 @@ def prepare(name: str, cfg, case: Case, folder: Path) -> Job | Result:
     has no near-ties); a Result when it cannot be exported."""
     if cfg.model.family != "decoder":
         return skipped(NAME, f"no decoder config accepts {name}; only decoders export")
+    from transformers.utils import logging as hf_logging
+
     from attnlab.data.tokenizer import load_tokenizer
     from attnlab.hf.export import export_model
 
     model = build(cfg, seed=4, spread=0.15, dtype=torch.float32)
     tok = load_tokenizer("bytes")
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # the tokenizer's notes on a 64-position model
     try:
         export_model(model, cfg, tok, folder, source=f"attnlab check {name}")
     except Exception as e:
@@ -50,6 +56,8 @@ def prepare(name: str, cfg, case: Case, folder: Path) -> Job | Result:
             "installed packages only)",
             where=case.name,
         )
+    finally:
+        hf_logging.set_verbosity(level)
     return Job(folder, model, tok, case)
 
 
@@ -64,6 +72,7 @@ def run(jobs: list[Job]) -> list[Result]:
             [(j.folder, j.model, j.tokenizer) for j in jobs],
             seq_len=SEQ_LEN,
             new_tokens=NEW_TOKENS,
+            pipeline=False,
         )
     except Exception as e:
         message = " ".join(str(e).split())[-400:]

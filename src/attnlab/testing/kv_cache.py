@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from attnlab.testing.cases import T, Case, forward, ids
+from attnlab.testing.cases import Case, T, forward, ids
 from attnlab.testing.result import Result, failed, passed, skipped
 
 NAME = "kv_cache"

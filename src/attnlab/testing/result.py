@@ -36,6 +36,7 @@ class Result:
     limit: float | None = None
     fix: str = ""
     where: str = ""
+    seconds: float = 0.0
 
     @property
     def passed(self) -> bool:
@@ -55,13 +56,24 @@ class Result:
         return cls(**{k: d.get(k) for k in cls.__dataclass_fields__ if k in d})
 
 
-def passed(name: str, detail: str, measured: float | None = None, limit: float | None = None,
-           where: str = "") -> Result:
+def passed(
+    name: str,
+    detail: str,
+    measured: float | None = None,
+    limit: float | None = None,
+    where: str = "",
+) -> Result:
     return Result(name, "passed", detail, measured, limit, where=where)
 
 
-def failed(name: str, detail: str, fix: str, measured: float | None = None,
-           limit: float | None = None, where: str = "") -> Result:
+def failed(
+    name: str,
+    detail: str,
+    fix: str,
+    measured: float | None = None,
+    limit: float | None = None,
+    where: str = "",
+) -> Result:
     return Result(name, "failed", detail, measured, limit, fix, where)
 
 

@@ -44,7 +44,12 @@ def check_state_dict(name: str, cfg, case: Case) -> Result:
             LIMIT,
             case.name,
         )
-    return passed(STATE, f"saved, loaded into a fresh model: outputs equal (max |difference| {d:.3g})", d, LIMIT)
+    return passed(
+        STATE,
+        f"saved, loaded into a fresh model: outputs equal (max |difference| {d:.3g})",
+        d,
+        LIMIT,
+    )
 
 
 def _part_params(model, cls: type) -> dict[str, torch.Tensor]:
