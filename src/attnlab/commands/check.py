@@ -36,6 +36,8 @@ COLUMNS = {
     "bfloat16": "bf16",
     "export": "export",
 }
+#: the table's width: a part name and eleven property columns
+WIDTH = 120
 MARK = {"passed": "[green]ok[/]", "failed": "[bold red]FAIL[/]", "skipped": "[dim]-[/]"}
 
 
@@ -116,6 +118,8 @@ def run(args: argparse.Namespace) -> int:
     if not todo:
         raise UserError("no parts to check: the --plugin files register none")
     con = Console()
+    if con.width < WIDTH:  # a pipe or a narrow terminal: the table needs its columns
+        con = Console(width=WIDTH)
     t0 = time.perf_counter()
     if not args.json:
         con.print(f"checking {len(todo)} part(s) in float64 small models on the CPU ...")

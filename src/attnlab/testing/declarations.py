@@ -64,27 +64,29 @@ def _declared(part, slot: str, seq_len: int) -> int:
 
 @torch.no_grad()
 def measure_flops(model, case: Case, cls: type, slot: str) -> tuple[float, float]:
-    """(measured, declared) forward FLOPs per token of every ``cls`` part in ``model``."""
+    """(measured, declared) forward FLOPs per token of one ``cls`` part (the mean over the
+    model's layers)."""
     x = ids(2, seed=5)
     counter = FlopCounterMode(display=False)
     with counter:
         forward(model, case, x)
     counts = counter.get_flop_counts()
     root = type(model).__name__
-    measured = declared = 0
+    measured = declared = n = 0
     tokens = x.numel()
     for path, module in model.named_modules():
         if type(module) is cls:
             measured += sum(counts.get(f"{root}.{path}", {}).values())
             declared += _declared(module, slot, T) * tokens
-    return measured / tokens, declared / tokens
+            n += 1
+    return measured / tokens / max(n, 1), declared / tokens / max(n, 1)
 
 
 def check_flops(name: str, cls: type, slot: str, case: Case, model) -> Result:
     measured, declared = measure_flops(model, case, cls, slot)
     scale = max(measured, declared)
     err = abs(measured - declared) / scale if scale else 0.0
-    what = f"{measured:,.0f} FLOPs per token measured by FlopCounterMode (T={T})"
+    what = f"{measured:,.0f} FLOPs per token and layer measured by FlopCounterMode (T={T})"
     if err > FLOP_TOLERANCE:
         extra = " + the attention it runs (4 T d_h per head)" if slot == "score" else ""
         if measured > declared:

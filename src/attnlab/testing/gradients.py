@@ -84,7 +84,7 @@ def check(name: str, cls: type, model, case: Case) -> Result:
             first = " ".join(str(e).split())[:300]
             return failed(
                 NAME,
-                f"torch.autograd.gradcheck fails on {fn.__module__}.{fn.__qualname__}: {first}",
+                f"torch.autograd.gradcheck fails on {fn.__qualname__}.backward: {first}",
                 f"make {fn.__qualname__}.backward return the gradient of its forward (compare "
                 "it with autograd on the same forward written with torch ops)",
                 where=case.name,
