@@ -191,7 +191,7 @@ def run(args: argparse.Namespace) -> int:
         for v in spec.variants:
             with contextlib.suppress(UserError):  # the bench reports variants that do not apply
                 models.append(variant_config(spec.config, v).model)
-        checked = require_checked(model_parts(models), skip=args.skip_check, compile=args.compile)
+        checked = require_checked(model_parts(models), skip=args.skip_check)
         if checked.get("skipped"):
             log("the conformance check of the plugin parts was skipped (--skip-check)")
         checked = spec.resolved()  # flags against the config, then memory

@@ -52,6 +52,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--all", action="store_true", help="every registered part (and the plugins')")
     p.add_argument("--no-compile", action="store_true", help="skip the torch.compile property")
+    p.add_argument(
+        "--compile-backend",
+        choices=("aot_eager", "inductor"),
+        default="aot_eager",
+        help="aot_eager (default): dynamo's tracing and AOTAutograd, eager kernels, about a second "
+        "a part; inductor: also its C++ kernels, as train.compile (minutes on a cold cache)",
+    )
     p.add_argument("--no-export", action="store_true", help="skip the transformers export")
     p.add_argument("--verbose", "-v", action="store_true", help="also every passed/skipped line")
     p.add_argument("--json", action="store_true", help="print one JSON list of part reports")
@@ -123,17 +130,22 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     if not args.json:
         con.print(f"checking {len(todo)} part(s) in float64 small models on the CPU ...")
-    reports = check_parts(todo, compile=not args.no_compile, export=not args.no_export)
+    reports = check_parts(
+        todo,
+        compile=not args.no_compile,
+        export=not args.no_export,
+        compile_backend=args.compile_backend,
+    )
     wall = time.perf_counter() - t0
     from attnlab.parts import registry
 
     for r in reports:  # a plugin's passing result spares train/compare/probe/bench the check
         spec = registry.get(r.slot, r.kind)
         if spec.source != registry.BUILTIN and not args.no_compile:
-            from attnlab.testing.gate import ALL, NO_EXPORT
+            from attnlab.testing.gate import ALL, NO_EXPORT, what
 
-            what = NO_EXPORT if args.no_export else ALL
-            check_cache.write(check_cache.key(spec.cls, r.slot, r.kind, r.options, what), r)
+            ran = what(NO_EXPORT if args.no_export else ALL, args.compile_backend)
+            check_cache.write(check_cache.key(spec.cls, r.slot, r.kind, r.options, ran), r)
     if args.json:
         print(json.dumps([r.to_dict() for r in reports], indent=2, default=str))
         return exitcodes.FAILED if any(not r.passed for r in reports) else exitcodes.OK

@@ -82,9 +82,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             check_training(cfg)
             if main:  # a plugin's parts are proven before the run uses them (cached per source)
-                checked = require_checked(
-                    model_parts([cfg.model]), skip=args.skip_check, compile=cfg.train.compile
-                )
+                checked = require_checked(model_parts([cfg.model]), skip=args.skip_check)
                 record_check(args.out, checked)
         except UserError:
             if fresh and main:  # a refused run leaves nothing behind, not even its lock file

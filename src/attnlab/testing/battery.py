@@ -74,7 +74,7 @@ def _guard(name: str, part: str, fn: Callable[[], Result]) -> Result:
 
 
 def _check_one(
-    req: PartRequest, *, compile: bool, export_dir: Path | None
+    req: PartRequest, *, compile: bool, backend: str, export_dir: Path | None
 ) -> tuple[PartReport, exporting.Job | None]:
     spec = _validated_spec(req)
     cls, name = spec.cls, f"{req.slot}.{req.kind}"
@@ -124,7 +124,7 @@ def _check_one(
         "init": lambda: state.check_init(name, cls, base_cfg, base_case),
         "gradcheck": lambda: gradients.check(name, cls, base_model, base_case),
         "compile": (
-            (lambda: compiled.check_compile(name, cls, unfused, base_case))
+            (lambda: compiled.check_compile(name, cls, unfused, base_case, backend))
             if compile
             else (lambda: skipped("compile", "not asked for (--no-compile)"))
         ),
@@ -146,10 +146,17 @@ def check_parts(
     *,
     compile: bool = True,
     export: bool = True,
+    compile_backend: str = "aot_eager",
     progress: Callable[[PartReport], None] | None = None,
 ) -> list[PartReport]:
     """Check every part of ``requests`` (float64, CPU); exports are loaded by one child process
-    at the end. ``progress`` is called with each report as its in-process checks finish."""
+    at the end. ``compile_backend``: ``aot_eager`` (dynamo's tracing, eager kernels; about a
+    second a part) or ``inductor`` (C++ kernels as ``train.compile``; slow on a cold cache).
+    ``progress`` is called with each report as its in-process checks finish."""
+    if compile_backend not in compiled.BACKENDS:
+        raise UserError(
+            f"compile backend {compile_backend!r}; choose one of {', '.join(compiled.BACKENDS)}"
+        )
     for req in requests:  # bad input is refused before anything runs
         _validated_spec(req)
     reports: list[PartReport] = []
@@ -163,7 +170,9 @@ def check_parts(
                 builtin = registry.get(req.slot, req.kind).source == registry.BUILTIN
                 name = "attnlab_check" if builtin else f"attnlab_check_{i}"
                 folder = Path(tmp) / str(i) / name if export else None
-                report, job = _check_one(req, compile=compile, export_dir=folder)
+                report, job = _check_one(
+                    req, compile=compile, backend=compile_backend, export_dir=folder
+                )
             report.seconds = time.perf_counter() - t0
             reports.append(report)
             if job is not None:
@@ -183,8 +192,15 @@ def check_parts(
 
 
 def check_part(
-    slot: str, kind: str, *, compile: bool = True, export: bool = True, **options: Any
+    slot: str,
+    kind: str,
+    *,
+    compile: bool = True,
+    export: bool = True,
+    compile_backend: str = "aot_eager",
+    **options: Any,
 ) -> PartReport:
     """Check one registered part (a plugin's: load it first, e.g. by importing its module) with
     ``options``; ``report.passed``, ``report.failures()``, ``report.assert_passed()``."""
-    return check_parts([PartRequest(slot, kind, options)], compile=compile, export=export)[0]
+    req = PartRequest(slot, kind, options)
+    return check_parts([req], compile=compile, export=export, compile_backend=compile_backend)[0]

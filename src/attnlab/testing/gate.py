@@ -14,10 +14,16 @@ from attnlab.parts import registry
 from attnlab.testing import cache
 from attnlab.testing.battery import PartRequest, check_parts
 
-#: which properties ran (part of the cache key): ``attnlab check`` runs all; the gate leaves out
-#: the transformers export (``attnlab export --verify`` checks it) and, unless the run compiles,
-#: torch.compile (each process pays inductor's start-up)
-ALL, NO_EXPORT, NO_COMPILE = "all", "no-export", "no-export-no-compile"
+#: which properties ran (part of the cache key, with the compile backend): ``attnlab check`` runs
+#: all; the gate leaves out the transformers export (``attnlab export --verify`` checks it)
+ALL, NO_EXPORT = "all", "no-export"
+BACKEND = "aot_eager"
+
+
+def what(properties: str, backend: str) -> str:
+    return f"{properties}/{backend}"
+
+
 RECORD = "check.json"
 FLAG = "--skip-check"
 
@@ -44,25 +50,23 @@ def plugin_parts(parts: Iterable[tuple[str, Any]]) -> list[PartRequest]:
     return list(seen.values())
 
 
-def require_checked(
-    parts: Iterable[tuple[str, Any]], *, skip: bool = False, compile: bool = False
-) -> dict[str, Any]:
+def require_checked(parts: Iterable[tuple[str, Any]], *, skip: bool = False) -> dict[str, Any]:
     """Check the plugin parts among ``parts`` ((slot, PartOptions) pairs; cached per plugin
-    source; ``compile``: with the torch.compile property) and return the record a run keeps;
-    raise :class:`CheckFailedError` naming each failed property."""
+    source; every property but the export) and return the record a run keeps; raise
+    :class:`CheckFailedError` naming each failed property."""
     todo = plugin_parts(parts)
     if not todo:
         return {}
     parts = [{"slot": r.slot, "kind": r.kind, "options": r.options} for r in todo]
     if skip:
         return {"skipped": True, "by": FLAG, "parts": parts}
-    what = NO_EXPORT if compile else NO_COMPILE
-    enough = (ALL, NO_EXPORT, what) if not compile else (ALL, NO_EXPORT)
+    mine = what(NO_EXPORT, BACKEND)
+    enough = [what(p, b) for p in (ALL, NO_EXPORT) for b in ("aot_eager", "inductor")]
     records, run = [], []
     for req in todo:
         cls = registry.get(req.slot, req.kind).cls
         hits = [cache.read(cache.key(cls, req.slot, req.kind, req.options, w)) for w in enough]
-        k = cache.key(cls, req.slot, req.kind, req.options, what)
+        k = cache.key(cls, req.slot, req.kind, req.options, mine)
         rec = {"slot": req.slot, "kind": req.kind, "options": req.options, "key": k}
         records.append(rec)
         if any(h is not None and h.passed for h in hits):
@@ -70,7 +74,7 @@ def require_checked(
         else:
             run.append((req, k, rec))
     if run:
-        reports = check_parts([r for r, _, _ in run], export=False, compile=compile)
+        reports = check_parts([r for r, _, _ in run], export=False, compile_backend=BACKEND)
         bad = []
         for (_req, k, rec), report in zip(run, reports):
             rec["result"] = "passed" if report.passed else "failed"
