@@ -37,7 +37,7 @@ COLUMNS = {
     "export": "export",
 }
 #: the table's width: a part name and eleven property columns
-WIDTH = 120
+WIDTH = 130
 MARK = {"passed": "[green]ok[/]", "failed": "[bold red]FAIL[/]", "skipped": "[dim]-[/]"}
 
 
@@ -115,6 +115,7 @@ def requests(args: argparse.Namespace) -> list:
 
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     from attnlab.errors import UserError
@@ -127,6 +128,7 @@ def run(args: argparse.Namespace) -> int:
     con = Console()
     if con.width < WIDTH:  # a pipe or a narrow terminal: the table needs its columns
         con = Console(width=WIDTH)
+    narrow = Console(width=min(con.width, 100))  # the sentences below the table
     t0 = time.perf_counter()
     if not args.json:
         con.print(f"checking {len(todo)} part(s) in float64 small models on the CPU ...")
@@ -150,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps([r.to_dict() for r in reports], indent=2, default=str))
         return exitcodes.FAILED if any(not r.passed for r in reports) else exitcodes.OK
     table = Table(title="attnlab check: conformance of each part", title_justify="left")
-    table.add_column("part")
+    table.add_column("part", no_wrap=True, min_width=max(len(r.name) for r in reports))
     for col in COLUMNS.values():
         table.add_column(col, justify="center")
     table.add_column("s", justify="right")
@@ -169,14 +171,14 @@ def run(args: argparse.Namespace) -> int:
         lines = [x for x in r.results if x.status == "failed" or args.verbose]
         if args.verbose and r.refused:
             refused = "; ".join(f"{c}: {why}" for c, why in r.refused)
-            con.print(
-                f"[bold]{r.name}[/] configs refused by its options or the config: {refused}",
+            narrow.print(
+                f"[bold]{r.name}[/] configs refused by its options or the config: {escape(refused)}",
                 markup=True,
                 highlight=False,
             )
         for x in lines:
             style = "red" if x.status == "failed" else "dim"
-            con.print(f"[{style}]{r.name} {x.message()}[/]", highlight=False, soft_wrap=False)
+            narrow.print(f"[{style}]{r.name} {escape(x.message())}[/]", highlight=False)
     n_fail = sum(1 for r in reports for x in r.results if x.status == "failed")
     verdict = (
         f"{len(bad)} of {len(reports)} part(s) failed {n_fail} propert(ies)"
