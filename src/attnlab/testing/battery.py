@@ -95,7 +95,6 @@ def _check_one(
     built = [(case, build(cfg)) for case, cfg in ok]
     base = next((i for i, (c, _) in enumerate(ok) if c.family == "decoder"), 0)
     base_case, base_cfg = ok[base]
-    base_model = built[base][1]
     job: exporting.Job | None = None
 
     # the Q/K/V projections unfused: each projection part runs its own forward
@@ -122,7 +121,12 @@ def _check_one(
         "flops": lambda: declarations.check_flops(name, cls, req.slot, base_case, unfused),
         "state_dict": lambda: state.check_state_dict(name, base_cfg, base_case),
         "init": lambda: state.check_init(name, cls, base_cfg, base_case),
-        "gradcheck": lambda: gradients.check(name, cls, base_model, base_case),
+        "gradcheck": lambda: gradients.check(
+            name,
+            cls,
+            config_for(base_case, req.slot, req.kind, req.options, gradients.CONFIG),
+            base_case,
+        ),
         "compile": (
             (lambda: compiled.check_compile(name, cls, unfused, base_case, backend))
             if compile

@@ -62,13 +62,13 @@ def _declared(part, slot: str, seq_len: int) -> int:
     return n
 
 
-@torch.no_grad()
 def measure_flops(model, case: Case, cls: type, slot: str) -> tuple[float, float]:
     """(measured, declared) forward FLOPs per token of one ``cls`` part (the mean over the
-    model's layers)."""
+    model's layers), with autograd on: the forward that training runs (a few rows without
+    autograd may take a decoding path)."""
     x = ids(2, seed=5)
     counter = FlopCounterMode(display=False)
-    with counter:
+    with counter, torch.enable_grad():
         forward(model, case, x)
     counts = counter.get_flop_counts()
     root = type(model).__name__
