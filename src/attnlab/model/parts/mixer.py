@@ -15,6 +15,8 @@ Both end in the branch's output projection, initialised N(0, out_std).
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch.nn.functional as F
 from pydantic import Field
 from torch import Tensor
@@ -69,7 +71,7 @@ class NonlinearMixer(MixerPart):
     width_option = "hidden"
     cost = "params m*(n_in + d); FLOPs 2*m*(n_in + d) per token (m sized to the removed MLP)"
     check_config = ("model.mlp=false",)
-    unchecked = {
+    unchecked: ClassVar[dict[str, str]] = {
         "flops": "it declares the FLOPs of its m hidden units (model FLOPs, for MFU) but runs its "
         "training matmuls zero-padded to a multiple of 16 units (HIDDEN_MULTIPLE: faster CPU "
         "GEMMs), which FlopCounterMode counts: +18.5% at the check's d=32 (m = 81 -> 96; "
