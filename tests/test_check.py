@@ -267,3 +267,28 @@ def test_a_passing_plugin_part_is_checked_once_per_source(tmp_path, data_dir, ch
     assert main(_train_args(tmp_path, data_dir, plugin, "mean_ok", "runs/b")) == 0
     rec = json.loads((tmp_path / "runs" / "b" / "check.json").read_text())
     assert rec["parts"][0]["result"] == "passed (cached)"
+
+
+def test_nothing_below_the_commands_imports_the_check():
+    """The battery sits above model, parts, runs and hf: none of them imports attnlab.testing
+    (an exported model's code, copied from attnlab's model sources, never needs it)."""
+    import ast
+
+    import attnlab
+
+    src = Path(attnlab.__file__).parent
+    offenders = []
+    for package in ("model", "parts", "runs", "hf", "data", "train", "probe", "eval", "bench"):
+        for path in sorted((src / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                names = []
+                if isinstance(node, ast.ImportFrom) and node.module:
+                    names = [node.module]
+                elif isinstance(node, ast.Import):
+                    names = [a.name for a in node.names]
+                offenders += [
+                    f"{path.relative_to(src)} imports {n}"
+                    for n in names
+                    if n == "attnlab.testing" or n.startswith("attnlab.testing.")
+                ]
+    assert offenders == []
