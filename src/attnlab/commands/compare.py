@@ -151,7 +151,11 @@ def run(args: argparse.Namespace) -> int:
     from attnlab.testing.gate import model_parts, record, require_checked
 
     configs = [v.config for v in exp.variants.values()]
-    checked = require_checked(model_parts(c.model for c in configs), skip=args.skip_check)
+    checked = (
+        {}  # --plan trains nothing: nothing to prove yet
+        if args.plan
+        else require_checked(model_parts(c.model for c in configs), skip=args.skip_check)
+    )
     n_runs = len(exp.variants) * len(exp.seeds)
     check_concurrent(
         [v.config for v in exp.variants.values()], min(args.jobs, n_runs), "attnlab compare"
