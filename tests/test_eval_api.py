@@ -184,6 +184,26 @@ def test_cli_eval_run_uses_config_defaults_and_prints_a_table(run_dir, capsys):
     assert stored["limit"] == 3  # from the run's [eval] section
 
 
+def test_perplexity_windows_default_to_the_training_length(run_dir, capsys):
+    """A run trained at data.seq_len=32 (context 128) is scored in 32-token windows unless
+    --max-length says otherwise; the result records the length used."""
+    fed = []
+    lm = load_language_model(run_dir, device="cpu")
+    logits = lm.logits
+    lm.logits = lambda x, *a, **k: (fed.append(x.shape[1]), logits(x, *a, **k))[1]
+    assert lm.max_length == 128 and lm.trained_length == 32 and lm.perplexity_length == 32
+    res = evaluate(lm, ["perplexity"], limit=3, save=False)["perplexity"]
+    assert max(fed) == 32 and (res["max_length"], res["stride"]) == (32, 16)
+    out = {}
+    for extra in ([], ["--max-length", "32"], ["--max-length", "128"]):
+        args = ["eval", str(run_dir), "--tasks", "perplexity", "--limit", "3", "--no-progress"]
+        assert main([*args, "--no-save", "--json", *extra]) == 0
+        out[" ".join(extra)] = json.loads(capsys.readouterr().out)["perplexity"]
+    assert out[""]["metrics"] == res["metrics"] == out["--max-length 32"]["metrics"]
+    assert out[""]["max_length"] == 32 and out["--max-length 128"]["max_length"] == 128
+    assert out["--max-length 128"]["metrics"]["loss"] != res["metrics"]["loss"]  # docs > 32
+
+
 def test_cli_eval_hf_to_out_file_and_errors(hf_dir, tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     out = tmp_path / "res.json"

@@ -158,3 +158,60 @@ def test_non_finite_scores_are_an_error():
     with pytest.raises(NonFiniteError, match=r"perplexity\.loss") as e:
         check_metrics(bad, "m")
     assert e.value.exit_code == exitcodes.DIVERGED
+
+
+def test_warnings_are_one_line_and_foreign_deprecations_are_dropped(capsys, monkeypatch):
+    """The CLI's rule (attnlab.warning_lines): attnlab's warnings as they are, another package's
+    named and on one line, another package's deprecation notices dropped unless the user
+    configured warnings (-W / PYTHONWARNINGS)."""
+    import sys
+    import warnings
+
+    import torch
+
+    from attnlab.runs.records import RunFileWarning
+    from attnlab.warning_lines import cli_warnings
+
+    before = warnings.showwarning
+
+    def emit() -> list[str]:
+        with cli_warnings("eval"):
+            warnings.simplefilter("always")
+            warnings.warn_explicit("torch\n  says this", UserWarning, torch.__file__, 1)
+            warnings.warn_explicit("an old API", FutureWarning, torch.__file__, 2)
+            warnings.warn_explicit("an older API", DeprecationWarning, torch.__file__, 3)
+            warnings.warn_explicit("run file damaged", RunFileWarning, "/elsewhere/x.py", 4)
+        return capsys.readouterr().err.splitlines()
+
+    assert emit() == [
+        "attnlab eval: warning: (torch) torch says this",
+        "attnlab eval: warning: run file damaged",
+    ]
+    monkeypatch.setattr(sys, "warnoptions", ["default"])
+    assert emit() == [
+        "attnlab eval: warning: (torch) torch says this",
+        "attnlab eval: warning: (torch) an old API",
+        "attnlab eval: warning: (torch) an older API",
+        "attnlab eval: warning: run file damaged",
+    ]
+    assert warnings.showwarning is before  # restored after the block
+
+
+def test_contracts_doc_states_every_slot_dims_field_and_score_context_field():
+    """docs/CONTRACTS.md repeats the contracts of parts/slots.py: a section per slot, every Dims
+    field, every ScoreContext field; each contract class states its forward's shapes."""
+    import dataclasses
+
+    from attnlab.parts import Dims, ScoreContext
+    from attnlab.parts.slots import SLOTS
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "CONTRACTS.md").read_text()
+    for name, slot in SLOTS.items():
+        assert f"`{name}` (`{slot.base.__name__}`" in doc, name
+        assert "forward(" in (slot.base.__doc__ or ""), slot.base.__name__
+    for f in dataclasses.fields(Dims):
+        assert f"| `{f.name}`" in doc or f", `{f.name}`" in doc, f.name
+        assert f"``{f.name}``" in (Dims.__doc__ or ""), f.name
+    for f in dataclasses.fields(ScoreContext):
+        assert f"`{f.name}`" in doc.split("### `score`")[1].split("###")[0], f.name
+        assert f"``{f.name}``" in (ScoreContext.__doc__ or ""), f.name

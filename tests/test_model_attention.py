@@ -150,6 +150,51 @@ def test_sdpa_path_equals_explicit_path(name: str) -> None:
     torch.testing.assert_close(probs, want, atol=1e-12, rtol=0)
 
 
+class _Recorder:
+    """A score transform as ``parts/slots.py`` ScorePart documents it: H -> H' = 6 heads (head 0
+    doubled, heads 1, 2 copied), and garbage written at every masked entry (the core must
+    discard it)."""
+
+    def __init__(self, on: str) -> None:
+        self.on, self.seen = on, []
+
+    def transform(self, s, allowed):
+        self.seen.append((s.clone(), allowed.clone()))
+        out = torch.cat([s, 2 * s[:, :1], s[:, 1:2]], dim=1)
+        return out.masked_fill(~allowed, 1e4 if self.on == "logits" else 7.0)
+
+
+@pytest.mark.parametrize("on", ["logits", "probs"])
+def test_explicit_path_calls_a_score_transform_as_the_contract_says(on: str) -> None:
+    """A causal chunk with a cache in front (Tq=3 of Tk=5) and GQA (H=4, H_kv=2): the transform
+    gets [B,H,Tq,Tk] scaled logits with masked entries 0 (on logits) or the softmax (on probs)
+    and the [Tq,Tk] mask; what it writes at masked entries is discarded; probs are renormalised
+    (on probs); v is repeated to H'; out = probs @ v."""
+    q, k, v = _qkv(H=4, Hkv=2, Tq=3, Tk=5)
+    t = _Recorder(on)
+    core = AttentionCore(8, scale_multiplier=0.5)
+    out, probs = core.explicit(q, k, v, ScoreContext(None, True), transform=t)
+    allowed = torch.ones(3, 5, dtype=torch.bool).tril(2)  # key j <= query i + Tk - Tq
+    logits = (q * 0.5 / 8**0.5) @ k.repeat_interleave(2, dim=1).transpose(-2, -1)
+    (seen, mask), *more = t.seen
+    assert not more and torch.equal(mask, allowed)
+
+    def heads(s):
+        return torch.cat([s, 2 * s[:, :1], s[:, 1:2]], dim=1)
+
+    if on == "logits":
+        torch.testing.assert_close(seen, logits.masked_fill(~allowed, 0.0), atol=1e-12, rtol=0)
+        want = torch.softmax(heads(logits).masked_fill(~allowed, float("-inf")), -1)
+    else:
+        p = torch.softmax(logits.masked_fill(~allowed, float("-inf")), -1)
+        torch.testing.assert_close(seen, p, atol=1e-12, rtol=0)
+        want = heads(p).masked_fill(~allowed, 0.0)
+        want = want / want.sum(-1, keepdim=True)
+    assert probs.shape == (2, 6, 3, 5) and out.shape == (2, 6, 3, 8)
+    torch.testing.assert_close(probs, want, atol=1e-12, rtol=0)
+    torch.testing.assert_close(out, want @ v.repeat_interleave(3, dim=1), atol=1e-12, rtol=0)
+
+
 @pytest.mark.parametrize(
     "flags",
     [

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -150,33 +151,105 @@ def test_compare_with_jobs_runs_plugin_variants_and_reports_their_params(lab):
     assert record["plugins"][0]["sha256"]
 
 
-def test_bench_times_a_plugin_variant(lab):
-    out = attnlab(
-        "bench",
-        "tiny",
-        "--plugin",
-        str(lab["plugin"]),
-        "--variant",
-        "mine:" + ",".join(PARTS),
-        "--variants",
-        "baseline",
-        "--peers",
-        "none",
-        "--steps",
-        "1",
-        "--repeats",
-        "1",
-        "--warmup",
-        "0",
-        "--sections",
-        "training",
-        "--json",
-    ).stdout
-    result = json.loads(out)
+#: the smallest bench: one step, one round, no warmup, two decoded tokens, batch 1
+SMALLEST_BENCH = [
+    "--peers", "none", "--steps", "1", "--repeats", "1", "--warmup", "0",
+    "--decode-repeats", "1", "--new-tokens", "2", "--prompt-len", "2",
+    "--batch-size", "1", "--seq-len", "16", "--threads", "1", "--json",
+]  # fmt: skip
+SECTIONS = ("training", "inference", "memory")
+
+
+def test_bench_measures_plugin_parts_in_every_section(lab):
+    """--variant NAME:... of plugin parts, and a plugin part by its kind, have a row in the
+    training, inference and memory tables (the memory child loads the plugin itself)."""
+    p = attnlab(
+        "bench", "--preset", "tiny", "--plugin", str(lab["plugin"]),
+        "--variant", "mine:" + ",".join(PARTS), "--variants", "baseline,low_rank_skip",
+        "--sections", ",".join(SECTIONS), *SMALLEST_BENCH,
+    )  # fmt: skip
+    result = json.loads(p.stdout)
+    assert result["failures"] == [] and result["skipped"] == {}
+    for section in SECTIONS:
+        assert [r["name"] for r in result[section]] == ["baseline", "low_rank_skip", "mine"]
     rows = {r["name"]: r for r in result["training"]}
-    assert set(rows) == {"baseline", "mine"}
-    assert rows["mine"]["flops_per_token"] > rows["baseline"]["flops_per_token"]
+    assert rows["mine"]["flops_per_token"] > rows["low_rank_skip"]["flops_per_token"]
+    assert rows["low_rank_skip"]["flops_per_token"] > rows["baseline"]["flops_per_token"]
     assert rows["mine"]["attention"].startswith("O(T^2 H)")  # the soft cap forms the matrix
+    for r in result["inference"]:  # every part here supports the KV cache
+        assert r["greedy_identical"] is True and r["decode_cached_tokens_per_s"] > 0
+    for r in result["memory"]:
+        assert r["error"] is None and r["peak_rss_mib"] > 0 and r["growth_mib"] > 0
+
+
+#: a side branch that declares it breaks the KV cache, and a query part with a shape bug
+NO_CACHE_AND_BROKEN = '''
+from torch import nn
+
+from attnlab.parts import QueryPart, SideBranchPart, register
+
+
+@register("side_branch", "running_mean")
+class RunningMean(SideBranchPart):
+    """S(x~)_t = W mean(x~_1..t): reads earlier positions, so cached decoding is not exact."""
+
+    supports_kv_cache = False
+
+    def __init__(self, opts, dims):
+        super().__init__(opts, dims)
+        self.w = nn.Linear(dims.d_model, dims.d_model, bias=False)
+
+    def forward(self, x_tilde):
+        n = x_tilde.new_ones(x_tilde.shape[1]).cumsum(0)[None, :, None]
+        return self.w(x_tilde.cumsum(1) / n)
+
+
+@register("query", "broken")
+class Broken(QueryPart):
+    """One column too many: the attention cannot split q into heads."""
+
+    def __init__(self, opts, dims):
+        super().__init__(opts, dims)
+        self.w = nn.Linear(dims.d_model, dims.d_q + 1, bias=False)
+
+    def forward(self, u):
+        return self.w(u)
+'''
+
+
+def test_bench_names_a_failing_subject_and_section_and_exits_1(tmp_path):
+    """A part that raises fails its subject in every section (a FAILED row each, one stderr
+    line each, exit 1) while the others are measured; a part without KV-cache support is in the
+    inference table, decoding by recomputation."""
+    plugin = tmp_path / "more_ideas.py"
+    plugin.write_text(NO_CACHE_AND_BROKEN)
+    out = tmp_path / "res"
+    p = attnlab(
+        "bench", "--preset", "tiny", "--plugin", str(plugin),
+        "--variants", "baseline,running_mean,broken", "--sections", ",".join(SECTIONS),
+        "--out", str(out), *SMALLEST_BENCH, ok=False,
+    )  # fmt: skip
+    assert p.returncode == 1, p.stderr
+    failed = [line for line in p.stderr.splitlines() if line.startswith("attnlab bench: ")]
+    assert [line.split(": RuntimeError")[0] for line in failed] == [
+        f"attnlab bench: broken failed in {section}" for section in SECTIONS
+    ]
+    assert all("shape" in line for line in failed)
+    result = json.loads(p.stdout)
+    assert {(f["section"], f["name"]) for f in result["failures"]} == {
+        (section, "broken") for section in SECTIONS
+    }
+    for section in SECTIONS:
+        assert [r["name"] for r in result[section] if not r.get("error")] == [
+            "baseline",
+            "running_mean",
+        ]
+    mean = next(r for r in result["inference"] if r["name"] == "running_mean")
+    assert mean["decode_cached_tokens_per_s"] is None and mean["decode_uncached_tokens_per_s"] > 0
+    assert mean["greedy_identical"] is None and mean["cache_bytes_per_token"] is None
+    md = (tmp_path / "res.md").read_text()
+    assert md.count("| broken | FAILED: RuntimeError") == 3 and "| running_mean |" in md
+    assert "no KV cache" in md
 
 
 def test_a_broken_or_clashing_plugin_is_a_clear_error(tmp_path):
@@ -296,3 +369,108 @@ def test_a_pickled_config_loads_its_plugins_in_a_fresh_process(lab, tmp_path):
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["gated", "4", "True"]
+
+
+def _stderr_lines(p: subprocess.CompletedProcess) -> list[str]:
+    return [line for line in p.stderr.splitlines() if line.strip()]
+
+
+def test_a_moved_plugin_is_replaced_by_plugin_newpath_in_every_command(lab, tmp_path):
+    """After the plugin file moves, generate/eval/export/train fail with the fix, and work with
+    --plugin NEWPATH: the same model, one warning line naming both paths and both sha256."""
+    from attnlab.parts.plugins import source_hash
+
+    old = tmp_path / "ideas" / "my_ideas.py"
+    old.parent.mkdir()
+    old.write_text(EXAMPLE.read_text())
+    cfg = tmp_path / "run.toml"
+    cfg.write_text(lab["cfg"].read_text())  # plugins = ["ideas/my_ideas.py"], next to it
+    train = ["train", str(cfg), "--out", "r", "--quiet", "--set", PARTS[0], "--set", PARTS[1]]
+    attnlab(*train, cwd=tmp_path)
+    gen = ["generate", "r", "--prompt", "the", "--max-new-tokens", "8", "--temperature", "0"]
+    before = attnlab(*gen, cwd=tmp_path).stdout
+    new = tmp_path / "elsewhere" / "my_ideas.py"
+    new.parent.mkdir()
+    old.rename(new)
+    commands = {
+        "generate": gen,
+        "eval": ["eval", "r", "--tasks", "perplexity", "--limit", "1", "--no-progress"],
+        "export": ["export", "r", "--out", "hf", "--force"],
+        "train": train,
+    }
+    for name, cmd in commands.items():
+        p = attnlab(*cmd, cwd=tmp_path, ok=False)
+        assert p.returncode == 2, (name, p.stderr)
+        assert _stderr_lines(p) == [
+            f"attnlab {name}: error: plugin file {old} does not exist; if it moved, pass "
+            "--plugin NEWPATH"
+        ]
+    sha = source_hash([new])[:12]
+    same = (
+        f"plugin {old} does not exist; using {new} instead (same module name 'my_ideas'); "
+        f"sha256 recorded {sha}, now {sha} (the same source)"
+    )
+    outs = {}
+    for name, cmd in commands.items():
+        p = attnlab(*cmd, "--plugin", str(new), cwd=tmp_path)
+        assert _stderr_lines(p) == [f"attnlab {name}: warning: {same}"], name
+        outs[name] = p.stdout
+    assert outs["generate"] == before  # the trained model, greedy: the same continuation
+    assert "already finished" in outs["train"]  # the config check saw the same plugin
+    assert str(new) in outs["export"] and (tmp_path / "hf" / "plugins" / "my_ideas.py").is_file()
+    # a changed source says so with both hashes; an interrupted run resumes with it
+    new.write_text(EXAMPLE.read_text() + "\n# edited after the move\n")
+    ckpts = tmp_path / "r" / "checkpoints"
+    shutil.rmtree(ckpts / "step_0000004")  # as if killed after the step-2 checkpoint
+    (ckpts / "latest").write_text("step_0000002")
+    (tmp_path / "r" / "status.json").unlink()
+    p = attnlab(*commands["train"], "--plugin", str(new), cwd=tmp_path)
+    assert _stderr_lines(p) == [
+        f"attnlab train: warning: plugin {old} does not exist; using {new} instead (same module "
+        f"name 'my_ideas'); sha256 recorded {sha}, now {source_hash([new])[:12]} (a different "
+        "source: its parts may not compute what was trained)"
+    ]
+    assert "resumed from step 2" in p.stdout
+    assert json.loads((tmp_path / "r" / "plugins.json").read_text())["plugins"][0]["spec"] == str(
+        new
+    )
+
+
+def test_a_moved_plugin_must_keep_its_module_name(lab, tmp_path):
+    plugin = tmp_path / "mine.py"
+    plugin.write_text(EXAMPLE.read_text())
+    cfg = tmp_path / "run.toml"
+    cfg.write_text(lab["cfg"].read_text().replace('"ideas/my_ideas.py"', '"mine.py"'))
+    attnlab("train", str(cfg), "--out", "r", "--quiet", "--set", PARTS[0], cwd=tmp_path)
+    renamed = tmp_path / "other.py"
+    plugin.rename(renamed)
+    p = attnlab(
+        "generate", "r", "--prompt", "the", "--plugin", str(renamed), cwd=tmp_path, ok=False
+    )
+    assert p.returncode == 2
+    assert f"plugin file {plugin} does not exist; if it moved, pass --plugin NEWPATH" in p.stderr
+    assert "the new file must be named mine.py; --plugin gave 'other'" in p.stderr
+
+
+def test_a_damaged_run_file_is_one_warning_line(lab, tmp_path):
+    """Warnings print like errors: `attnlab CMD: warning: ...`, no source path or line."""
+    plugin = tmp_path / "mine.py"
+    plugin.write_text(EXAMPLE.read_text())
+    cfg = tmp_path / "run.toml"
+    cfg.write_text(lab["cfg"].read_text().replace('"ideas/my_ideas.py"', '"mine.py"'))
+    attnlab("train", str(cfg), "--out", "r", "--quiet", "--set", PARTS[0], cwd=tmp_path)
+    gen = ["generate", "r", "--prompt", "the", "--max-new-tokens", "2"]
+    (tmp_path / "r" / "plugins.json").write_text("{not json")
+    p = attnlab(*gen, cwd=tmp_path)
+    assert _stderr_lines(p) == [
+        "attnlab generate: warning: r/plugins.json is damaged; the plugins' sources cannot be "
+        "checked against the run"
+    ]
+    (tmp_path / "r" / "plugins.json").unlink()
+    model = tmp_path / "r" / "checkpoints" / "step_0000004" / "model.safetensors"
+    model.write_bytes(model.read_bytes()[:100])
+    p = attnlab(*gen, cwd=tmp_path)
+    (line,) = _stderr_lines(p)
+    assert line.startswith("attnlab generate: warning: skipping damaged checkpoint step_0000004")
+    assert line.endswith("falling back to step_0000002")
+    assert "Warning" not in p.stderr and ".py:" not in p.stderr

@@ -19,6 +19,7 @@ from attnlab import __version__, exitcodes
 from attnlab.commands._common import add_plugin_argument, plugin_specs
 from attnlab.errors import UserError
 from attnlab.failures import SYSTEM_FAILURES, describe, os_error_of
+from attnlab.warning_lines import cli_warnings
 
 
 def _command_modules() -> list:
@@ -49,14 +50,33 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _command_name(argv: list[str]) -> str:
+    """The command word of ``argv`` (before the parser exists), for messages."""
+    skip = False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a == "--plugin":
+            skip = True
+        elif not a.startswith("-"):
+            return a
+    return "attnlab"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    command = next((a for a in argv if not a.startswith("-")), "attnlab")
+    command = _command_name(argv)
+    # warnings print as one `attnlab CMD: warning: ...` line, like errors (warning_lines.py)
+    with cli_warnings(command):
+        return _main(argv, command)
+
+
+def _main(argv: list[str], command: str) -> int:
     try:
         # plugins load before the parser is built and any config is validated
         from attnlab.parts.plugins import load_plugins
 
-        plugins = load_plugins(plugin_specs(argv))
+        plugins = load_plugins(plugin_specs(argv), missing="check the --plugin path")
     except UserError as e:
         print(f"attnlab {command}: error: {e}", file=sys.stderr)
         return 2

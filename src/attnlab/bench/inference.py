@@ -4,8 +4,10 @@
 - decode: ``generate`` greedy (temperature 0) for ``new_tokens`` after a ``prompt_len`` prompt,
   with the cache (one position per step, O(T) attention against cached K/V) and without it (the
   whole prefix recomputed every step, O(T^2)); tokens/s = B new_tokens / time;
-- the two decodes must produce identical tokens, or the benchmark stops with the first position
-  where they differ (a wrong cache is not a fast cache);
+- the two decodes must produce identical tokens, or the variant fails this section with the first
+  position where they differ (a wrong cache is not a fast cache);
+- a model whose parts declare ``supports_kv_cache = False`` decodes by recomputation only, and
+  its row says so (no cached figures);
 - cache bytes/token = ``model.new_cache(...).nbytes()`` / positions, in the weights' dtype.
 """
 
@@ -19,7 +21,7 @@ import torch
 from torch import Tensor
 
 from attnlab.bench.subjects import Subject
-from attnlab.bench.timing import interleaved, paired_ratio, synchronize
+from attnlab.bench.timing import error_text, interleaved, paired_ratio, synchronize
 from attnlab.model import generate
 
 
@@ -29,15 +31,19 @@ class GreedyMismatchError(AssertionError):
 
 @dataclass
 class InferenceRow:
+    """One variant's inference speeds. A model whose parts declare ``supports_kv_cache = False``
+    decodes by recomputation only: its cached decode, cache speedup, cache bytes and greedy
+    check are None."""
+
     name: str
     prefill_tokens_per_s: float
     prefill_ratio: float
-    decode_cached_tokens_per_s: float
+    decode_cached_tokens_per_s: float | None
     decode_uncached_tokens_per_s: float
-    cache_speedup: float
-    cache_bytes_per_token: int
+    cache_speedup: float | None
+    cache_bytes_per_token: int | None
     cache_dtype: str
-    greedy_identical: bool
+    greedy_identical: bool | None
     prompt_len: int
     new_tokens: int
     decode_batch: int
@@ -79,22 +85,36 @@ def measure_inference(
     rounds: int,
     warmup: int,
     reference: str = "baseline",
+    failed: dict[str, str] | None = None,
 ) -> list[InferenceRow]:
-    """Prefill and decode speed of every decoding subject (interleaved rounds, medians)."""
+    """Prefill and decode speed of every decoding subject (interleaved rounds, medians).
+
+    With ``failed``, a subject that raises (a part's error, cached and uncached greedy tokens
+    that differ) is recorded there (name -> the error) and has no row; without it the error
+    propagates."""
     device = torch.device(device)
     gen = torch.Generator().manual_seed(1)
     x = torch.randint(0, vocab, (batch, seq_len), generator=gen).to(device)
     prompt = torch.randint(0, vocab, (decode_batch, prompt_len), generator=gen).to(device)
-    models, identical, cache_info = {}, {}, {}
+    models, cache_info = {}, {}
     for s in subjects:
-        m = s.model if dtype == torch.float32 else copy.deepcopy(s.model).to(dtype)
-        m.eval()
+        try:
+            m = s.model if dtype == torch.float32 else copy.deepcopy(s.model).to(dtype)
+            m.eval()
+            if s.caches:
+                check_greedy(m, prompt, new_tokens)  # also the decode warmup
+                cache_info[s.name] = cache_bytes_per_token(m, prompt_len + new_tokens)
+            else:
+                generate(m, prompt, new_tokens, temperature=0.0, use_cache=False)  # warmup
+            with torch.no_grad():
+                m(x)  # prefill warmup
+        except Exception as e:
+            s.model.train()
+            if failed is None:
+                raise
+            failed[s.name] = error_text(e)
+            continue
         models[s.name] = m
-        check_greedy(m, prompt, new_tokens)  # also the decode warmup
-        with torch.no_grad():
-            m(x)  # prefill warmup
-        identical[s.name] = True
-        cache_info[s.name] = cache_bytes_per_token(m, prompt_len + new_tokens)
 
     def timer(fn):
         def run() -> float:
@@ -110,33 +130,52 @@ def measure_inference(
     fns = {}
     for name, m in models.items():
         fns[f"{name}/prefill"] = timer(lambda m=m: m(x))
-        fns[f"{name}/cached"] = timer(
-            lambda m=m: generate(m, prompt, new_tokens, temperature=0.0, use_cache=True)
-        )
+        if name in cache_info:
+            fns[f"{name}/cached"] = timer(
+                lambda m=m: generate(m, prompt, new_tokens, temperature=0.0, use_cache=True)
+            )
         fns[f"{name}/uncached"] = timer(
             lambda m=m: generate(m, prompt, new_tokens, temperature=0.0, use_cache=False)
         )
-    samples = interleaved(fns, rounds=rounds, warmup=warmup)
-    ref = reference if reference in models else next(iter(models))
-    rows = []
+    lost: dict[str, str] = {}  # "name/what" -> the error of a timing that raised
+    samples = interleaved(
+        fns, rounds=rounds, warmup=warmup, failed=None if failed is None else lost
+    )
+    lost_names = {key.rsplit("/", 1)[0]: why for key, why in lost.items()}
+    if failed is not None:
+        failed.update(lost_names)  # a subject with any timing lost has no row
+    done = [s for s in subjects if s.name in models and s.name not in lost_names]
     for s in subjects:
+        s.model.train()
+    if not done:
+        return []
+    ref = reference if any(s.name == reference for s in done) else done[0].name
+    rows = []
+    for s in done:
         pre = samples[f"{s.name}/prefill"]
-        cached, plain = samples[f"{s.name}/cached"], samples[f"{s.name}/uncached"]
+        plain = samples[f"{s.name}/uncached"]
+        cached = samples.get(f"{s.name}/cached")
+        bytes_per_token, cache_dtype = cache_info.get(s.name, (None, _dtype_name(models[s.name])))
         rows.append(
             InferenceRow(
                 name=s.name,
                 prefill_tokens_per_s=batch * seq_len / pre.median,
                 prefill_ratio=1.0 / paired_ratio(pre, samples[f"{ref}/prefill"]),
-                decode_cached_tokens_per_s=decode_batch * new_tokens / cached.median,
+                decode_cached_tokens_per_s=decode_batch * new_tokens / cached.median
+                if cached
+                else None,
                 decode_uncached_tokens_per_s=decode_batch * new_tokens / plain.median,
-                cache_speedup=paired_ratio(plain, cached),
-                cache_bytes_per_token=cache_info[s.name][0],
-                cache_dtype=cache_info[s.name][1],
-                greedy_identical=identical[s.name],
+                cache_speedup=paired_ratio(plain, cached) if cached else None,
+                cache_bytes_per_token=bytes_per_token,
+                cache_dtype=cache_dtype,
+                greedy_identical=True if cached else None,
                 prompt_len=prompt_len,
                 new_tokens=new_tokens,
                 decode_batch=decode_batch,
             )
         )
-        s.model.train()
     return rows
+
+
+def _dtype_name(model: torch.nn.Module) -> str:
+    return str(next(model.parameters()).dtype).removeprefix("torch.")

@@ -14,6 +14,10 @@ the model, runs a few training steps and reports:
 Variants that materialise the attention matrix (virtual heads, the explicit path) hold
 B x H x T x T probabilities per layer for the backward pass: O(T^2 H) memory, which the table
 states next to the measurement.
+
+The child is given the subject's own config (a variant's overrides already applied, its
+``plugins`` listed), not a variant name: names added in the parent (``--variant NAME:...``, a
+plugin's parts) do not exist in a fresh process, and the config loads its plugins there.
 """
 
 from __future__ import annotations
@@ -96,26 +100,34 @@ def _import_peer(name: str) -> None:
 
 
 def probe(spec: dict) -> dict:
-    """Run in the child: build ``spec['name']``, train ``spec['steps']`` steps, report memory."""
+    """Run in the child: build the subject (``spec['kind']`` ``variant``: the model of
+    ``spec['config']``; ``peer``: peer ``spec['name']`` at that config's shapes), train
+    ``spec['steps']`` steps, report memory."""
     import psutil
     import torch
 
-    from attnlab.bench.subjects import build_subject
+    from attnlab.bench.subjects import peer_subject, variant_subject
     from attnlab.bench.training import make_train_step, random_batch
     from attnlab.config import validate
 
     if spec.get("threads"):
         torch.set_num_threads(int(spec["threads"]))
-    cfg = validate(spec["config"])
+    cfg = validate(spec["config"])  # loads the config's plugins in this process
     device = torch.device(spec["device"])
     dtype = getattr(torch, spec["dtype"])
-    _import_peer(spec["name"])
+    peer = spec.get("kind") == "peer"
+    if peer:
+        _import_peer(spec["name"])
     _page_in_runtime(device, dtype)
     _reset_peak_rss()
     rss0 = psutil.Process().memory_info().rss
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    subject = build_subject(spec["name"], cfg, spec["seq_len"], device, spec.get("compile", False))
+    name, seq_len, compile = spec["name"], spec["seq_len"], spec.get("compile", False)
+    if peer:
+        subject = peer_subject(name, cfg, seq_len, device, compile)
+    else:
+        subject = variant_subject(name, cfg, "", seq_len, device, compile)
     x, y = random_batch(cfg.model.vocab_size, spec["batch_size"], spec["seq_len"], device)
     step = make_train_step(subject, x, y, dtype)
     for _ in range(spec["steps"]):
@@ -136,6 +148,7 @@ def measure_memory(
     name: str,
     config: dict,
     *,
+    kind: str = "variant",
     seq_len: int,
     batch_size: int,
     device: str,
@@ -145,9 +158,13 @@ def measure_memory(
     compile: bool = False,
     timeout: float = 600.0,
 ) -> MemoryRow:
-    """Peak memory of training ``name`` for ``steps`` steps, measured in a fresh process."""
+    """Peak memory of training ``name`` for ``steps`` steps, measured in a fresh process.
+
+    ``config`` is the subject's own config: a variant's (its overrides applied), or the base
+    config a peer (``kind="peer"``) is built at."""
     spec = dict(
         name=name,
+        kind=kind,
         config=config,
         seq_len=seq_len,
         batch_size=batch_size,
@@ -170,10 +187,11 @@ def measure_memory(
     except subprocess.TimeoutExpired:
         return MemoryRow(name, None, None, None, error=f"timed out after {timeout:.0f} s")
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
-    if out.returncode != 0 or not lines:
+    r = json.loads(lines[-1]) if lines else {}
+    if out.returncode != 0 or not lines or "error" in r:
         tail = (out.stderr or out.stdout).strip().splitlines()[-1:] or ["no output"]
-        return MemoryRow(name, None, None, None, error=f"probe failed: {tail[0][:200]}")
-    r = json.loads(lines[-1])
+        why = r.get("error") or f"the measuring process failed: {tail[0]}"
+        return MemoryRow(name, None, None, None, error=why[:300])
     cuda = r.get("cuda_max_allocated")
     return MemoryRow(
         name=name,
@@ -183,5 +201,15 @@ def measure_memory(
     )
 
 
+def main(argv: list[str]) -> int:
+    """The child: one JSON line, the measurement or ``{"error": ...}`` (exit 1)."""
+    try:
+        print(json.dumps(probe(json.loads(argv[0]))))
+    except Exception as e:  # reported in the parent's table, the command then exits 1
+        print(json.dumps({"error": f"{type(e).__name__}: {e}".replace("\n", " ")}))
+        return 1
+    return 0
+
+
 if __name__ == "__main__":
-    print(json.dumps(probe(json.loads(sys.argv[1]))))
+    sys.exit(main(sys.argv[1:]))

@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from attnlab.bench.peers import PEERS
 from attnlab.bench.runner import BenchResult
 from attnlab.runs.atomic import atomic_write_json, atomic_write_text
 
@@ -41,8 +42,17 @@ def _params(n: int) -> str:
     return f"{n / 1e6:.2f}M" if n >= 100_000 else f"{n:,}"
 
 
+def _failed_rows(r: BenchResult, section: str, have: list) -> dict[str, str]:
+    """Subjects ``section`` has no row for because it (or their build) failed, if it ran."""
+    if section not in r.spec.get("sections", (section,)):
+        return {}
+    done = {row.name for row in have}
+    return {name: why for name, why in r.failed(section).items() if name not in done}
+
+
 def training_table(r: BenchResult) -> TextTable | None:
-    if not r.training:
+    failed = _failed_rows(r, "training", r.training)
+    if not r.training and not failed:
         return None
     m = r.machine
     sheet = m.peak_flops_datasheet is not None
@@ -83,6 +93,8 @@ def training_table(r: BenchResult) -> TextTable | None:
             cells.append(_pct(row.mfu_datasheet))
         cells.append(row.attention)
         t.rows.append(cells)
+    for name, why in failed.items():
+        t.rows.append([name, f"FAILED: {why}", *[""] * (len(cols) - 2)])
     t.notes.append(
         f"ms/step: median over {r.spec['repeats']} interleaved rounds of {r.spec['steps']} steps "
         f"({r.spec['warmup']} warmup round(s) excluded); time vs baseline: median of per-round "
@@ -99,13 +111,15 @@ def training_table(r: BenchResult) -> TextTable | None:
 
 
 def inference_table(r: BenchResult) -> TextTable | None:
-    if not r.inference:
+    failed = _failed_rows(r, "inference", r.inference)
+    failed = {n: why for n, why in failed.items() if n not in PEERS}  # peers are not decoded
+    if not r.inference and not failed:
         return None
-    first = r.inference[0]
+    sp = r.spec
     t = TextTable(
-        f"Inference: prefill B={r.spec['batch_size']} x T={r.spec['seq_len']}; greedy decode of "
-        f"{first.new_tokens} tokens after a {first.prompt_len}-token prompt, batch "
-        f"{first.decode_batch}",
+        f"Inference: prefill B={sp['batch_size']} x T={sp['seq_len']}; greedy decode of "
+        f"{sp['new_tokens']} tokens after a {sp['prompt_len']}-token prompt, batch "
+        f"{sp['decode_batch']}",
         [
             "variant",
             "prefill tok/s",
@@ -117,28 +131,39 @@ def inference_table(r: BenchResult) -> TextTable | None:
             "greedy identical",
         ],
     )
+    no_cache = False
     for row in r.inference:
+        cached = row.decode_cached_tokens_per_s is not None
+        no_cache |= not cached
         t.rows.append(
             [
                 row.name,
                 _num(row.prefill_tokens_per_s),
                 _x(row.prefill_ratio),
-                _num(row.decode_cached_tokens_per_s, ",.1f"),
+                _num(row.decode_cached_tokens_per_s, ",.1f") if cached else "no KV cache",
                 _num(row.decode_uncached_tokens_per_s, ",.1f"),
                 _x(row.cache_speedup),
-                f"{row.cache_bytes_per_token:,} ({row.cache_dtype})",
-                "yes" if row.greedy_identical else "NO",
+                f"{row.cache_bytes_per_token:,} ({row.cache_dtype})" if cached else "-",
+                "-" if row.greedy_identical is None else "yes" if row.greedy_identical else "NO",
             ]
         )
+    for name, why in failed.items():
+        t.rows.append([name, f"FAILED: {why}", *[""] * (len(t.columns) - 2)])
     t.notes.append(
         f"medians over {r.spec['decode_repeats']} interleaved rounds; prefill vs baseline > 1 is "
         "faster; cache speedup = recompute time / cached time for the same tokens."
     )
+    if no_cache:
+        t.notes.append(
+            "no KV cache: a part of that variant declares supports_kv_cache = False, so it "
+            "decodes by recomputing the prefix."
+        )
     return t
 
 
 def memory_table(r: BenchResult) -> TextTable | None:
-    if not r.memory:
+    failed = _failed_rows(r, "memory", [m for m in r.memory if not m.error])
+    if not r.memory and not failed:
         return None
     cuda = any(m.cuda_max_allocated_mib is not None for m in r.memory)
     cols = ["subject", "peak RSS MiB", "RSS growth MiB"]
@@ -152,13 +177,15 @@ def memory_table(r: BenchResult) -> TextTable | None:
     attn = {row.name: row.attention for row in r.training}
     for m in r.memory:
         if m.error:
-            t.rows.append([m.name, m.error, "", *([""] if cuda else []), ""])
             continue
+
         cells = [m.name, _num(m.peak_rss_mib, ",.1f"), _num(m.growth_mib, ",.1f")]
         if cuda:
             cells.append(_num(m.cuda_max_allocated_mib, ",.1f"))
         cells.append(attn.get(m.name, ""))
         t.rows.append(cells)
+    for name, why in failed.items():
+        t.rows.append([name, f"FAILED: {why}", *[""] * (len(cols) - 2)])
     t.notes.append(
         "peak RSS = the child process's high-water mark (VmHWM); growth = peak - RSS after imports (model, gradients, "
         "AdamW state, activations). O(T^2 H) rows hold the [B, H, T, T] probabilities per layer."
@@ -220,6 +247,15 @@ def print_report(r: BenchResult, console=None) -> None:
         con.print(f"note: {n}", highlight=False)
 
 
+def failure_lines(r: BenchResult) -> list[str]:
+    """One sentence per subject a section could not measure, naming both."""
+    out = []
+    for f in r.failures:
+        what = "could not be built" if f["section"] == "build" else f"failed in {f['section']}"
+        out.append(f"{f['name']} {what}: {f['reason']}")
+    return out
+
+
 def to_markdown(r: BenchResult, title: str = "attnlab bench") -> str:
     out = [f"# {title}", ""]
     out += [f"- {line}" for line in header_lines(r)]
@@ -234,6 +270,8 @@ def to_markdown(r: BenchResult, title: str = "attnlab bench") -> str:
         out.append("")
     if r.skipped:
         out += ["## Skipped", ""] + [f"- {k}: {v}" for k, v in r.skipped.items()] + [""]
+    if r.failures:
+        out += ["## Failed", ""] + [f"- {line}" for line in failure_lines(r)] + [""]
     if r.notes:
         out += ["## Notes", ""] + [f"- {n}" for n in r.notes] + [""]
     return "\n".join(out)

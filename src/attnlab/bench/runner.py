@@ -19,6 +19,7 @@ from attnlab.bench.machine import MachineInfo, load_average, machine_info, measu
 from attnlab.bench.memory import MemoryRow, measure_memory
 from attnlab.bench.peers import PEERS, PeerUnavailableError
 from attnlab.bench.subjects import Subject, build_subject
+from attnlab.bench.timing import error_text
 from attnlab.bench.training import TrainingRow, measure_training
 from attnlab.bench.variants import DEFAULT_VARIANTS, VARIANTS
 from attnlab.config import Config, ConfigError, apply_overrides, validate
@@ -121,6 +122,9 @@ class BenchResult:
     skipped: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     targets: list[dict] = field(default_factory=list)
+    #: every subject a section could not measure: {"section", "name", "reason"} ("build": the
+    #: subject could not be built, so no section has it)
+    failures: list[dict[str, str]] = field(default_factory=list)
     load_average_end: tuple[float, float, float] | None = None
     elapsed_s: float = 0.0
 
@@ -132,10 +136,25 @@ class BenchResult:
     def row(self, section: str, name: str):
         return next((r for r in getattr(self, section) if r.name == name), None)
 
+    def fail(self, section: str, name: str, reason: str) -> None:
+        self.failures.append({"section": section, "name": name, "reason": reason})
+
+    def failed(self, section: str) -> dict[str, str]:
+        """Subjects that have no row in ``section`` because it failed for them (or their build
+        did), with the reason."""
+        return {
+            f["name"]: f["reason"] if f["section"] == section else f"not built: {f['reason']}"
+            for f in self.failures
+            if f["section"] in (section, "build")
+        }
+
 
 def build_subjects(
-    spec: BenchSpec, log: Callable[[str], None]
+    spec: BenchSpec, log: Callable[[str], None], failed: dict[str, str] | None = None
 ) -> tuple[list[Subject], dict[str, str], list[str]]:
+    """The subjects, those skipped (a variant that does not apply to the config, a peer that
+    cannot be built: name -> why) and the notes. With ``failed``, a subject whose build raises
+    anything else (a part's own error) is recorded there instead of stopping the run."""
     subjects, skipped, notes = [], {}, []
     for name in [*spec.variants, *spec.peers]:
         try:
@@ -143,6 +162,12 @@ def build_subjects(
         except (ConfigError, PeerUnavailableError) as e:
             skipped[name] = str(e).replace("\n", " ")
             log(f"  skip {name}: {skipped[name]}")
+            continue
+        except Exception as e:
+            if failed is None:
+                raise
+            failed[name] = error_text(e)
+            log(f"  {name} could not be built: {failed[name]}")
             continue
         subjects.append(s)
         notes.extend(s.notes)
@@ -187,9 +212,15 @@ def run_bench(spec: BenchSpec, log: Callable[[str], None] = print) -> BenchResul
         result.notes.append(busy)
         log(f"warning: {busy}")
     log(f"building {len(spec.variants)} variants and {len(spec.peers)} peers ...")
-    subjects, result.skipped, result.notes = build_subjects(spec, log)
+    unbuilt: dict[str, str] = {}
+    subjects, result.skipped, result.notes = build_subjects(spec, log, unbuilt)
+    for name, why in unbuilt.items():
+        result.fail("build", name, why)
     if not subjects:
-        raise UserError("no subject could be built: " + "; ".join(result.skipped.values()))
+        raise UserError(
+            "no subject could be built: "
+            + "; ".join(f"{n}: {why}" for n, why in {**result.skipped, **unbuilt}.items())
+        )
     reference = "baseline" if any(s.name == "baseline" for s in subjects) else subjects[0].name
     if reference != "baseline":
         result.notes.append(f"ratios are relative to {reference!r} (baseline not measured)")
@@ -199,6 +230,7 @@ def run_bench(spec: BenchSpec, log: Callable[[str], None] = print) -> BenchResul
             f"training: {len(subjects)} subjects x {spec.repeats} interleaved rounds of "
             f"{spec.steps} steps (B={spec.batch_size}, T={spec.seq_len}) ..."
         )
+        train_failed: dict[str, str] = {}
         result.training = measure_training(
             subjects,
             batch=spec.batch_size,
@@ -212,7 +244,10 @@ def run_bench(spec: BenchSpec, log: Callable[[str], None] = print) -> BenchResul
             peak_measured=machine.peak_flops_measured,
             peak_datasheet=machine.peak_flops_datasheet,
             reference=reference,
+            failed=train_failed,
         )
+        for name, why in train_failed.items():
+            result.fail("training", name, why)
         _remeasure_peak(result, spec.device, dtype)
     decoders = [
         s
@@ -224,6 +259,7 @@ def run_bench(spec: BenchSpec, log: Callable[[str], None] = print) -> BenchResul
             f"inference: prefill and greedy decode of {spec.new_tokens} tokens, with and without "
             f"the KV cache, {len(decoders)} variants x {spec.decode_repeats} rounds ..."
         )
+        infer_failed: dict[str, str] = {}
         result.inference = measure_inference(
             decoders,
             batch=spec.batch_size,
@@ -237,26 +273,33 @@ def run_bench(spec: BenchSpec, log: Callable[[str], None] = print) -> BenchResul
             rounds=spec.decode_repeats,
             warmup=0,  # the greedy-equality check has just run every decode once
             reference=reference,
+            failed=infer_failed,
         )
-    names = [s.name for s in subjects]
+        for name, why in infer_failed.items():
+            result.fail("inference", name, why)
+    # what a fresh process needs to build each subject: its own config (a variant's overrides
+    # applied, its plugins listed), or the base config of a peer
+    configs = {s.name: (s.kind, (s.config or spec.config).to_dict()) for s in subjects}
     del subjects, decoders
     gc.collect()
     if "memory" in spec.sections:
-        log(f"memory: {len(names)} fresh processes, {spec.memory_steps} training steps each ...")
-        for name in names:
-            result.memory.append(
-                measure_memory(
-                    name,
-                    spec.config.to_dict(),
-                    seq_len=spec.seq_len,
-                    batch_size=spec.batch_size,
-                    device=spec.device,
-                    dtype=spec.dtype,
-                    threads=torch.get_num_threads(),
-                    steps=spec.memory_steps,
-                    compile=spec.compile,
-                )
+        log(f"memory: {len(configs)} fresh processes, {spec.memory_steps} training steps each ...")
+        for name, (kind, config) in configs.items():
+            row = measure_memory(
+                name,
+                config,
+                kind=kind,
+                seq_len=spec.seq_len,
+                batch_size=spec.batch_size,
+                device=spec.device,
+                dtype=spec.dtype,
+                threads=torch.get_num_threads(),
+                steps=spec.memory_steps,
+                compile=spec.compile,
             )
+            result.memory.append(row)
+            if row.error:
+                result.fail("memory", name, row.error)
     result.load_average_end = load_average()
     result.elapsed_s = time.perf_counter() - t_start
     return result

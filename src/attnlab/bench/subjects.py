@@ -20,7 +20,7 @@ from attnlab.bench.peers import (
     peer_loss,
     peer_mismatches,
 )
-from attnlab.bench.variants import VARIANTS, variant_config
+from attnlab.bench.variants import find_variant, variant_config
 from attnlab.config import Config
 
 LossFn = Callable[[Tensor, Tensor], Tensor]
@@ -44,8 +44,14 @@ class Subject:
 
     @property
     def decodes(self) -> bool:
-        """attnlab decoders decode with and without the KV cache (peers are timed in training)."""
-        return self.kind == "variant" and bool(getattr(self.model, "supports_cache", False))
+        """attnlab decoders are timed decoding (peers in training only); without the KV cache
+        when a part declares ``supports_kv_cache = False``."""
+        return self.kind == "variant"
+
+    @property
+    def caches(self) -> bool:
+        """Whether cached decoding is exact with this model's parts (their declaration)."""
+        return bool(getattr(self.model, "supports_cache", False))
 
 
 def n_params(model: nn.Module) -> int:
@@ -65,32 +71,59 @@ def build_subject(
 
     Raises ConfigError when a variant does not apply, PeerUnavailableError when a peer cannot be built.
     """
-    torch.manual_seed(seed)
-    if name in VARIANTS:
-        from attnlab.model import build_model
-
+    variant = find_variant(name)
+    if variant is not None:
         cfg = variant_config(base, name)
-        model = build_model(cfg.model).to(device)
-        run = torch.compile(model) if compile else model
-
-        def loss(x: Tensor, y: Tensor) -> Tensor:
-            return run(x, y, return_logits=False).total_loss  # as the trainer calls it
-
-        v = VARIANTS[name]
-        return Subject(
-            name=name,
-            kind="variant",
-            model=model,
-            loss=loss,
-            flops_per_token=model.flops_per_token(seq_len),
-            params=n_params(model),
-            summary=v.summary,
-            materialises_attention=cfg.model.needs_attention_matrix
-            or cfg.model.attention.backend == "math",
-            config=cfg,
-        )
+        return variant_subject(name, cfg, variant.summary, seq_len, device, compile, seed)
     if name not in PEERS:
         raise KeyError(name)
+    return peer_subject(name, base, seq_len, device, compile, seed)
+
+
+def variant_subject(
+    name: str,
+    cfg: Config,
+    summary: str,
+    seq_len: int,
+    device: torch.device | str = "cpu",
+    compile: bool = False,
+    seed: int = 0,
+) -> Subject:
+    """An attnlab model built from ``cfg`` (a variant's own, resolved config) as subject ``name``.
+    Needs no variant table, so a fresh process (the memory probe) builds the same model."""
+    from attnlab.model import build_model
+
+    torch.manual_seed(seed)
+    model = build_model(cfg.model).to(device)
+    run = torch.compile(model) if compile else model
+
+    def loss(x: Tensor, y: Tensor) -> Tensor:
+        return run(x, y, return_logits=False).total_loss  # as the trainer calls it
+
+    return Subject(
+        name=name,
+        kind="variant",
+        model=model,
+        loss=loss,
+        flops_per_token=model.flops_per_token(seq_len),
+        params=n_params(model),
+        summary=summary,
+        materialises_attention=cfg.model.needs_attention_matrix
+        or cfg.model.attention.backend == "math",
+        config=cfg,
+    )
+
+
+def peer_subject(
+    name: str,
+    base: Config,
+    seq_len: int,
+    device: torch.device | str = "cpu",
+    compile: bool = False,
+    seed: int = 0,
+) -> Subject:
+    """Peer ``name`` (nanoGPT, Hugging Face GPT-2, x-transformers) at the base config's shapes."""
+    torch.manual_seed(seed)
     model = build_peer(name, base.model).to(device)
     run_peer = torch.compile(model) if compile else model
 
@@ -106,5 +139,6 @@ def build_subject(
         flops_per_token=peer_flops_per_token(name, model, base.model, seq_len),
         params=n_params(model),
         summary=SUMMARIES[name],
+        config=None,
         notes=[f"{name} differs from the base config: " + "; ".join(mism)] if mism else [],
     )

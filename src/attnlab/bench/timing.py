@@ -42,20 +42,44 @@ class Samples:
 
 
 def interleaved(
-    fns: dict[str, Callable[[], float]], rounds: int, warmup: int = 1
+    fns: dict[str, Callable[[], float]],
+    rounds: int,
+    warmup: int = 1,
+    failed: dict[str, str] | None = None,
 ) -> dict[str, Samples]:
     """Run ``warmup`` untimed rounds, then ``rounds`` timed rounds of every ``fns[name]()`` in turn.
 
     Each function does its own timing and returns seconds (so it can exclude setup it must redo).
+    With ``failed``, a function that raises is recorded there (name -> the error) and dropped from
+    the later rounds and from the result; without it the error propagates.
     """
-    for _ in range(warmup):
-        for fn in fns.values():
-            fn()
+    live = dict(fns)
     out = {name: Samples() for name in fns}
+
+    def call(name: str) -> float | None:
+        if failed is None:
+            return live[name]()
+        try:
+            return live[name]()
+        except Exception as e:  # one subject's error must not stop the others' timing
+            failed[name] = error_text(e)
+            del live[name], out[name]
+            return None
+
+    for _ in range(warmup):
+        for name in list(live):
+            call(name)
     for _ in range(rounds):
-        for name, fn in fns.items():
-            out[name].seconds.append(fn())
+        for name in list(live):
+            seconds = call(name)
+            if seconds is not None:
+                out[name].seconds.append(seconds)
     return out
+
+
+def error_text(e: BaseException) -> str:
+    """An exception as one line for a table: its type and message."""
+    return " ".join(f"{type(e).__name__}: {e}".split())[:300]
 
 
 def paired_ratio(a: Samples, ref: Samples) -> float:

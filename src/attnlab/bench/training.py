@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from attnlab.bench.subjects import Subject
-from attnlab.bench.timing import Samples, interleaved, paired_ratio, synchronize
+from attnlab.bench.timing import Samples, error_text, interleaved, paired_ratio, synchronize
 from attnlab.runs.device import Precision
 from attnlab.runs.optim import param_groups
 
@@ -119,14 +119,24 @@ def measure_training(
     peak_measured: float,
     peak_datasheet: float | None,
     reference: str = "baseline",
+    failed: dict[str, str] | None = None,
 ) -> list[TrainingRow]:
-    """Time every subject's training step, interleaved, and derive throughput, ratios and MFU."""
+    """Time every subject's training step, interleaved, and derive throughput, ratios and MFU.
+
+    With ``failed``, a subject whose step raises is recorded there (name -> the error) and has no
+    row; without it the error propagates."""
     x, y = random_batch(vocab, batch, seq_len, device)
     first: dict[str, float] = {}
     fns = {}
     for s in subjects:
-        step = make_train_step(s, x, y, dtype)
-        first[s.name] = float(step())  # also builds the optimizer state before any timing
+        try:
+            step = make_train_step(s, x, y, dtype)
+            first[s.name] = float(step())  # also builds the optimizer state before any timing
+        except Exception as e:
+            if failed is None:
+                raise
+            failed[s.name] = error_text(e)
+            continue
 
         def timed(step: Callable[[], Tensor] = step) -> float:
             synchronize(device)
@@ -137,12 +147,16 @@ def measure_training(
             return (time.perf_counter() - t0) / steps
 
         fns[s.name] = timed
-    samples = interleaved(fns, rounds=rounds, warmup=warmup)
+    samples = interleaved(fns, rounds=rounds, warmup=warmup, failed=failed)
+    if not samples:
+        return []
     ref_name = reference if reference in samples else next(iter(samples))
     ref = samples[ref_name]
     ref_flops = next(s.flops_per_token for s in subjects if s.name == ref_name)
     rows = []
     for s in subjects:
+        if s.name not in samples:
+            continue
         smp: Samples = samples[s.name]
         tps = batch * seq_len / smp.median
         train_flops = 3.0 * s.flops_per_token * tps

@@ -1,7 +1,9 @@
 """The block variants a benchmark compares, as named ``--set`` override sets: the one list.
 
 Each variant is the base config plus a few ``model.*`` overrides, so the comparison is at equal
-width, depth, heads, context and vocabulary. ``{n_layers}`` in an override is the base depth (the
+width, depth, heads, context and vocabulary. Besides the built-in list, every part a plugin
+registers is a variant named by its kind (:func:`plugin_variants`), and ``--variant
+NAME:KEY=VALUE,...`` adds one of any overrides (:func:`add_variant`). ``{n_layers}`` in an override is the base depth (the
 MoE-values universal transformer loops one layer that many times, so its depth of computation
 matches). A variant that cannot apply to a base config (say ``identity_head`` on a parallel-residual
 Pythia block) is reported as skipped with the validator's reason, never silently changed. Whether a
@@ -103,6 +105,38 @@ VARIANTS: dict[str, Variant] = {
 DEFAULT_VARIANTS: tuple[str, ...] = tuple(VARIANTS)
 
 
+def plugin_variants() -> list[Variant]:
+    """One variant per part a plugin registered (loaded with ``--plugin``, a config's
+    ``plugins`` or an installed package), named by its kind: the base config with
+    ``SLOT.kind=KIND``, so a plugin's part is benched by name like a built-in variant. A kind
+    that is already a variant's name, or that two slots share, is named ``SLOT.KIND``."""
+    from attnlab.parts import registry
+
+    specs = [s for s in registry.specs() if s.source != registry.BUILTIN]
+    kinds = [s.kind for s in specs]
+    out = []
+    for spec in specs:
+        name = spec.kind
+        if name in VARIANTS or kinds.count(name) > 1:
+            name = f"{spec.slot}.{spec.kind}"
+        doc = (spec.cls.__doc__ or "").strip().splitlines()
+        summary = f"{spec.slot} part {spec.kind!r} from {spec.source}" + (
+            f": {doc[0]}" if doc else ""
+        )
+        out.append(Variant(name, summary, (f"{spec.slot}.kind={spec.kind}",)))
+    return out
+
+
+def find_variant(name: str) -> Variant | None:
+    """The built-in, ``--variant`` or plugin variant called ``name``."""
+    return VARIANTS.get(name) or next((v for v in plugin_variants() if v.name == name), None)
+
+
+def variant_names() -> list[str]:
+    """Every variant name: the built-in list and ``--variant`` ones, then the plugins' parts."""
+    return [*VARIANTS, *(v.name for v in plugin_variants() if v.name not in VARIANTS)]
+
+
 def add_variant(text: str) -> str:
     """Register a command-line variant ``NAME:KEY=VALUE[,KEY=VALUE]`` (``model.`` optional on
     the keys) for this process and return its name."""
@@ -148,7 +182,10 @@ def variant_config(base: Config, name: str) -> Config:
 
     Raises ConfigError (a UserError) with the validator's message when the variant cannot apply.
     """
-    items = [f"model.{o}" for o in VARIANTS[name].resolved_overrides(base)]
+    variant = find_variant(name)
+    if variant is None:
+        raise KeyError(name)
+    items = [f"model.{o}" for o in variant.resolved_overrides(base)]
     try:
         return validate(apply_overrides(base.to_dict(), items))
     except ConfigError as e:

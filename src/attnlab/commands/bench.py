@@ -21,7 +21,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_skip_argument(p)
     from attnlab.bench.peers import PEERS
     from attnlab.bench.runner import SECTIONS
-    from attnlab.bench.variants import VARIANTS
+    from attnlab.bench.variants import variant_names
 
     p.add_argument(
         "config", nargs="?", metavar="NAME_OR_FILE", help="a preset or TOML file (default tiny)"
@@ -39,7 +39,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--variants",
         default="all",
         metavar="LIST",
-        help=f"comma list or all/none (default all): {', '.join(VARIANTS)}",
+        help=f"comma list or all/none (default all): {', '.join(variant_names())}; with "
+        "--plugin, each part the plugin registers is a variant named by its kind",
     )
     p.add_argument(
         "--variant",
@@ -48,7 +49,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=[],
         metavar="NAME:KEY=VALUE[,KEY=VALUE]",
         help="an extra variant: model overrides of the base config, e.g. "
-        "'gated:query.kind=gated' (a plugin's part with --plugin); repeatable, joins --variants",
+        "'mine:query.kind=gated,side_branch.kind=low_rank_skip' (parts of a --plugin too); "
+        "repeatable, joins --variants",
     )
     p.add_argument(
         "--peers",
@@ -95,9 +97,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _list() -> int:
     from attnlab.bench.peers import PEERS, SUMMARIES
-    from attnlab.bench.variants import VARIANTS
+    from attnlab.bench.variants import find_variant, variant_names
 
-    for v in VARIANTS.values():
+    for v in filter(None, map(find_variant, variant_names())):
         sets = " ".join(f"--set model.{o}" for o in v.overrides) or "(the base config)"
         sets = sets.replace("{n_layers}", "<base n_layers>")
         print(f"{v.name:<24} {v.summary}\n{'':<24} {sets}")
@@ -126,16 +128,18 @@ def _check_counts(args: argparse.Namespace) -> None:
 def _spec(args: argparse.Namespace):
     from attnlab.bench.peers import PEERS
     from attnlab.bench.runner import SECTIONS, BenchSpec
-    from attnlab.bench.variants import VARIANTS, add_variant, parse_names
+    from attnlab.bench.variants import add_variant, parse_names, variant_names
     from attnlab.config import load_config
 
     if args.config and args.preset:
         raise UserError("give a config either as NAME_OR_FILE or with --preset, not both")
     name = args.config or args.preset or "tiny"
+    config = load_config(name, args.overrides, args.plugins)  # a config's own plugins load here
     extra = [add_variant(text) for text in args.extra_variants]
-    variants = parse_names(args.variants, tuple(v for v in VARIANTS if v not in extra), "variant")
+    known = tuple(v for v in variant_names() if v not in extra)
+    variants = parse_names(args.variants, known, "variant")
     return BenchSpec(
-        config=load_config(name, args.overrides, args.plugins),
+        config=config,
         config_name=name + "".join(f" --set {o}" for o in args.overrides),
         variants=[*variants, *extra],
         peers=parse_names(args.peers, PEERS, "peer"),
@@ -159,7 +163,7 @@ def _spec(args: argparse.Namespace):
 def run(args: argparse.Namespace) -> int:
     import sys
 
-    from attnlab.bench.report import print_report, results_dir, write_results
+    from attnlab.bench.report import failure_lines, print_report, results_dir, write_results
     from attnlab.devices import check_device, check_threads
 
     if args.list:
@@ -223,6 +227,8 @@ def run(args: argparse.Namespace) -> int:
     if stem is not None:
         for path in write_results(result, stem, title):
             log(f"wrote {path}")
-    if result.targets and not all(t["met"] for t in result.targets):
+    for line in failure_lines(result):  # the rest is measured and saved; the exit code is 1
+        print(f"attnlab bench: {line}", file=sys.stderr)
+    if result.failures or (result.targets and not all(t["met"] for t in result.targets)):
         return 1
     return 0

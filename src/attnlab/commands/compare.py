@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-import warnings
 from pathlib import Path
 
 from attnlab.commands._common import add_skip_argument
@@ -115,10 +114,6 @@ def print_plan(exp, say) -> None:
         say(f"  note: {n}")
 
 
-def _warn(message, category, filename, lineno, file=None, line=None) -> None:
-    print(f"attnlab compare: warning: {message}", file=sys.stderr, flush=True)
-
-
 def _log_report_plots(runs: list, out: Path) -> None:
     """The report's plots to the runs' trackers, as one run of the experiment's group
     (job type ``report``; TensorBoard: ``OUT/tensorboard``)."""
@@ -194,8 +189,7 @@ def run(args: argparse.Namespace) -> int:
             len(runs), flops, jobs=args.jobs, log_every=max(1, exp.steps // 10)
         )
     t0 = time.perf_counter()
-    with warnings.catch_warnings(), lock.locked(args.out, "experiment directory"):
-        warnings.showwarning = _warn
+    with lock.locked(args.out, "experiment directory"):
         record(args.out, checked)
         outcomes = run_all(
             exp,

@@ -24,7 +24,8 @@ targets:
 
 tasks (comma-separated; --limit caps the items, or documents, of each):
   perplexity[:DATA_DIR]           validation split of a prepared corpus (default: the run's);
-                                  other tokenizers re-tokenize the text, compare bits_per_byte
+                                  other tokenizers re-tokenize the text, compare bits_per_byte;
+                                  windows of the run's data.seq_len unless --max-length
   perplexity:FILE.jsonl|FILE.txt  documents of a local file ("text" per line / whole file)
   wikitext                        WikiText-2 test documents (hub, online only)
   cloze:FILE.jsonl                LAMBADA-format cloze: greedy exact match of the last word
@@ -70,7 +71,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=None,
         metavar="L",
-        help="feed at most L tokens (default: the model's context)",
+        help="feed at most L tokens (default: the model's context; perplexity of an attnlab "
+        "run: its training length, data.seq_len)",
     )
     parser.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:1, mps")
     parser.add_argument(
@@ -126,7 +128,7 @@ def _check_flags(args: argparse.Namespace) -> None:
         ("--limit", args.limit, "leave it out to use every item"),
         ("--batch-size", args.batch_size, "e.g. 8"),
         ("--stride", args.stride, "leave it out for max_length/2"),
-        ("--max-length", args.max_length, "leave it out for the model's context"),
+        ("--max-length", args.max_length, "leave it out for the default length"),
     ):
         if value is not None and value < 1:
             raise UserError(f"{flag} {value} must be at least 1 ({hint})")

@@ -4,8 +4,6 @@ from its finished runs (no training)."""
 from __future__ import annotations
 
 import argparse
-import sys
-import warnings
 
 NAME = "report"
 HELP = "rebuild the report, plots and results tables of an `attnlab compare` directory"
@@ -15,17 +13,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("out", metavar="DIR", help="the --out directory of `attnlab compare`")
 
 
-def _warn(message, category, filename, lineno, file=None, line=None) -> None:
-    print(f"attnlab report: warning: {message}", file=sys.stderr, flush=True)
-
-
 def run(args: argparse.Namespace) -> int:
     from attnlab.experiments import build_report
     from attnlab.safepath import check_tree
 
     check_tree(args.out)
-    with warnings.catch_warnings():
-        warnings.showwarning = _warn
-        path = build_report(args.out)
+    path = build_report(args.out)
     print(f"wrote {path}")
     return 0

@@ -7,7 +7,6 @@ import contextlib
 import os
 import shutil
 import sys
-import warnings
 from pathlib import Path
 
 from attnlab import exitcodes
@@ -47,10 +46,6 @@ def _say(msg: str) -> None:
     print(msg, flush=True)
 
 
-def _warn(message, category, filename, lineno, file=None, line=None) -> None:
-    print(f"attnlab train: warning: {message}", file=sys.stderr, flush=True)
-
-
 def _remove_fresh(out: Path) -> None:
     """Remove the directory the lock just created (it holds the lock file and nothing else)."""
     if {p.name for p in out.iterdir()} <= {".lock"}:
@@ -59,11 +54,14 @@ def _remove_fresh(out: Path) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from attnlab.preflight import check_training
-    from attnlab.runs import lock
+    from attnlab.runs import lock, rundir
     from attnlab.safepath import check_out_dir
     from attnlab.testing.gate import model_parts, require_checked
     from attnlab.testing.gate import record as record_check
 
+    # a resumed run's plugins.json first: a plugin file that moved since (--plugin NEWPATH
+    # stands in for it) is reported with the sha256 the run recorded
+    rundir.recorded_plugins(args.out)
     if args.init_from:
         from attnlab.extras import require
 
@@ -92,9 +90,7 @@ def run(args: argparse.Namespace) -> int:
         from attnlab.train import train
 
         reporter = None if args.quiet or not main else console_reporter(cfg.train.log_every)
-        with warnings.catch_warnings():
-            warnings.showwarning = _warn
-            result = train(cfg, args.out, progress=reporter, resume=not args.restart)
+        result = train(cfg, args.out, progress=reporter, resume=not args.restart)
     if not main:
         return 0
     val = "n/a" if result.final_val_loss is None else f"{result.final_val_loss:.4f}"

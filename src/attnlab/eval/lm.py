@@ -35,13 +35,28 @@ class LanguageModel(ABC):
     #: the prepared corpus this model was trained on (default of the ``perplexity`` task), if any
     data_dir: Path | None = None
 
+    #: the sequence length the model was trained on (an attnlab run's ``data.seq_len``), when
+    #: known: the perplexity tasks' window unless :meth:`limit_context` chose one
+    trained_length: int | None = None
+
     #: the context window in tokens; backends set it, :meth:`limit_context` may lower it
     _max_length: int = 0
+    _context_chosen: bool = False
 
     @property
     def max_length(self) -> int:
         """Longest input fed to the model, in tokens."""
         return self._max_length
+
+    @property
+    def perplexity_length(self) -> int:
+        """The window of the perplexity tasks: the length given to :meth:`limit_context`, else
+        the length the model was trained on (positions past it were never trained, and a part
+        whose cost or behaviour depends on the length is measured where it was trained), else
+        :attr:`max_length`."""
+        if self._context_chosen or not self.trained_length:
+            return self.max_length
+        return min(self.trained_length, self.max_length)
 
     def limit_context(self, max_length: int | None) -> LanguageModel:
         """Feed at most ``max_length`` tokens (saves memory and time; never above the model's
@@ -54,6 +69,7 @@ class LanguageModel(ABC):
                 f"({self._max_length} tokens)"
             )
         self._max_length = int(max_length)
+        self._context_chosen = True
         return self
 
     @property

@@ -31,7 +31,8 @@ class AttnlabLM(LanguageModel):
 
     attnlab decoders are causal and take no padding mask: right padding cannot reach a scored
     position, so the mask is ignored. Positions beyond ``max_length`` (the config's
-    ``model.max_seq_len``) are never fed.
+    ``model.max_seq_len``) are never fed; a run's perplexity windows are ``data.seq_len`` long
+    (``trained_length``) unless a context length is chosen.
     """
 
     def __init__(
@@ -96,6 +97,7 @@ class AttnlabLM(LanguageModel):
             data_dir=_data_dir_of(cfg),
         )
         lm.config, lm.step = cfg, step
+        lm.trained_length = cfg.data.seq_len  # the perplexity tasks' default window
         return lm
 
     @property

@@ -99,12 +99,15 @@ def document_logprobs(
     stride: int | None = None,
     batch_size: int = 8,
     progress: bool = False,
+    max_length: int | None = None,
 ) -> list[float]:
-    """Total log-probability (nats) of each token document, every token scored once."""
-    stride = stride or default_stride(lm.max_length)
+    """Total log-probability (nats) of each token document, every token scored once, in
+    windows of ``max_length`` tokens (default ``lm.max_length``)."""
+    length = max_length or lm.max_length
+    stride = stride or default_stride(length)
     requests, owner = [], []
     for d, tokens in enumerate(documents):
-        reqs = window_requests(tokens, lm.prefix_id, lm.max_length, stride)
+        reqs = window_requests(tokens, lm.prefix_id, length, stride)
         requests += reqs
         owner += [d] * len(reqs)
     totals = [0.0] * len(documents)
@@ -119,10 +122,13 @@ def perplexity(
     stride: int | None = None,
     batch_size: int = 8,
     progress: bool = False,
+    max_length: int | None = None,
 ) -> PerplexityResult:
-    """Token-weighted perplexity over ``documents`` (empty documents are skipped)."""
+    """Token-weighted perplexity over ``documents`` (empty documents are skipped), in windows of
+    ``max_length`` tokens (default ``lm.max_length``)."""
     docs = [d for d in documents if len(d.tokens)]
-    logprobs = document_logprobs(lm, [d.tokens for d in docs], stride, batch_size, progress)
+    tokens = [d.tokens for d in docs]
+    logprobs = document_logprobs(lm, tokens, stride, batch_size, progress, max_length)
     sizes_known = bool(docs) and all(d.n_bytes is not None for d in docs)
     words_known = bool(docs) and all(d.n_words is not None for d in docs)
     return PerplexityResult(

@@ -11,8 +11,11 @@
 ``arc:FILE.jsonl``         ARC format; ``arc_easy`` / ``arc_challenge`` read the hub
 =========================  ==============================================================
 
-``limit`` caps the number of items (documents for perplexity) of every task. A new task is a
-function ``fn(run: TaskRun) -> TaskOutcome`` added with :func:`register_task`.
+``limit`` caps the number of items (documents for perplexity) of every task. The perplexity
+tasks score windows of ``lm.perplexity_length`` tokens: the chosen ``max_length``, else an
+attnlab run's training length (``data.seq_len``), else the model's context; the result records
+it as ``max_length``. A new task is a function ``fn(run: TaskRun) -> TaskOutcome`` added with
+:func:`register_task`.
 """
 
 from __future__ import annotations
@@ -66,8 +69,13 @@ def _perplexity(run: TaskRun) -> TaskOutcome:
         docs, retokenized = _text_documents(run.lm, path, run.limit), True
     else:
         docs, retokenized = corpus_documents(run.lm, path, run.limit)
-    result = perplexity(run.lm, docs, run.stride, run.batch_size, run.progress)
-    extra = {"stride": run.stride or default_stride(run.lm.max_length), "retokenized": retokenized}
+    length = run.lm.perplexity_length
+    result = perplexity(run.lm, docs, run.stride, run.batch_size, run.progress, length)
+    extra = {
+        "max_length": length,
+        "stride": run.stride or default_stride(length),
+        "retokenized": retokenized,
+    }
     return TaskOutcome(result.metrics(), str(path), extra)
 
 
@@ -103,8 +111,11 @@ def _wikitext(run: TaskRun) -> TaskOutcome:
         docs.append(Document(tokens, len(page.encode("utf-8")), count_words(page)))
         if run.limit is not None and len(docs) >= run.limit:
             break
-    result = perplexity(run.lm, docs, run.stride, run.batch_size, run.progress)
-    return TaskOutcome(result.metrics(), "EleutherAI/wikitext_document_level:wikitext-2-raw-v1")
+    length = run.lm.perplexity_length
+    result = perplexity(run.lm, docs, run.stride, run.batch_size, run.progress, length)
+    extra = {"max_length": length, "stride": run.stride or default_stride(length)}
+    source = "EleutherAI/wikitext_document_level:wikitext-2-raw-v1"
+    return TaskOutcome(result.metrics(), source, extra)
 
 
 def _cloze(run: TaskRun) -> TaskOutcome:

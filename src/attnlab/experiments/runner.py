@@ -91,6 +91,10 @@ def read_record(out_dir: str | Path) -> dict[str, Any]:
             "'variants' list with each variant's 'name' and 'config'); rerun `attnlab compare` "
             "with the experiment file to rewrite it"
         )
+    from attnlab.parts.plugins import remember
+
+    plugins = record.get("plugins")
+    remember(plugins if isinstance(plugins, list) else [])  # a moved plugin's recorded sha256
     return record
 
 

@@ -48,12 +48,24 @@ from attnlab.schema import PartOptions
 
 @dataclass(frozen=True)
 class Dims:
-    """The shapes and shared settings a part is built for.
+    """The shapes and shared settings a part is built for (``Part(opts, dims)``).
 
-    ``model`` is the whole model config when the part is built into an attnlab model, and None
-    when it is injected into a pretrained Hugging Face model (``pretrained`` is then True and the
-    base's own projections stay in place). ``heads_out`` is how many heads leave the score slot
-    (H unless a score part makes more), ``mixer_in`` the width the head readout hands the mixer.
+    - ``d_model``: d, the width of the residual stream, of x^, x~ and of every block output;
+    - ``n_heads``: H, the query heads; ``n_kv_heads``: H_kv, the key/value heads (divides H);
+      ``head_dim``: d_h; properties ``d_q`` = H d_h and ``d_kv`` = H_kv d_h, the widths the
+      query and the key/value parts return;
+    - ``n_layers``: the model's depth (layers built, not counting loops);
+    - ``bias``: whether the model's Linear layers have biases (``model.bias``);
+      ``norm_eps``, ``norm_bias``: the model's norm settings, for a part's own norms;
+    - ``cross``: True for the parts of a cross-attention layer (encoder-decoder);
+    - ``pretrained``: True when the part is injected into a pretrained Hugging Face model by the
+      probe (the base keeps its own projections; ``model`` is then None);
+    - ``heads_out``: H', the heads leaving the score slot: H until the score part is built,
+      then its ``heads_out(opts, dims)`` for the readout and the mixer;
+    - ``mixer_in``: n_in, the width the readout hands the mixer: H d_h until the readout is
+      built, then its ``width(opts, dims)`` for the mixer;
+    - ``model``: the whole :class:`~attnlab.config.ModelConfig` in an attnlab model (None in
+      the probe), for anything else a part needs to read.
     """
 
     d_model: int

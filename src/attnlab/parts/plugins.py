@@ -16,6 +16,13 @@ already taken, is an error naming the plugin: nothing is overwritten silently.
 
 Each loaded plugin is recorded (:class:`PluginRecord`: spec, module, file, SHA-256 of its source
 files, distribution and version for entry points) for the run manifest.
+
+**A moved plugin.** A run records its plugins by absolute path. When a recorded ``.py`` file (or
+package directory) no longer exists, the plugin loaded in this process from another path under
+the same module name (``--plugin NEWPATH``: ``my_ideas.py`` for ``my_ideas.py``, the directory
+name for a package) stands in for it, and a :class:`PluginWarning` names both paths and both
+SHA-256 (the recorded one comes from the run's ``plugins.json``, made known with
+:func:`remember`). Without such a plugin the error says to pass ``--plugin NEWPATH``.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ import os
 import sys
 import threading
 import traceback
+import warnings
 from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
@@ -40,6 +48,10 @@ NO_ENTRY_POINTS_ENV = "ATTNLAB_NO_ENTRY_POINTS"
 
 class PluginError(UserError):
     """A plugin that cannot be found or imported; the message names it and the fix."""
+
+
+class PluginWarning(UserWarning):
+    """A run's plugin is loaded from another file than the one it recorded (it moved)."""
 
 
 @dataclass(frozen=True)
@@ -58,6 +70,10 @@ class PluginRecord:
 
 
 _loaded: dict[str, PluginRecord] = {}
+#: recorded spec of a moved plugin -> the record of the file loaded in its place
+_moved: dict[str, PluginRecord] = {}
+#: spec -> the record a run wrote of it (``plugins.json``), for the messages about moved plugins
+_recorded: dict[str, dict] = {}
 _lock = threading.RLock()
 _entry_points_loaded = False
 
@@ -103,6 +119,15 @@ def source_hash(files: list[Path]) -> str | None:
     return h.hexdigest()
 
 
+def module_name(spec: str) -> str:
+    """The name a plugin is matched by when it moves: a file's stem (``my_ideas`` for
+    ``.../my_ideas.py``), a package directory's name, or a dotted module name itself."""
+    if not is_path_spec(spec):
+        return spec
+    path = Path(spec)
+    return path.parent.name if path.name == "__init__.py" else path.stem
+
+
 def _module_name_for(path: Path) -> str:
     digest = hashlib.sha256(str(path).encode()).hexdigest()[:10]
     stem = path.stem if path.name != "__init__.py" else path.parent.name
@@ -142,14 +167,22 @@ def _import(spec: str) -> object:
         return module
 
 
-def load_plugin(spec: str, base_dir: str | Path | None = None) -> PluginRecord:
-    """Import one plugin (once per process) and return its record."""
+def load_plugin(
+    spec: str, base_dir: str | Path | None = None, *, missing: str | None = None
+) -> PluginRecord:
+    """Import one plugin (once per process) and return its record.
+
+    A path that does not exist is served by a plugin of the same module name already loaded from
+    elsewhere (see the module doc); otherwise it is an error ending in ``missing`` (default: how
+    to point at a moved file)."""
     from attnlab.parts.registry import PartError
 
     resolved = resolve_spec(spec, base_dir)
     with _lock:
         if resolved in _loaded:
             return _loaded[resolved]
+        if is_path_spec(resolved) and not Path(resolved).exists():
+            return _stand_in(resolved, missing)
         try:
             module = _import(resolved)
         except (PluginError, PartError) as e:
@@ -174,6 +207,77 @@ def load_plugin(spec: str, base_dir: str | Path | None = None) -> PluginRecord:
         return record
 
 
+def _stand_in(resolved: str, missing: str | None) -> PluginRecord:
+    """The loaded plugin that replaces the missing file ``resolved`` (see the module doc)."""
+    name = module_name(resolved)
+    found = {
+        r.spec: r
+        for r in _loaded.values()
+        if r.distribution is None
+        and is_path_spec(r.spec)
+        and r.spec != resolved
+        and module_name(r.spec) == name
+        and Path(r.spec).exists()
+    }
+    if len(found) > 1:
+        raise PluginError(
+            f"plugin file {resolved} does not exist, and {len(found)} loaded plugins have its "
+            f"module name {name!r} ({', '.join(sorted(found))}); pass only the one that replaces it"
+        )
+    if not found:
+        others = [module_name(r.spec) for r in _loaded.values() if r.distribution is None]
+        hint = missing or "if it moved, pass --plugin NEWPATH"
+        if others and missing is None:
+            hint += (
+                f" (plugins are matched by module name: the new file must be named "
+                f"{Path(resolved).name}; --plugin gave {', '.join(map(repr, others))})"
+            )
+        raise PluginError(f"plugin file {resolved} does not exist; {hint}")
+    (record,) = found.values()
+    _loaded[resolved] = _moved[resolved] = record
+    warnings.warn(moved_message(resolved, record), PluginWarning, stacklevel=2)
+    return record
+
+
+def moved_message(old: str, new: PluginRecord) -> str:
+    """One sentence: which file stands in for which, with both SHA-256."""
+    then = (_recorded.get(old) or {}).get("sha256")
+    now = new.sha256
+    if not then:
+        verdict = "the run recorded no sha256 to compare"
+    elif then == now:
+        verdict = "the same source"
+    else:
+        verdict = "a different source: its parts may not compute what was trained"
+    return (
+        f"plugin {old} does not exist; using {new.spec} instead (same module name "
+        f"{module_name(old)!r}); sha256 recorded {(then or '-')[:12]}, now "
+        f"{(now or '-')[:12]} ({verdict})"
+    )
+
+
+def remember(records: list[dict]) -> None:
+    """Make a run's recorded plugins (its ``plugins.json``) known, so that a moved one is
+    reported with the SHA-256 it had when the run was made."""
+    for rec in records:
+        if isinstance(rec, dict) and isinstance(rec.get("spec"), str):
+            _recorded[rec["spec"]] = rec
+
+
+def current_spec(spec: str) -> str:
+    """The spec the loader uses for ``spec`` now: the stand-in's path for a moved plugin file
+    (found as :func:`load_plugin` finds it), else ``spec`` itself. Imports nothing new."""
+    with _lock:
+        if spec in _loaded:
+            return _loaded[spec].spec
+        if is_path_spec(spec) and not Path(spec).exists():
+            try:
+                return _stand_in(spec, None).spec
+            except PluginError:
+                return spec
+    return spec
+
+
 def _failed(spec: str) -> str:
     """The plugin's own error: its frames (file:line and code) and the exception, without the
     import machinery's frames."""
@@ -189,10 +293,13 @@ def _failed(spec: str) -> str:
 
 
 def load_plugins(
-    specs: list[str] | tuple[str, ...], base_dir: str | Path | None = None
+    specs: list[str] | tuple[str, ...],
+    base_dir: str | Path | None = None,
+    *,
+    missing: str | None = None,
 ) -> list[str]:
     """Load every spec; returns the resolved specs (what a config records)."""
-    return [load_plugin(s, base_dir).spec for s in specs]
+    return [load_plugin(s, base_dir, missing=missing).spec for s in specs]
 
 
 def load_entry_points() -> None:
@@ -235,8 +342,8 @@ def load_entry_points() -> None:
 
 
 def loaded() -> list[PluginRecord]:
-    """Every plugin loaded in this process (entry points included)."""
-    return list(_loaded.values())
+    """Every plugin loaded in this process (entry points included), once each."""
+    return list(dict.fromkeys(_loaded.values()))
 
 
 def manifest(specs: list[str]) -> list[dict]:
@@ -251,8 +358,8 @@ def changed(records: list[dict]) -> list[str]:
     """Sentences for recorded plugins whose source differs from what is loaded now."""
     out = []
     for rec in records:
-        if not isinstance(rec, dict) or not rec.get("sha256"):
-            continue
+        if not isinstance(rec, dict) or not rec.get("sha256") or rec.get("spec") in _moved:
+            continue  # a moved plugin's sources were compared when it was replaced
         now = _loaded.get(str(rec.get("spec")))
         if now is not None and now.sha256 != rec["sha256"]:
             out.append(

@@ -11,9 +11,18 @@ Read in the order of the seed figures::
     h = x + a + side_branch(x~)               a branch beside attention (optional)
     y = h + ffn(Norm(h))                      feed-forward
 
-Each contract lists what the assembly calls; a part implements ``forward`` and may implement the
-optional methods it can support (a query part that only has ``forward`` works: it is simply not
-fused with K and V).
+Each contract class below says exactly what the assembly (``model/block.py``,
+``model/attention_layer.py``, ``model/attention.py``) passes a part of its slot and what it
+expects back; this file is the source of truth, and ``docs/CONTRACTS.md`` repeats it. A part
+implements ``forward`` and may implement the optional methods it can support (a query part that
+only has ``forward`` works: it is simply not fused with K and V).
+
+Shapes: B batch, T positions of this call (Tq queries; Tk keys, which include the KV cache while
+decoding, so Tk >= Tq and the queries are the last Tq positions), d = ``dims.d_model``,
+H = ``dims.n_heads``, H_kv = ``dims.n_kv_heads`` (H_kv divides H: GQA/MQA), d_h =
+``dims.head_dim``, H' = ``dims.heads_out`` (the heads leaving the score slot), n_in =
+``dims.mixer_in``. Every part is built as ``Part(opts, dims)`` (:class:`~attnlab.parts.part.Dims`
+holds these sizes and when each is set), once per layer (a looped model runs its layers again).
 """
 
 from __future__ import annotations
@@ -28,12 +37,16 @@ FusedRows = list[tuple[Tensor, Tensor | None]]
 
 
 class ProjectionPart(Part):
-    """A projection of x~ that may join the fused Q/K/V matmul.
+    """A projection of x~ that may join the fused Q/K/V matmul (the query, key and value slots).
 
-    ``forward(u [B,T,d]) -> [B,T,width_out]``. To be fused, a part returns its weight rows from
-    ``fused_weights()`` ([(W [r, d], b [r] or None), ...], ``fused_width`` = the total r) and turns
-    its slice of the fused product into its output in ``finish(u, part)``. The default says the
-    part cannot be fused (it then runs its own ``forward``).
+    ``forward(u [B,T,d]) -> [B,T,width]``, ``u`` = x~ (in cross-attention: the decoder stream for
+    the query, the encoder output [B,S,d] for key and value). Optional fusion: when the query,
+    key and value parts all return their weight rows from ``fused_weights()`` ([(W [r, d],
+    b [r] or None), ...], ``fused_width`` = the total r) and ``model.attention.fuse_qkv`` is on,
+    one matmul u [W_q | W_k | W_v]^T runs for the three, and ``finish(u, part [B,T,r])`` turns
+    this part's slice into its output (the default returns the slice). The default
+    ``fused_weights()`` is None: the part cannot be fused, and all three then run their own
+    ``forward``.
     """
 
     def fused_weights(self) -> FusedRows | None:
@@ -49,12 +62,14 @@ class ProjectionPart(Part):
 
 
 class QueryPart(ProjectionPart):
-    """``query``: q = Q(x~) [B,T,H*d_h].
+    """``query``: q = Q(x~), ``forward(u [B,T,d]) -> [B,T,H*d_h]`` (exactly ``dims.d_q`` wide:
+    the attention views it as H heads of d_h, then applies qk-norm and rotary positions).
 
-    ``scale_multiplier`` multiplies the softmax scale 1/sqrt(d_h) (a part may realise a constant
-    factor on q there instead). On a pretrained model (``dims.pretrained``) the base keeps its W_Q
-    and ``pretrained_delta(u, q_base)`` is what the part adds to the base's query q_base; a query
-    part without it cannot be probed.
+    ``scale_multiplier`` (read once, when the layer is built) multiplies the softmax scale
+    1/sqrt(d_h) (a part may realise a constant factor on q there instead). On a pretrained
+    model (``dims.pretrained``, the probe) the base keeps its W_Q and ``pretrained_delta(u
+    [B,T,d], q_base [B,T,H*d_h]) -> [B,T,H*d_h]`` is what the part adds to the base's query;
+    a query part without it cannot be probed.
     """
 
     scale_multiplier: float = 1.0
@@ -68,20 +83,61 @@ class QueryPart(ProjectionPart):
 
 
 class KeyPart(ProjectionPart):
-    """``key``: k = K(x~) [B,T,H_kv*d_h]."""
+    """``key``: k = K(x~), ``forward(u [B,T,d]) -> [B,T,H_kv*d_h]`` (``dims.d_kv`` wide; viewed
+    as H_kv heads, then qk-norm, rotary, and the KV cache: what this part returns is cached)."""
 
 
 class ValuePart(ProjectionPart):
-    """``value``: v = V(x~) [B,T,H_kv*d_h]."""
+    """``value``: v = V(x~), ``forward(u [B,T,d]) -> [B,T,H_kv*d_h]`` (``dims.d_kv`` wide;
+    viewed as H_kv heads and cached like the keys). A routed part hands its auxiliary losses
+    to training through ``pop_aux_losses``."""
 
 
 class ScorePart(Part):
-    """``score``: how per-head scores become head outputs.
+    """``score``: how per-head scores become head outputs (self-attention only; cross-attention
+    has no score part).
 
-    ``forward(q [B,H,Tq,d_h], k, v [B,H_kv,Tk,d_h], core, ctx) -> (heads [B,H',Tq,d_h], probs or
-    None)``. ``core`` is the :class:`~attnlab.model.attention.AttentionCore` (its ``sdpa`` and
-    ``explicit`` paths); ``ctx`` the :class:`ScoreContext`. ``heads_out(dims)`` is H'. A part that
-    reads the T x T matrix declares ``needs_attention_matrix = True``.
+    ``forward(q [B,H,Tq,d_h], k [B,H_kv,Tk,d_h], v [B,H_kv,Tk,d_h], core, ctx) -> (heads
+    [B,H',Tq,d_h], probs [B,H',Tq,Tk] or None)``. q and k come after qk-norm and rotary, k and v
+    with the cached positions in front (one-token decoding: Tq = 1, Tk = the whole prefix).
+    ``core`` is the layer's :class:`~attnlab.model.attention.AttentionCore` (``core.scale`` =
+    the query part's ``scale_multiplier`` / sqrt(d_h), ``core.dropout``, ``core.backend``);
+    ``ctx`` the call's :class:`ScoreContext`. ``probs`` are the attention maps, needed when
+    ``ctx.need_weights`` (``return_attn``, the reports' maps); otherwise None is fine.
+
+    A part calls one of the core's two paths:
+
+    - ``core.sdpa(q, k, v, ctx, scale=None) -> out [B,H,Tq,d_h]``: fused attention (no T x T
+      matrix, O(T) memory), ``ctx``'s mask, bias and padding applied, GQA handled, ``scale``
+      replacing ``core.scale`` (e.g. 1 for queries the part has already scaled);
+    - ``core.explicit(q, k, v, ctx, transform=self) -> (out [B,H',Tq,d_h], probs
+      [B,H',Tq,Tk])``: the materialised matrix, rewritten by the part. It computes, in order:
+
+      1. ``allowed``: ``ctx.allowed``, or the causal (``ctx.is_causal``: key j <= query i +
+         Tk - Tq) or full [Tq,Tk] pattern; with ``ctx.padding`` [B,1,Tq,Tk], padded keys masked;
+      2. k repeated to H heads (GQA); ``scores = (q * core.scale) @ k^T`` [B,H,Tq,Tk], plus
+         ``ctx.bias`` [H,Tq,Tk] (ALiBi, T5) when present;
+      3. ``on == "logits"``: masked entries are set to 0 (not -inf, so a convolution reads
+         finite numbers), then ``scores = transform(scores, allowed)`` [B,H',Tq,Tk], then the
+         masked entries are set to the dtype's minimum and a softmax over keys gives probs;
+      4. ``on == "probs"``: softmax over keys first (masked entries excluded; padded query rows
+         zeroed), then ``probs = transform(probs, allowed)`` [B,H',Tq,Tk], masked entries set
+         to 0 and each row renormalised to sum 1 (rows that sum to 0 stay 0);
+      5. masked entries of probs set to 0, attention dropout (training), v repeated to H' heads
+         (so H' must be a multiple of H_kv), ``out = probs @ v``.
+
+    So a transform never needs to mask: what it writes at masked entries is discarded. It must
+    keep causality in a causal stack: output (i, j) may read only rows <= i (row i' > i holds a
+    later token's query); reading other keys of the same row is safe, masked ones read as 0
+    (logits) or 0 (probs). While decoding with the cache it sees only the new rows, so a part
+    whose transform reads earlier rows must declare ``supports_kv_cache = False``.
+
+    Declarations read: ``on`` ("logits" or "probs", when it passes ``transform=self``),
+    ``transform(scores, allowed) -> scores'``, ``heads_out(opts, dims) -> H'`` (a classmethod,
+    read before the readout and mixer are built: they get it as ``dims.heads_out``; default
+    H), ``needs_attention_matrix`` (True when ``forward`` always forms the T x T matrix: the
+    config then refuses ``model.attention.backend`` flash/sdpa, and ``attnlab bench`` marks it
+    O(T^2 H)), ``extra_flops(seq_len)`` for what the transform adds.
     """
 
     @classmethod
@@ -105,15 +161,24 @@ class ScoreContext:
 
 
 class FeatureMapPart(Part):
-    """``feature_map``: x~ = F(x^) [B,T,d], read by Q, K, V and the side branch."""
+    """``feature_map``: x~ = F(x^), ``forward(x_hat [B,T,d]) -> [B,T,d]``, where x^ is the
+    first norm's output (pre-LN; the block input itself with post-LN). x~ is what the query,
+    key, value, readout and side-branch parts read. In the probe (``dims.pretrained``) it
+    replaces the attention module's input of a pretrained model."""
 
 
 class SideBranchPart(Part):
-    """``side_branch``: a term S(x~) [B,T,d] added to the block output beside attention."""
+    """``side_branch``: ``forward(x_tilde [B,T,d]) -> [B,T,d]``, a term added to the block beside
+    attention: h = x + attention + S(x~) (parallel residual: x + attention + FFN + S(x~)).
+    In the probe it is added to the output of a pretrained model's attention module."""
 
 
 class ReadoutPart(Part):
-    """``readout``: heads [B,H',T,d_h] and x~ -> o [B,T,n_in]; ``width(opts, dims)`` is n_in."""
+    """``readout``: ``forward(u [B,T,d], heads [B,H',T,d_h]) -> o [B,T,n_in]``, u = x~ and heads
+    the score slot's output. ``width(opts, dims) -> n_in`` (a classmethod, default H' * d_h, the
+    concatenated heads) is read before the mixer is built, which gets it as ``dims.mixer_in``;
+    the part itself is built with ``dims.heads_out`` = H'. Cross-attention always uses the plain
+    ``heads`` readout."""
 
     @classmethod
     def width(cls, opts, dims) -> int:
@@ -121,11 +186,15 @@ class ReadoutPart(Part):
 
 
 class MixerPart(Part):
-    """``mixer``: o [B,T,n_in] -> [B,T,d] (W_O in the baseline); built with ``dims.mixer_in``."""
+    """``mixer``: ``forward(o [B,T,n_in]) -> [B,T,d]`` (W_O in the baseline), built with
+    ``dims.mixer_in`` = n_in; its output is the attention branch's, added to the residual
+    stream (the baseline initialises W_O with ``Init.out_std``)."""
 
 
 class FFNPart(Part):
-    """``ffn``: the position-wise feed-forward network, [B,T,d] -> [B,T,d]."""
+    """``ffn``: the position-wise feed-forward network, ``forward(x [B,T,d]) -> [B,T,d]``, x =
+    the second norm of h (pre-LN; of the block input with a parallel residual; h itself with
+    post-LN); not built when ``model.mlp = false``. Its hidden width comes from its options."""
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from safetensors.torch import load_file, save_file
 from attnlab.errors import UserError
 from attnlab.probe.build import BaseProvider, ProbedModel, build_probed_model, check_fingerprint
 from attnlab.probe.config import ConfigError, validate_probe
-from attnlab.runs import checkpoint
+from attnlab.runs import checkpoint, rundir
 from attnlab.runs.atomic import atomic_directory, atomic_write_json, sha256_file, temp_sibling
 
 FORMAT = "attnlab-probe"
@@ -158,12 +158,14 @@ def load_probed(
     """The base of ``path``'s probe with its trained adapter attached, in eval mode."""
     path = Path(path)
     record = read_probe_json(path)
+    rundir.recorded_plugins(path)  # a moved plugin is then reported with its recorded sha256
     try:
         cfg = validate_probe(record["config"])
     except ConfigError as e:
         raise UserError(
             f"{path / PROBE_JSON} holds a config this attnlab cannot read: {e}"
         ) from None
+    rundir.check_plugins(path)
     probed = build_probed_model(cfg, torch.device(device), base)
     check_fingerprint(record.get("fingerprint", {}), probed.fingerprint, str(path))
     files = record.get("files", {})

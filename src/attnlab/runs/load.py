@@ -22,6 +22,7 @@ def _config_of(run_dir: Path, ckpt: checkpoint.Checkpoint):
     from attnlab.config import ConfigError, load_config, validate
 
     record = ckpt.state.config
+    rundir.recorded_plugins(run_dir)  # a moved plugin is then reported with its recorded sha256
     if record is not None:
         try:
             return validate(tomllib.loads(record.text))
@@ -45,6 +46,7 @@ def run_config(run_dir: str | Path):
 
     run_dir = Path(run_dir)
     cfg_path = run_dir / rundir.CONFIG_FILE
+    rundir.recorded_plugins(run_dir)
     if cfg_path.is_file() and rundir.parse_config_text(_text(cfg_path)) is not None:
         try:
             return load_config(str(cfg_path))

@@ -243,9 +243,21 @@ def config_conflicts(
         reference = parse_config_text(trained.text)
         if reference is None:
             raise RunFileError(f"the config recorded in the checkpoints of {run_dir} is not TOML")
-        return config_diff(reference, given, unchecked)
+        return config_diff(_plugins_now(reference), given, unchecked)
     _, on_disk = _config_state(run_dir / file)
-    return [] if on_disk is None else config_diff(on_disk, given, unchecked)
+    return [] if on_disk is None else config_diff(_plugins_now(on_disk), given, unchecked)
+
+
+def _plugins_now(saved: dict[str, Any]) -> dict[str, Any]:
+    """``saved`` with each recorded plugin file that moved replaced by the file loaded in its
+    place (``--plugin NEWPATH``): the same plugin, so not a difference that refuses a resume."""
+    from attnlab.parts.plugins import current_spec
+
+    specs = saved.get("plugins")
+    if not isinstance(specs, list):
+        return saved
+    now = [current_spec(p) if isinstance(p, str) else p for p in specs]
+    return {**saved, "plugins": list(dict.fromkeys(now))}
 
 
 def reconcile_config(
@@ -310,17 +322,41 @@ def write_plugins(run_dir: str | Path, specs: list[str]) -> None:
         atomic_write_json(Path(run_dir) / PLUGINS_FILE, {"plugins": records})
 
 
+def recorded_plugins(run_dir: str | Path) -> list[dict[str, Any]]:
+    """The plugins ``plugins.json`` records (``[]`` without the file; a damaged file is a
+    :class:`RunFileWarning`, once per process), made known to the plugin loader first
+    (:func:`attnlab.parts.plugins.remember`), so a plugin file that moved is reported with the
+    SHA-256 the run recorded. Call it before validating the run's config."""
+    from attnlab.parts.plugins import remember
+
+    path = Path(run_dir) / PLUGINS_FILE
+    try:
+        stat = path.stat()
+    except OSError:
+        return []
+    if not path.is_file():  # a directory or a FIFO someone put there: not a record
+        return []
+    key = (str(path.resolve()), stat.st_mtime_ns, stat.st_size)
+    if key not in _plugin_records:
+        try:
+            records = json.loads(path.read_text(encoding="utf-8")).get("plugins", [])
+            if not isinstance(records, list):
+                raise ValueError("'plugins' is not a list")
+        except (OSError, ValueError, AttributeError):
+            _warn(f"{path} is damaged; the plugins' sources cannot be checked against the run")
+            records = []
+        _plugin_records[key] = [r for r in records if isinstance(r, dict)]
+    records = _plugin_records[key]
+    remember(records)
+    return records
+
+
+_plugin_records: dict[tuple[str, int, int], list[dict[str, Any]]] = {}
+
+
 def check_plugins(run_dir: str | Path) -> None:
     """Warn when a plugin's source differs from the one the run recorded."""
     from attnlab.parts.plugins import changed
 
-    path = Path(run_dir) / PLUGINS_FILE
-    if not path.is_file():
-        return
-    try:
-        records = json.loads(path.read_text(encoding="utf-8")).get("plugins", [])
-    except (OSError, ValueError, AttributeError):
-        _warn(f"{path} is damaged; the plugins' sources cannot be checked against the run")
-        return
-    for sentence in changed(records if isinstance(records, list) else []):
+    for sentence in changed(recorded_plugins(run_dir)):
         _warn(f"{run_dir}: {sentence}")
