@@ -224,11 +224,17 @@ def test_bench_names_a_failing_subject_and_section_and_exits_1(tmp_path):
     plugin = tmp_path / "more_ideas.py"
     plugin.write_text(NO_CACHE_AND_BROKEN)
     out = tmp_path / "res"
-    p = attnlab(
+    args = [
         "bench", "--preset", "tiny", "--plugin", str(plugin),
         "--variants", "baseline,running_mean,broken", "--sections", ",".join(SECTIONS),
-        "--out", str(out), *SMALLEST_BENCH, ok=False,
-    )  # fmt: skip
+        "--out", str(out), *SMALLEST_BENCH,
+    ]  # fmt: skip
+    # the conformance check stops a bench whose plugin part is broken before anything runs ...
+    p = attnlab(*args, ok=False)
+    assert p.returncode == 2 and "the conformance check fails on query.broken" in p.stderr
+    # ... and with --skip-check the bench itself reports the part failing in each section
+    p = attnlab(*args, "--skip-check", ok=False)
+    assert "the conformance check of the plugin parts was skipped (--skip-check)" in p.stderr
     assert p.returncode == 1, p.stderr
     failed = [line for line in p.stderr.splitlines() if line.startswith("attnlab bench: ")]
     assert [line.split(": RuntimeError")[0] for line in failed] == [
