@@ -56,8 +56,6 @@ def run(args: argparse.Namespace) -> int:
     from attnlab.preflight import check_training
     from attnlab.runs import lock, rundir
     from attnlab.safepath import check_out_dir
-    from attnlab.testing.gate import model_parts, require_checked
-    from attnlab.testing.gate import record as record_check
 
     # a resumed run's plugins.json first: a plugin file that moved since (--plugin NEWPATH
     # stands in for it) is reported with the sha256 the run recorded
@@ -79,9 +77,11 @@ def run(args: argparse.Namespace) -> int:
     with lock.locked(args.out) if main else contextlib.nullcontext():
         try:
             check_training(cfg)
-            if main:  # a plugin's parts are proven before the run uses them (cached per source)
+            if main:  # plugin parts are proven before the run uses them (cached per source)
+                from attnlab.testing.gate import model_parts, record, require_checked
+
                 checked = require_checked(model_parts([cfg.model]), skip=args.skip_check)
-                record_check(args.out, checked)
+                record(args.out, checked)
         except UserError:
             if fresh and main:  # a refused run leaves nothing behind, not even its lock file
                 _remove_fresh(Path(args.out))
