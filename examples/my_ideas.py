@@ -12,6 +12,10 @@ class GatedQuery(QueryPart):
     param_label = "gated_query"
     cost = "params 2*d*d_q; FLOPs 4*d*d_q per token; cache 0"
 
+    @classmethod
+    def param_count(cls, opts, dims):
+        return 2 * dims.d_model * dims.d_q
+
     def __init__(self, opts, dims):
         super().__init__(opts, dims)
         self.w_q = nn.Linear(dims.d_model, dims.d_q, bias=False)
@@ -29,6 +33,10 @@ class LowRankSkip(SideBranchPart):
 
     class Options(SideBranchPart.Options):
         rank: int = Field(8, ge=1, description="r, the rank of A B")
+
+    @classmethod
+    def param_count(cls, opts, dims):
+        return 2 * dims.d_model * opts.rank
 
     def __init__(self, opts, dims):
         super().__init__(opts, dims)

@@ -56,3 +56,18 @@ def data_dir(tmp_path_factory):
     from data_helpers import sentence_data
 
     return sentence_data(tmp_path_factory.mktemp("data"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def check_cache(tmp_path_factory):
+    """The conformance check's result cache (``attnlab.testing.cache``) in a session folder, not
+    the user's ~/.cache; command subprocesses inherit it. Each plugin source is checked once per
+    test session."""
+    path = tmp_path_factory.mktemp("check-cache")
+    old = os.environ.get("ATTNLAB_CHECK_CACHE")
+    os.environ["ATTNLAB_CHECK_CACHE"] = str(path)
+    yield path
+    if old is None:
+        os.environ.pop("ATTNLAB_CHECK_CACHE", None)
+    else:
+        os.environ["ATTNLAB_CHECK_CACHE"] = old

@@ -29,19 +29,16 @@ class SoftCap(ScorePart):
     """s' = c tanh(s / c) on the logits before the softmax (a soft cap)."""
 
     param_label = "softcap"
-    cost = "params 0; FLOPs 3*H*T per token; memory O(T^2 H)"
+    cost = "params 0; FLOPs 0 beyond attention (a tanh per score is elementwise); memory O(T^2 H)"
     needs_attention_matrix = True
     on = "logits"
 
     class Options(ScorePart.Options):
         cap: float = Field(5.0, gt=0)
 
-    def __init__(self, opts, dims):
-        super().__init__(opts, dims)
-        self.heads = dims.n_heads
-
-    def extra_flops(self, seq_len):
-        return 3 * self.heads * seq_len
+    @classmethod
+    def param_count(cls, opts, dims):
+        return 0
 
     def transform(self, s, allowed):
         return self.opts.cap * (s / self.opts.cap).tanh()
@@ -100,8 +97,9 @@ def test_params_counts_the_plugin_parts_under_their_labels(lab):
     assert rep["by_part"]["gated_query"] == 2 * 2 * d * d_q  # W_Q and W_g, 2 layers
     assert rep["by_part"]["side_branch"] == 2 * 2 * d * r
     base = json.loads(attnlab("params", "tiny", "--json").stdout)
-    # the soft cap's declared FLOPs: 3 H T per token per layer, at T = max_seq_len
-    extra = 2 * (2 * d * d_q) + 2 * (4 * d * r) + 2 * 3 * 4 * 128
+    # the soft cap adds no matmul FLOPs (what FlopCounterMode counts and `attnlab check` holds a
+    # part's declaration to): its tanh per score is elementwise
+    extra = 2 * (2 * d * d_q) + 2 * (4 * d * r)
     assert rep["flops_per_token"] - base["flops_per_token"] == extra
 
 
@@ -226,11 +224,17 @@ def test_bench_names_a_failing_subject_and_section_and_exits_1(tmp_path):
     plugin = tmp_path / "more_ideas.py"
     plugin.write_text(NO_CACHE_AND_BROKEN)
     out = tmp_path / "res"
-    p = attnlab(
+    args = [
         "bench", "--preset", "tiny", "--plugin", str(plugin),
         "--variants", "baseline,running_mean,broken", "--sections", ",".join(SECTIONS),
-        "--out", str(out), *SMALLEST_BENCH, ok=False,
-    )  # fmt: skip
+        "--out", str(out), *SMALLEST_BENCH,
+    ]  # fmt: skip
+    # the conformance check stops a bench whose plugin part is broken before anything runs ...
+    p = attnlab(*args, ok=False)
+    assert p.returncode == 2 and "the conformance check fails on query.broken" in p.stderr
+    # ... and with --skip-check the bench itself reports the part failing in each section
+    p = attnlab(*args, "--skip-check", ok=False)
+    assert "the conformance check of the plugin parts was skipped (--skip-check)" in p.stderr
     assert p.returncode == 1, p.stderr
     failed = [line for line in p.stderr.splitlines() if line.startswith("attnlab bench: ")]
     assert [line.split(": RuntimeError")[0] for line in failed] == [

@@ -8,7 +8,7 @@ from __future__ import annotations
 #: the command did what was asked
 OK = 0
 #: part of the work failed, the rest is recorded (``compare``/``probe`` runs, ``bench`` targets,
-#: a ``bench`` section that failed for a subject)
+#: a ``bench`` section that failed for a subject); ``check``: some property of a part failed
 FAILED = 1
 #: bad input: a config, flag, file, data or directory; the message names the cause and the fix
 USER_ERROR = 2
@@ -22,7 +22,7 @@ EPILOG = f"""\
 exit codes:
   {OK}    success
   {FAILED}    some runs failed (compare, probe), a bench section failed for a subject, or
-       benchmark targets were missed; the rest is saved
+       benchmark targets were missed; the rest is saved; check: some property of a part failed
   {USER_ERROR}    bad input: config, flag, file, data or directory (the message says what to fix)
   {DIVERGED}    the run diverged (NaN/inf or loss spike; recorded in status.json), or a model's
        weights or outputs are not finite (eval, generate)

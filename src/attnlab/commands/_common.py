@@ -32,6 +32,18 @@ def add_plugin_argument(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_skip_argument(p: argparse.ArgumentParser) -> None:
+    """``--skip-check``: run without the conformance check of the plugin parts used (the check
+    runs once per plugin source, cached; see :mod:`attnlab.testing.gate`)."""
+    p.add_argument(
+        "--skip-check",
+        dest="skip_check",
+        action="store_true",
+        help="do not run the conformance check (attnlab check) on the plugin parts used; the "
+        "run records that it was skipped (check.json)",
+    )
+
+
 def plugin_specs(argv: list[str]) -> list[str]:
     """The ``--plugin`` values anywhere in ``argv`` (``--plugin X`` or ``--plugin=X``)."""
     out = []

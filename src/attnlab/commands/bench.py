@@ -4,8 +4,10 @@ against nanoGPT, Hugging Face GPT-2 and x-transformers at the same config."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 
+from attnlab.commands._common import add_skip_argument
 from attnlab.errors import UserError
 
 NAME = "bench"
@@ -16,6 +18,7 @@ HELP = (
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_skip_argument(p)
     from attnlab.bench.peers import PEERS
     from attnlab.bench.runner import SECTIONS
     from attnlab.bench.variants import variant_names
@@ -185,6 +188,16 @@ def run(args: argparse.Namespace) -> int:
         spec = _spec(args)
         if args.out:
             check_out_file(args.out)
+        from attnlab.bench.variants import variant_config
+        from attnlab.testing.gate import model_parts, require_checked
+
+        models = []
+        for v in spec.variants:
+            with contextlib.suppress(UserError):  # the bench reports variants that do not apply
+                models.append(variant_config(spec.config, v).model)
+        checked = require_checked(model_parts(models), skip=args.skip_check)
+        if checked.get("skipped"):
+            log("the conformance check of the plugin parts was skipped (--skip-check)")
         checked = spec.resolved()  # flags against the config, then memory
         check_training(
             checked.config,

@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+from attnlab.commands._common import add_skip_argument
 from attnlab.errors import UserError
 
 NAME = "compare"
@@ -19,6 +20,7 @@ HELP = "run a multi-variant, multi-seed experiment file and write a report with 
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_skip_argument(p)
     p.add_argument("experiment", metavar="EXPERIMENT", help="an experiment TOML file")
     p.add_argument("--out", required=True, metavar="DIR", help="the experiment directory")
     p.add_argument(
@@ -141,6 +143,14 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--launcher-arg sets submitit parameters; add --launcher slurm")
     exp = load_experiment(args.experiment, args.overrides, args.plugins)
     check_out_dir(args.out)
+    from attnlab.testing.gate import model_parts, record, require_checked
+
+    configs = [v.config for v in exp.variants.values()]
+    checked = (
+        {}  # --plan trains nothing: nothing to prove yet
+        if args.plan
+        else require_checked(model_parts(c.model for c in configs), skip=args.skip_check)
+    )
     n_runs = len(exp.variants) * len(exp.seeds)
     check_concurrent(
         [v.config for v in exp.variants.values()], min(args.jobs, n_runs), "attnlab compare"
@@ -183,6 +193,7 @@ def run(args: argparse.Namespace) -> int:
         )
     t0 = time.perf_counter()
     with lock.locked(args.out, "experiment directory"):
+        record(args.out, checked)
         outcomes = run_all(
             exp,
             args.out,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from attnlab.commands._common import add_skip_argument
+
 NAME = "probe"
 HELP = "frozen probe: inject pre-projection / content skip / anchored query (or LoRA) into a pretrained LM"
 
@@ -20,6 +22,7 @@ base.model: a hub id (online), a local Hugging Face directory, a .gguf file, or 
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_skip_argument(p)
     p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.epilog = EPILOG
     p.add_argument(
@@ -61,6 +64,20 @@ def _print_table(rows: list[dict], title: str) -> None:
     Console().print(table)
 
 
+def _check_parts(configs: list, out, args: argparse.Namespace) -> None:
+    """The conformance check of the plugin parts the probe injects, recorded in OUT/check.json."""
+    from attnlab.probe.methods import find_component
+    from attnlab.testing.gate import record, require_checked
+
+    parts = []
+    for cfg in configs:
+        for name in cfg.parsed_method.components:
+            comp = find_component(name)
+            if comp is not None:
+                parts.append((comp.slot, cfg.part_options(comp)))
+    record(out, require_checked(parts, skip=args.skip_check))
+
+
 def run(args: argparse.Namespace) -> int:
     from attnlab.errors import UserError
     from attnlab.extras import require
@@ -74,7 +91,10 @@ def run(args: argparse.Namespace) -> int:
     if args.config and is_experiment_file(args.config):
         if args.method:
             raise UserError("--method picks one method; an experiment file lists its own methods")
+        from attnlab.probe.config import load_experiment
         from attnlab.probe.experiment import result_row, run_experiment
+
+        _check_parts(load_experiment(args.config, overrides, args.plugins)[1], out, args)
 
         results = run_experiment(
             args.config,
@@ -91,6 +111,7 @@ def run(args: argparse.Namespace) -> int:
     from attnlab.runs import lock
 
     cfg = load_probe_config(args.config, overrides, args.plugins)
+    _check_parts([cfg], out, args)
     with lock.locked(out, "probe directory"):  # the run and its report: one writer
         res = train_probe(cfg, out, restart=args.restart, data_root=args.data_root)
         write_experiment_report(out, cfg.label, cfg, [res])

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from attnlab import exitcodes
-from attnlab.commands._common import add_config_arguments, config_from_args
+from attnlab.commands._common import add_config_arguments, add_skip_argument, config_from_args
 from attnlab.errors import UserError
 
 NAME = "train"
@@ -39,6 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="start from a GPT-2, GPT-NeoX or Llama checkpoint (a local Hugging Face folder, or "
         "hf:NAME online): its architecture becomes [model], its weights the initial parameters",
     )
+    add_skip_argument(p)
 
 
 def _say(msg: str) -> None:
@@ -76,6 +77,11 @@ def run(args: argparse.Namespace) -> int:
     with lock.locked(args.out) if main else contextlib.nullcontext():
         try:
             check_training(cfg)
+            if main:  # plugin parts are proven before the run uses them (cached per source)
+                from attnlab.testing.gate import model_parts, record, require_checked
+
+                checked = require_checked(model_parts([cfg.model]), skip=args.skip_check)
+                record(args.out, checked)
         except UserError:
             if fresh and main:  # a refused run leaves nothing behind, not even its lock file
                 _remove_fresh(Path(args.out))

@@ -134,6 +134,26 @@ def _quiet_transformers() -> Iterator[None]:
 
 def export(source: str | Path, out: str | Path, *, force: bool = False) -> ExportResult:
     """Write the Hugging Face folder of a run or checkpoint (see the module doc)."""
+    out = Path(out)
+    if out.exists() and any(out.iterdir()) and not force:
+        raise UserError(f"{out} exists and is not empty; choose another --out or pass --force")
+    model, cfg, tokenizer, run_dir, step = load_source(source)
+    return export_model(model, cfg, tokenizer, out, source=str(source), step=step, run_dir=run_dir)
+
+
+def export_model(
+    model: torch.nn.Module,
+    cfg: Config,
+    tokenizer: Any,
+    out: str | Path,
+    *,
+    source: str = "",
+    step: int | None = None,
+    run_dir: Path | None = None,
+) -> ExportResult:
+    """Write the Hugging Face folder of ``model`` (built from ``cfg``, with ``tokenizer``) to
+    ``out``, replacing it; ``run_dir`` adds the run's status and results to the card. Used by
+    :func:`export` and by ``attnlab check``, which exports small models that have no run."""
     from transformers import GenerationConfig
 
     from attnlab.hf import AttnlabConfig, AttnlabForCausalLM
@@ -142,14 +162,11 @@ def export(source: str | Path, out: str | Path, *, force: bool = False) -> Expor
     from attnlab.model.params import count
 
     out = Path(out)
-    if out.exists() and any(out.iterdir()) and not force:
-        raise UserError(f"{out} exists and is not empty; choose another --out or pass --force")
-    model, cfg, tokenizer, run_dir, step = load_source(source)
     m = cfg.model
     if m.family != "decoder":
         raise UserError(
-            f"{source} is a model.family={m.family!r} model; only decoder-only models export as "
-            "a transformers causal LM (AutoModelForCausalLM)"
+            f"{source or 'the model'} is a model.family={m.family!r} model; only decoder-only "
+            "models export as a transformers causal LM (AutoModelForCausalLM)"
         )
     modules, plugins = plugin_modules(cfg)
     vendored = flatten(modules)
@@ -192,9 +209,9 @@ def export(source: str | Path, out: str | Path, *, force: bool = False) -> Expor
             cfg=cfg,
             source=str(source),
             step=step,
-            status=read_json(run_dir / "status.json"),
+            status=read_json(run_dir / "status.json") if run_dir else None,
             data_meta=read_json(data_dir / "meta.json") if data_dir else None,
-            results=read_json(run_dir / "eval" / "results.json"),
+            results=read_json(run_dir / "eval" / "results.json") if run_dir else None,
             params=count(m).to_dict(),
             tokenizer=tok_info,
             plugins=plugins,
@@ -208,7 +225,7 @@ def export(source: str | Path, out: str | Path, *, force: bool = False) -> Expor
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     files = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
-    return ExportResult(out=out, source=str(source), step=step, files=files, plugins=plugins)
+    return ExportResult(out=out, source=source, step=step, files=files, plugins=plugins)
 
 
 def max_abs_logit_difference(model: torch.nn.Module, hf: torch.nn.Module, ids: torch.Tensor):

@@ -65,11 +65,13 @@ for job in json.load(open(sys.argv[1])):
         full = model(input_ids=gen.sequences, use_cache=False).logits[0]
         start = prompt.shape[1] - 1
         step_diff = float((steps - full[start : start + len(steps)]).abs().max())
-        pipe = pipeline("text-generation", model=model, tokenizer=tok)
-        piped = pipe(job["text"], max_new_tokens=n, do_sample=False, return_tensors=True)
-        piped = [int(t) for t in piped[0]["generated_token_ids"]]
         text_ids = tok(job["text"], add_special_tokens=False).input_ids
-        reference = greedy_without_cache(model, torch.tensor([text_ids]), n, eos)
+        piped = reference = []
+        if job["pipeline"]:
+            pipe = pipeline("text-generation", model=model, tokenizer=tok)
+            piped = pipe(job["text"], max_new_tokens=n, do_sample=False, return_tensors=True)
+            piped = [int(t) for t in piped[0]["generated_token_ids"]]
+            reference = greedy_without_cache(model, torch.tensor([text_ids]), n, eos)
     torch.save({"logits": logits, "generated": gen.sequences[0].tolist(), "step_diff": step_diff,
                 "steps": len(steps), "piped": piped, "piped_reference": reference,
                 "module": type(model).__module__, "text_ids": text_ids}, job["out"])
@@ -94,6 +96,8 @@ class Check:
     attnlab_tokens: list[int]
     transformers_tokens: list[int]
     prompt_tokens: int
+    #: whether pipeline("text-generation") was run (``check_exports(pipeline=False)`` skips it)
+    pipeline_checked: bool = True
 
     #: float32 logits of the same weights through two code paths agree far closer than this
     TOLERANCE = 1e-4
@@ -113,12 +117,17 @@ class Check:
         cached = "equal" if self.max_abs_step_logits < self.TOLERANCE else "NOT equal"
         same = "the same" if self.greedy_equal else "DIFFERENT"
         piped = "the same" if self.pipeline_equal else "DIFFERENT"
+        piped = (
+            f"pipeline('text-generation') gives {piped} tokens as greedy full forwards"
+            if self.pipeline_checked
+            else "pipeline() not run"
+        )
         return (
             f"verified without attnlab: max |logits - attnlab logits| = {self.max_abs_logits:.3g}; "
             f"transformers' generate() with its KV cache: step logits {cached} to a full forward "
             f"(max |difference| {self.max_abs_step_logits:.3g} over {self.steps} steps), "
             f"{same} {len(self.attnlab_tokens) - self.prompt_tokens} new tokens as attnlab "
-            f"generate; pipeline('text-generation') gives {piped} tokens as greedy full forwards"
+            f"generate; {piped}"
         )
 
 
@@ -129,8 +138,10 @@ def check_exports(
     new_tokens: int = 24,
     text: str = "The history of attention, in brief.",
     timeout: float = 600,
+    pipeline: bool = True,
 ) -> list[Check]:
-    """``jobs``: (exported folder, the run's model, the run's tokenizer) triples."""
+    """``jobs``: (exported folder, the run's model, the run's tokenizer) triples. ``pipeline``:
+    also decode ``text`` with transformers' ``pipeline()`` (``attnlab check`` leaves it out)."""
     from attnlab.model import generate
 
     gen = torch.Generator().manual_seed(0)
@@ -152,6 +163,7 @@ def check_exports(
                 "prompt": prompt,
                 "max_new_tokens": new_tokens,
                 "text": text,
+                "pipeline": pipeline,
                 "out": str(out),
             }
         )
@@ -183,6 +195,7 @@ def check_exports(
                 attnlab_tokens=tokens,
                 transformers_tokens=got["generated"],
                 prompt_tokens=len(spec["prompt"]),
+                pipeline_checked=pipeline,
             )
         )
     return checks

@@ -11,6 +11,7 @@ declaration                what reads it
 ``Options``                the config: the part's typed options (a :class:`PartOptions` subclass)
 ``param_label``            ``attnlab params``: the row its parameters are counted in
 ``cost``                   ``attnlab parts``: its parameter/FLOP/cache cost in symbols
+``param_count``            ``attnlab check``: its parameter count by formula, from (opts, dims)
 ``flops_per_token``        MFU and ``attnlab params`` (default: 2 x in x out of its Linears)
 ``extra_flops``            FLOPs a part adds beyond its Linears (e.g. a convolution over scores)
 ``init_weights``           the model's init (default: Linear N(0, std), norms 1, biases 0)
@@ -24,7 +25,12 @@ declaration                what reads it
 ``notes``                  ``attnlab params``: sentences about sizing choices
 ``probe_name``             ``attnlab probe``: the part's name in method strings
 ``width_option``           ``compare``'s parameter matching: the option that sets its width
+``check_config``           ``attnlab check``: settings its small models need (``model.mlp=false``)
+``unchecked``              ``attnlab check``: properties that do not apply to it, and why
 =========================  =====================================================================
+
+FLOPs are matmul FLOPs (the PaLM/nanoGPT convention, what ``torch.utils.flop_counter`` counts):
+elementwise work (activations, norms, softmax, a tanh on the scores) counts none.
 """
 
 from __future__ import annotations
@@ -163,15 +169,30 @@ class Part(nn.Module):
     probe_name: ClassVar[str | None] = None
     #: the integer option that sets this part's width, which parameter matching may resize
     width_option: ClassVar[str | None] = None
+    #: ``--set`` overrides the conformance check (``attnlab check``) builds its small models with,
+    #: for a part that needs them (e.g. ``("model.mlp=false",)`` for a mixer sized to the MLP)
+    check_config: ClassVar[tuple[str, ...]] = ()
+    #: conformance properties that do not apply to this part -> the sentence saying why; the
+    #: check reports them as skipped with that reason (names: ``attnlab.testing.PROPERTIES``)
+    unchecked: ClassVar[dict[str, str]] = {}
 
     def __init__(self, opts: PartOptions, dims: Dims) -> None:
         super().__init__()
         self.opts = opts
+        #: what the part was built for (read by ``param_count`` checks and reports)
+        self.dims = dims
 
     # ------------------------------------------------------------------------------- accounting
     @classmethod
     def label(cls) -> str:
         return cls.param_label or cls.slot
+
+    @classmethod
+    def param_count(cls, opts: PartOptions, dims: Dims) -> int | None:
+        """Parameters a part built with ``opts`` for ``dims`` holds, by its formula (the one its
+        docstring and ``cost`` state); ``attnlab check`` compares it with the real count.
+        None: not declared (the check says so and skips the comparison)."""
+        return None
 
     def flops_per_token(self, seq_len: int) -> int:
         """Forward FLOPs per token: 2 x in x out of every Linear inside, plus ``extra_flops``."""

@@ -26,6 +26,10 @@ class ContentSkip(SideBranchPart):
     class Options(PartOptions):
         init_std: float = Field(1e-4, ge=0, description="N(0, std) for W_skip")
 
+    @classmethod
+    def param_count(cls, opts: Options, dims: Dims) -> int:
+        return dims.d_model**2
+
     def __init__(self, opts: Options, dims: Dims) -> None:
         super().__init__(opts, dims)
         self.w_skip = Linear(dims.d_model, dims.d_model, bias=False)

@@ -42,6 +42,11 @@ class MLP(FFNPart):
     width_option = "hidden"
     activation = "gelu"
 
+    @classmethod
+    def param_count(cls, opts: FFNOptions, dims: Dims) -> int:
+        d, h = dims.d_model, opts.width(dims.d_model)
+        return 2 * d * h + (h + d if dims.bias else 0)
+
     def __init__(self, opts: FFNOptions, dims: Dims) -> None:
         super().__init__(opts, dims)
         h = opts.width(dims.d_model)
@@ -83,6 +88,11 @@ class GLU(FFNPart):
     Options = FFNOptions
     width_option = "hidden"
     activation = "silu"
+
+    @classmethod
+    def param_count(cls, opts: FFNOptions, dims: Dims) -> int:
+        d, h = dims.d_model, opts.width(dims.d_model)
+        return 3 * d * h + (2 * h + d if dims.bias else 0)
 
     def __init__(self, opts: FFNOptions, dims: Dims) -> None:
         super().__init__(opts, dims)

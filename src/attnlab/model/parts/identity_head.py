@@ -31,6 +31,10 @@ class ConcatHeads(ReadoutPart):
 
     cost = "params 0; FLOPs 0"
 
+    @classmethod
+    def param_count(cls, opts: PartOptions, dims: Dims) -> int:
+        return 0
+
     def forward(self, u: Tensor, heads: Tensor) -> Tensor:
         B, _, T, _ = heads.shape
         return heads.transpose(1, 2).reshape(B, T, -1)
@@ -47,6 +51,11 @@ class IdentityHead(ReadoutPart):
     @classmethod
     def width(cls, opts: PartOptions, dims: Dims) -> int:
         return (dims.heads_out + 1) * dims.head_dim
+
+    @classmethod
+    def param_count(cls, opts: PartOptions, dims: Dims) -> int:
+        d, dh, n = dims.d_model, dims.head_dim, dims.heads_out + 1
+        return d * dh + (dh if dims.bias else 0) + (d + 1) * n
 
     def __init__(self, opts: PartOptions, dims: Dims) -> None:
         super().__init__(opts, dims)

@@ -18,6 +18,10 @@ class LinearKey(KeyPart):
 
     cost = "params d*d_kv; FLOPs 2*d*d_kv per token; cache H_kv*d_h per token"
 
+    @classmethod
+    def param_count(cls, opts: PartOptions, dims: Dims) -> int:
+        return dims.d_model * dims.d_kv + (dims.d_kv if dims.bias else 0)
+
     def __init__(self, opts: PartOptions, dims: Dims) -> None:
         super().__init__(opts, dims)
         self.w_k = Linear(dims.d_model, dims.d_kv, bias=dims.bias)
@@ -34,6 +38,10 @@ class LinearValue(ValuePart):
     """v = u W_V (+ b)."""
 
     cost = "params d*d_kv; FLOPs 2*d*d_kv per token; cache H_kv*d_h per token"
+
+    @classmethod
+    def param_count(cls, opts: PartOptions, dims: Dims) -> int:
+        return dims.d_model * dims.d_kv + (dims.d_kv if dims.bias else 0)
 
     def __init__(self, opts: PartOptions, dims: Dims) -> None:
         super().__init__(opts, dims)

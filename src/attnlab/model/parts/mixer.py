@@ -15,6 +15,8 @@ Both end in the branch's output projection, initialised N(0, out_std).
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch.nn.functional as F
 from pydantic import Field
 from torch import Tensor
@@ -46,6 +48,10 @@ class LinearMixer(MixerPart):
     param_label = "output"
     cost = "params n_in*d; FLOPs 2*n_in*d per token"
 
+    @classmethod
+    def param_count(cls, opts: PartOptions, dims: Dims) -> int:
+        return dims.mixer_in * dims.d_model + (dims.d_model if dims.bias else 0)
+
     def __init__(self, opts: PartOptions, dims: Dims) -> None:
         super().__init__(opts, dims)
         self.w_o = Linear(dims.mixer_in, dims.d_model, bias=dims.bias)
@@ -64,6 +70,13 @@ class NonlinearMixer(MixerPart):
     param_label = "nonlinear_mixer"
     width_option = "hidden"
     cost = "params m*(n_in + d); FLOPs 2*m*(n_in + d) per token (m sized to the removed MLP)"
+    check_config = ("model.mlp=false",)
+    unchecked: ClassVar[dict[str, str]] = {
+        "flops": "it declares the FLOPs of its m hidden units (model FLOPs, for MFU) but runs its "
+        "training matmuls zero-padded to a multiple of 16 units (HIDDEN_MULTIPLE: faster CPU "
+        "GEMMs), which FlopCounterMode counts: +18.5% at the check's d=32 (m = 81 -> 96; "
+        "0.4% at d=256 by the module docstring)"
+    }
 
     class Options(PartOptions):
         activation: Activation = "gelu"
@@ -86,6 +99,11 @@ class NonlinearMixer(MixerPart):
         d, b, n_in = dims.d_model, int(dims.bias), dims.mixer_in
         target = n_in * d + b * d + removed_mlp_params(dims.model)
         return max(1, round((target - b * d) / (n_in + d + b)))
+
+    @classmethod
+    def param_count(cls, opts: Options, dims: Dims) -> int:
+        m, d = cls.hidden_width(opts, dims), dims.d_model
+        return m * (dims.mixer_in + d) + (m + d if dims.bias else 0)
 
     def __init__(self, opts: Options, dims: Dims) -> None:
         super().__init__(opts, dims)

@@ -137,6 +137,12 @@ class MoEValues(ValuePart):
     last_aux_loss: Tensor | None
     last_stats: dict
 
+    @classmethod
+    def param_count(cls, opts: Options, dims: Dims) -> int:
+        d, E, d_out = dims.d_model, opts.n_experts, dims.d_kv
+        h = opts.expert_hidden or d
+        return d * E + E * (d * h + h * d_out + (h + d_out if dims.bias else 0))
+
     def __init__(self, opts: Options, dims: Dims) -> None:
         super().__init__(opts, dims)
         if opts.top_k > opts.n_experts:

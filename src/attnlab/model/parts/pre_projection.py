@@ -39,6 +39,11 @@ class PreProjection(FeatureMapPart):
                 ]
             return []
 
+    @classmethod
+    def param_count(cls, opts: Options, dims: Dims) -> int:
+        d = dims.d_model
+        return (3 if opts.gated else 2) * d * int(round(opts.expansion * d))
+
     def __init__(self, opts: Options, dims: Dims) -> None:
         super().__init__(opts, dims)
         d = dims.d_model

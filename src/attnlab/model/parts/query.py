@@ -70,6 +70,12 @@ def _anchored_to_u(name: str, model) -> list[str]:
     ]
 
 
+def bottleneck_params(d: int, d_q: int, r: int, dims: Dims) -> int:
+    """Parameters of :class:`Bottleneck`: RMSNorm d, W1 d r (+ r), W2 r d_q (+ d_q), LN d_q (+ d_q)."""
+    bias = r + d_q if dims.bias else 0
+    return d + d * r + r * d_q + bias + d_q * (2 if dims.norm_bias else 1)
+
+
 class BottleneckOptions(PartOptions):
     ratio: float = Field(0.5, gt=0, description="r = ratio * d for the bottleneck f")
     activation: Activation = "gelu"
@@ -83,6 +89,10 @@ class LinearQuery(QueryPart):
     """q = u W_Q (+ b)."""
 
     cost = "params d*d_q; FLOPs 2*d*d_q per token"
+
+    @classmethod
+    def param_count(cls, opts: PartOptions, dims: Dims) -> int:
+        return dims.d_model * dims.d_q + (dims.d_q if dims.bias else 0)
 
     def __init__(self, opts: PartOptions, dims: Dims) -> None:
         super().__init__(opts, dims)
@@ -104,6 +114,10 @@ class IdentityQuery(QueryPart):
     class Options(PartOptions):
         def check(self, model) -> list[str]:
             return _anchored_to_u("identity", model)
+
+    @classmethod
+    def param_count(cls, opts: PartOptions, dims: Dims) -> int:
+        return 0
 
     def fused_weights(self) -> FusedRows:
         return []
@@ -136,6 +150,11 @@ class NonlinearQuery(QueryPart):
                     "does not. Set model.query.scale_form=false"
                 )
             return out
+
+    @classmethod
+    def param_count(cls, opts: Options, dims: Dims) -> int:
+        d = dims.d_model
+        return bottleneck_params(d, d, opts.width(d), dims)
 
     def __init__(self, opts: Options, dims: Dims) -> None:
         super().__init__(opts, dims)
@@ -173,6 +192,12 @@ class AnchoredQuery(QueryPart):
         init_std: float | None = Field(
             None, ge=0, description="W1, W2 init std; None = the model's init std"
         )
+
+    @classmethod
+    def param_count(cls, opts: Options, dims: Dims) -> int:
+        d, d_q = dims.d_model, dims.d_q
+        w_q = 0 if dims.pretrained else d * d_q + (d_q if dims.bias else 0)
+        return w_q + bottleneck_params(d, d_q, opts.width(d), dims)
 
     def __init__(self, opts: Options, dims: Dims) -> None:
         super().__init__(opts, dims)

@@ -37,6 +37,11 @@ class VirtualHeads(ScorePart):
     def heads_out(cls, opts: VirtualHeadsOptions, dims: Dims) -> int:
         return opts.heads_out(dims)
 
+    @classmethod
+    def param_count(cls, opts: VirtualHeadsOptions, dims: Dims) -> int:
+        taps = opts.kernel_size ** (1 if opts.conv == "1d" else 2)
+        return opts.heads_out(dims) * dims.n_heads * taps
+
     def __init__(self, opts: VirtualHeadsOptions, dims: Dims) -> None:
         super().__init__(opts, dims)
         self.on, self.conv, self.k = opts.on, opts.conv, opts.kernel_size

@@ -127,6 +127,11 @@ class VirtualHeadsFused(ScorePart):
     def heads_out(cls, opts: Options, dims: Dims) -> int:
         return opts.heads_out(dims)
 
+    @classmethod
+    def param_count(cls, opts: Options, dims: Dims) -> int:
+        taps = opts.kernel_size ** (1 if opts.conv == "1d" else 2)
+        return opts.heads_out(dims) * opts.group(dims.n_heads) * taps
+
     def __init__(self, opts: Options, dims: Dims) -> None:
         super().__init__(opts, dims)
         H = dims.n_heads

@@ -1,0 +1,195 @@
+"""attnlab check: prove parts, built-in or plugin, with the conformance battery."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from typing import Any
+
+from attnlab import exitcodes
+
+NAME = "check"
+HELP = (
+    "Prove parts with the conformance battery (causality, KV cache, batching, declared params "
+    "and FLOPs, state dict, init, gradcheck, compile, bfloat16, export)."
+)
+EPILOG = f"""\
+Without SLOT:KIND it checks the parts of the --plugin files given, or every registered part when
+there are none (--all: every registered part in any case).
+exit codes: {exitcodes.OK} every property passed or was skipped with its reason, \
+{exitcodes.FAILED} some property failed, {exitcodes.USER_ERROR} bad input (an unknown SLOT:KIND, \
+a bad option)
+"""
+
+#: short column names of the properties, in battery order
+COLUMNS = {
+    "causality": "causal",
+    "kv_cache": "cache",
+    "batch": "batch",
+    "params": "params",
+    "flops": "flops",
+    "state_dict": "state",
+    "init": "init",
+    "gradcheck": "grad",
+    "compile": "compile",
+    "bfloat16": "bf16",
+    "export": "export",
+}
+#: the table's width: a part name and eleven property columns
+WIDTH = 130
+MARK = {"passed": "[green]ok[/]", "failed": "[bold red]FAIL[/]", "skipped": "[dim]-[/]"}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.epilog = EPILOG
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.add_argument(
+        "parts",
+        nargs="*",
+        metavar="SLOT:KIND[,option=value...]",
+        help="the parts to check, e.g. score:virtual_heads,kernel_size=2 (default: see below)",
+    )
+    p.add_argument("--all", action="store_true", help="every registered part (and the plugins')")
+    p.add_argument("--no-compile", action="store_true", help="skip the torch.compile property")
+    p.add_argument(
+        "--compile-backend",
+        choices=("aot_eager", "inductor"),
+        default="aot_eager",
+        help="aot_eager (default): dynamo's tracing and AOTAutograd, eager kernels, about a second "
+        "a part; inductor: also its C++ kernels, as train.compile (minutes on a cold cache)",
+    )
+    p.add_argument("--no-export", action="store_true", help="skip the transformers export")
+    p.add_argument("--verbose", "-v", action="store_true", help="also every passed/skipped line")
+    p.add_argument("--json", action="store_true", help="print one JSON list of part reports")
+
+
+def parse_part(text: str):
+    """``SLOT:KIND[,option=value...]`` -> PartRequest (values read as TOML, else strings)."""
+    from attnlab.config import parse_override
+    from attnlab.errors import UserError
+    from attnlab.parts import SLOTS
+    from attnlab.parts.registry import PartError, unknown_kind_message
+    from attnlab.testing import PartRequest
+
+    slot, sep, rest = text.partition(":")
+    kind, *items = rest.split(",")
+    if not sep or not slot or not kind.strip():
+        raise UserError(
+            f"{text!r} is not SLOT:KIND[,option=value...]; e.g. query:nonlinear,ratio=0.25"
+        )
+    slot, kind = slot.strip(), kind.strip()
+    if slot not in SLOTS:
+        raise UserError(f"unknown slot {slot!r} in {text!r}; slots: {', '.join(SLOTS)}")
+    from attnlab.parts import registry
+
+    if not registry.has(slot, kind) or kind == "none":
+        raise PartError(unknown_kind_message(slot, kind))
+    options: dict[str, Any] = {}
+    for item in items:
+        if "=" not in item:
+            raise UserError(f"option {item!r} in {text!r} must look like option=value")
+        path, value = parse_override(item)
+        options[".".join(path)] = value
+    return PartRequest(slot, kind, options)
+
+
+def requests(args: argparse.Namespace) -> list:
+    from attnlab.parts import registry
+    from attnlab.parts.plugins import loaded
+    from attnlab.testing import PartRequest
+
+    if args.parts:
+        return [parse_part(p) for p in args.parts]
+    specs = registry.specs()
+    if args.plugins and not args.all:
+        modules = {r.module for r in loaded() if r.spec in set(args.plugins)}
+        specs = [
+            s
+            for s in specs
+            if s.source != registry.BUILTIN
+            and any(s.cls.__module__ == m or s.cls.__module__.startswith(f"{m}.") for m in modules)
+        ]
+    return [PartRequest(s.slot, s.kind, {}) for s in specs]
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    from attnlab.errors import UserError
+    from attnlab.testing import cache as check_cache
+    from attnlab.testing import check_parts
+
+    todo = requests(args)
+    if not todo:
+        raise UserError("no parts to check: the --plugin files register none")
+    con = Console()
+    if con.width < WIDTH:  # a pipe or a narrow terminal: the table needs its columns
+        con = Console(width=WIDTH)
+    narrow = Console(width=min(con.width, 100))  # the sentences below the table
+    t0 = time.perf_counter()
+    if not args.json:
+        con.print(f"checking {len(todo)} part(s) in float64 small models on the CPU ...")
+    reports = check_parts(
+        todo,
+        compile=not args.no_compile,
+        export=not args.no_export,
+        compile_backend=args.compile_backend,
+    )
+    wall = time.perf_counter() - t0
+    from attnlab.parts import registry
+
+    for r in reports:  # a plugin's passing result spares train/compare/probe/bench the check
+        spec = registry.get(r.slot, r.kind)
+        if spec.source != registry.BUILTIN and not args.no_compile:
+            from attnlab.testing.gate import ALL, NO_EXPORT, what
+
+            ran = what(NO_EXPORT if args.no_export else ALL, args.compile_backend)
+            check_cache.write(check_cache.key(spec.cls, r.slot, r.kind, r.options, ran), r)
+    if args.json:
+        print(json.dumps([r.to_dict() for r in reports], indent=2, default=str))
+        return exitcodes.FAILED if any(not r.passed for r in reports) else exitcodes.OK
+    table = Table(title="attnlab check: conformance of each part", title_justify="left")
+    table.add_column("part", no_wrap=True, min_width=max(len(r.name) for r in reports))
+    for col in COLUMNS.values():
+        table.add_column(col, justify="center")
+    table.add_column("s", justify="right")
+    for r in reports:
+        by = {x.name: x.status for x in r.results}
+        cells = [
+            MARK.get(by.get(p, ""), "[bold red]FAIL[/]" if "configs" in by else "") for p in COLUMNS
+        ]
+        table.add_row(r.name, *cells, f"{r.seconds:.1f}")
+    con.print(table)
+    for r in reports:
+        if r.source != "built-in":
+            con.print(f"{r.name} is from {_short(r.source)}", highlight=False)
+    bad = [r for r in reports if not r.passed]
+    for r in reports:
+        lines = [x for x in r.results if x.status == "failed" or args.verbose]
+        if args.verbose and r.refused:
+            refused = "; ".join(f"{c}: {why}" for c, why in r.refused)
+            narrow.print(
+                f"[bold]{r.name}[/] configs refused by its options or the config: {escape(refused)}",
+                markup=True,
+                highlight=False,
+            )
+        for x in lines:
+            style = "red" if x.status == "failed" else "dim"
+            narrow.print(f"[{style}]{r.name} {escape(x.message())}[/]", highlight=False)
+    n_fail = sum(1 for r in reports for x in r.results if x.status == "failed")
+    verdict = (
+        f"{len(bad)} of {len(reports)} part(s) failed {n_fail} propert(ies)"
+        if bad
+        else (f"all {len(reports)} part(s) passed")
+    )
+    con.print(f"{verdict} in {wall:.1f} s (skips name their reason: --verbose)", highlight=False)
+    return exitcodes.FAILED if bad else exitcodes.OK
+
+
+def _short(source: str) -> str:
+    from attnlab.commands.parts import _short as short
+
+    return short(source)

@@ -1,0 +1,210 @@
+"""The battery: every property of one part, in every small-model config it is accepted in.
+
+:func:`check_parts` checks several parts and loads all their exports in one child process;
+:func:`check_part` is the one-part form for a plugin author's pytest.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from pydantic import ValidationError
+
+from attnlab.errors import UserError
+from attnlab.parts import registry
+from attnlab.testing import (
+    batching,
+    causality,
+    compiled,
+    declarations,
+    exporting,
+    gradients,
+    kv_cache,
+    state,
+)
+from attnlab.testing.cases import accepted, build, config_for, float64
+from attnlab.testing.result import PROPERTIES, PartReport, Result, failed, skipped
+
+
+@dataclass(frozen=True)
+class PartRequest:
+    """A part to check: slot, kind and options (the defaults where not given)."""
+
+    slot: str
+    kind: str
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+def _validated_spec(req: PartRequest):
+    spec = registry.get(req.slot, req.kind)  # PartError (a UserError) for an unknown kind
+    if spec.kind == "none":
+        raise UserError(f"{req.slot}:none is the empty slot; there is no part to check")
+    try:
+        spec.options.model_validate({**req.options, "kind": req.kind})
+    except ValidationError as e:
+        problems = "; ".join(
+            f"{'.'.join(map(str, err['loc'])) or 'options'}: {err['msg']}" for err in e.errors()
+        )
+        fields = ", ".join(n for n in spec.options.model_fields if n != "kind") or "none"
+        raise UserError(
+            f"{req.slot}:{req.kind}: bad option ({problems}); its options: {fields}"
+        ) from None
+    return spec
+
+
+def _guard(name: str, part: str, fn: Callable[[], Result]) -> Result:
+    t0 = time.perf_counter()
+    try:
+        result = fn()
+    except Exception as e:  # a part that raises is a failed property, not a crashed check
+        first = " ".join(str(e).split())[:300]
+        result = failed(
+            name,
+            f"{part} raised {type(e).__name__} while this was checked: {first}",
+            "run attnlab.testing.check_part in pytest to see the traceback",
+        )
+    result.seconds = time.perf_counter() - t0
+    return result
+
+
+def _check_one(
+    req: PartRequest, *, compile: bool, backend: str, export_dir: Path | None
+) -> tuple[PartReport, exporting.Job | None]:
+    spec = _validated_spec(req)
+    cls, name = spec.cls, f"{req.slot}.{req.kind}"
+    report = PartReport(req.slot, req.kind, spec.source, dict(req.options))
+    ok, report.refused = accepted(req.slot, req.kind, req.options)
+    report.cases = [c.name for c, _ in ok]
+    if not ok:
+        why = "; ".join(f"{c}: {r}" for c, r in report.refused[:3])
+        report.results.append(
+            failed(
+                "configs",
+                f"no small-model config accepts {name} with these options ({why})",
+                "accept d_model 32 with 4 heads of 8 and 2 K/V heads in at least one family, or "
+                "declare the settings the part needs in check_config",
+            )
+        )
+        return report, None
+    built = [(case, build(cfg)) for case, cfg in ok]
+    base = next((i for i, (c, _) in enumerate(ok) if c.family == "decoder"), 0)
+    base_case, base_cfg = ok[base]
+    job: exporting.Job | None = None
+
+    # the Q/K/V projections unfused: each projection part runs its own forward
+    unfused = build(
+        config_for(base_case, req.slot, req.kind, req.options, ("model.attention.fuse_qkv=false",))
+    )
+
+    def export() -> Result:
+        nonlocal job
+        if export_dir is None:
+            return skipped("export", "not asked for (--no-export)")
+        cfg = config_for(base_case, req.slot, req.kind, req.options, exporting.CONFIG)
+        got = exporting.prepare(name, cfg, base_case, export_dir)
+        if isinstance(got, Result):
+            return got
+        job = got
+        return skipped("export", "pending")  # replaced once the child process has run
+
+    checks: dict[str, Callable[[], Result]] = {
+        "causality": lambda: causality.check(name, built),
+        "kv_cache": lambda: kv_cache.check(name, cls, built),
+        "batch": lambda: batching.check(name, built),
+        "params": lambda: declarations.check_params(name, cls, built),
+        "flops": lambda: declarations.check_flops(name, cls, req.slot, base_case, unfused),
+        "state_dict": lambda: state.check_state_dict(name, base_cfg, base_case),
+        "init": lambda: state.check_init(name, cls, base_cfg, base_case),
+        "gradcheck": lambda: gradients.check(
+            name,
+            cls,
+            config_for(base_case, req.slot, req.kind, req.options, gradients.CONFIG),
+            base_case,
+        ),
+        "compile": (
+            (lambda: compiled.check_compile(name, cls, unfused, base_case, backend))
+            if compile
+            else (lambda: skipped("compile", "not asked for (--no-compile)"))
+        ),
+        "bfloat16": lambda: compiled.check_bfloat16(name, base_cfg, base_case),
+        "export": export,
+    }
+    assert list(checks) == list(PROPERTIES)
+    for prop, fn in checks.items():
+        why = cls.unchecked.get(prop)
+        if why:
+            report.results.append(skipped(prop, f"{name} declares: {why}"))
+        else:
+            report.results.append(_guard(prop, name, fn))
+    return report, job
+
+
+def check_parts(
+    requests: list[PartRequest],
+    *,
+    compile: bool = True,
+    export: bool = True,
+    compile_backend: str = "aot_eager",
+    progress: Callable[[PartReport], None] | None = None,
+) -> list[PartReport]:
+    """Check every part of ``requests`` (float64, CPU); exports are loaded by one child process
+    at the end. ``compile_backend``: ``aot_eager`` (dynamo's tracing, eager kernels; about a
+    second a part) or ``inductor`` (C++ kernels as ``train.compile``; slow on a cold cache).
+    ``progress`` is called with each report as its in-process checks finish."""
+    if compile_backend not in compiled.BACKENDS:
+        raise UserError(
+            f"compile backend {compile_backend!r}; choose one of {', '.join(compiled.BACKENDS)}"
+        )
+    for req in requests:  # bad input is refused before anything runs
+        _validated_spec(req)
+    reports: list[PartReport] = []
+    jobs: list[tuple[PartReport, exporting.Job]] = []
+    with tempfile.TemporaryDirectory(prefix="attnlab-check-") as tmp:
+        for i, req in enumerate(requests):
+            t0 = time.perf_counter()
+            with torch.random.fork_rng(devices=[]), float64():
+                # built-in parts' exports share one folder name, so the child imports their
+                # identical remote code once; a plugin's code differs and gets its own name
+                builtin = registry.get(req.slot, req.kind).source == registry.BUILTIN
+                name = "attnlab_check" if builtin else f"attnlab_check_{i}"
+                folder = Path(tmp) / str(i) / name if export else None
+                report, job = _check_one(
+                    req, compile=compile, backend=compile_backend, export_dir=folder
+                )
+            report.seconds = time.perf_counter() - t0
+            reports.append(report)
+            if job is not None:
+                jobs.append((report, job))
+            elif progress is not None:
+                progress(report)
+        if jobs:
+            t0 = time.perf_counter()
+            results = exporting.run([j for _, j in jobs])
+            share = (time.perf_counter() - t0) / len(jobs)
+            for (report, _), result in zip(jobs, results):
+                report.results = [result if r.name == "export" else r for r in report.results]
+                report.seconds += share
+                if progress is not None:
+                    progress(report)
+    return reports
+
+
+def check_part(
+    slot: str,
+    kind: str,
+    *,
+    compile: bool = True,
+    export: bool = True,
+    compile_backend: str = "aot_eager",
+    **options: Any,
+) -> PartReport:
+    """Check one registered part (a plugin's: load it first, e.g. by importing its module) with
+    ``options``; ``report.passed``, ``report.failures()``, ``report.assert_passed()``."""
+    req = PartRequest(slot, kind, options)
+    return check_parts([req], compile=compile, export=export, compile_backend=compile_backend)[0]
