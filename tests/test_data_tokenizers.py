@@ -11,7 +11,7 @@ import pytest
 
 from attnlab.data import hub, load_tokenizer
 from attnlab.data.bpe import train_bpe
-from attnlab.data.tokenizer import tokenizer_from_spec
+from attnlab.data.tokenizer_lookup import tokenizer_from_spec
 from attnlab.errors import UserError
 
 TEXT = "Hello world! Ünïcödé — 日本語, tabs\tand\n\nnewlines.  Two spaces."
@@ -149,3 +149,22 @@ def test_local_transformers_tokenizer_dir(tmp_path: Path) -> None:
     assert meta["tokenizer"]["kind"] == "hf-auto"
     reloaded = TokenData.open(tmp_path / "data").tokenizer
     assert reloaded.encode(TEXT) == trained.encode(TEXT) and reloaded.eos_id == 0
+
+
+MEMBERS = {
+    "attnlab.data.byte_tokenizer",
+    "attnlab.data.gpt2_tokenizer",
+    "attnlab.data.hf_tokenizer",
+}
+
+
+def test_lookup_imports_only_the_member_a_name_needs(loaded_modules, tmp_path: Path) -> None:
+    assert not MEMBERS & loaded_modules("import attnlab.data, attnlab.data.tokenizer")
+    got = loaded_modules("from attnlab.data import load_tokenizer; load_tokenizer('bytes')")
+    assert MEMBERS & got == {"attnlab.data.byte_tokenizer"}
+    assert not {"tiktoken", "tokenizers", "transformers"} & got
+    train_bpe(CORPUS, 300).tok.save(str(tmp_path / "tokenizer.json"))
+    got = loaded_modules(
+        f"from attnlab.data import load_tokenizer; load_tokenizer({str(tmp_path / 'tokenizer.json')!r})"
+    )
+    assert MEMBERS & got == {"attnlab.data.hf_tokenizer"}
