@@ -43,20 +43,10 @@ class Tokenizer(ABC):
     def decode(self, ids: Sequence[int]) -> str:
         """Text of ``ids``; invalid byte sequences become U+FFFD."""
 
-    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
-        return [self.encode(t) for t in texts]
-
-    def encode_documents(self, texts: Sequence[str]) -> np.ndarray:
-        """``texts`` as one int64 stream, each document followed by ``eos_id``."""
-        parts = []
-        for ids in self.encode_batch(texts):
-            parts.append(np.asarray(ids, dtype=np.int64))
-            parts.append(np.array([self.eos_id], dtype=np.int64))
-        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
-
     def encode_chunk(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        """(ids, lengths) on this thread only: ``ids`` as in :meth:`encode_documents` (int64),
-        ``lengths[i]`` the token count of document ``i`` with its end-of-text.
+        """(ids, lengths) on this thread only: ``ids`` the documents as one int64 stream, each
+        followed by ``eos_id``; ``lengths[i]`` the token count of document ``i`` with its
+        end-of-text.
 
         The unit of work of a ``prepare`` worker process, so it never starts threads itself.
         """

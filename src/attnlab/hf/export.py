@@ -25,8 +25,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch
-
 import attnlab
 from attnlab.config import Config
 from attnlab.errors import UserError
@@ -209,11 +207,3 @@ def export(source: str | Path, out: str | Path, *, force: bool = False) -> Expor
         raise
     files = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
     return ExportResult(out=out, source=str(source), step=step, files=files, plugins=plugins)
-
-
-def max_abs_logit_difference(model: torch.nn.Module, hf: torch.nn.Module, ids: torch.Tensor):
-    """max |attnlab logits - transformers logits| on ``ids`` (both in eval mode, no grad)."""
-    with torch.no_grad():
-        a = model(ids).logits
-        b = hf(input_ids=ids, use_cache=False).logits
-    return float((a - b).abs().max())
