@@ -131,7 +131,7 @@ def summarise(corpus: str, rows: list[dict]) -> dict:
 
 def local_copies(corpus: str, copies: int, scratch: Path) -> Path:
     """``scratch/<corpus>-x<copies>.jsonl``: the corpus's documents, ``copies`` times over."""
-    from attnlab.data.corpus import open_corpus
+    from attnlab.data.corpus_lookup import open_corpus
 
     path = scratch / f"{re.sub(r'[^A-Za-z0-9_.-]+', '-', corpus)}-x{copies}.jsonl"
     docs = [json.dumps({"text": d}) + "\n" for d in open_corpus(corpus).documents()]

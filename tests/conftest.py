@@ -10,6 +10,8 @@ itself (its kernels, its memory counters, NCCL) still skip, with their reason.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -71,3 +73,18 @@ def check_cache(tmp_path_factory):
         os.environ.pop("ATTNLAB_CHECK_CACHE", None)
     else:
         os.environ["ATTNLAB_CHECK_CACHE"] = old
+
+
+@pytest.fixture
+def loaded_modules():
+    """``loaded(code) -> set[str]``: the modules a fresh Python holds after running ``code``
+    (what a lookup imports, without this process's imports in the way)."""
+
+    def loaded(code: str) -> set[str]:
+        script = f"{code}\nimport sys\nprint('--modules--', *sorted(sys.modules))"
+        out = subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, check=True
+        )
+        return set(out.stdout.rpartition("--modules--")[2].split())
+
+    return loaded

@@ -47,3 +47,31 @@ def test_bad_preset_exits_2_naming_close_matches(capsys) -> None:
 def test_bad_override_exits_2(capsys) -> None:
     assert main(["params", "tiny", "--set", "model.qurey.kind=linear"]) == 2
     assert "did you mean 'model.query'" in capsys.readouterr().err
+
+
+def test_every_set_option_is_the_one_shared_definition() -> None:
+    """``--set`` is defined once (``commands._common.add_set_argument``) and every command that
+    takes it collects repeated values in ``overrides``."""
+    import argparse
+    from pathlib import Path
+
+    import attnlab.commands
+    from attnlab.cli import build_parser
+
+    folder = Path(attnlab.commands.__file__).parent
+    defining = [p.name for p in sorted(folder.glob("*.py")) if '"--set"' in p.read_text()]
+    assert defining == ["_common.py"]
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    taking = set()
+    for name, parser in sub.choices.items():
+        for action in parser._actions:
+            if "--set" in action.option_strings:
+                assert (action.dest, action.metavar, action.default) == (
+                    "overrides",
+                    "KEY=VALUE",
+                    [],
+                )
+                assert isinstance(action, argparse._AppendAction)
+                assert action.help.startswith("override ") and action.help.endswith("(repeatable)")
+                taking.add(name)
+    assert {"bench", "compare", "params", "probe", "train"} <= taking

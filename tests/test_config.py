@@ -431,3 +431,12 @@ def test_dump_toml_round_trips_odd_strings_and_lists() -> None:
 def test_dump_toml_escapes_control_characters() -> None:
     cfg = load_config("tiny", ['experiment.name="two\\nlines"'])
     assert validate(tomllib.loads(dump_toml(cfg))).experiment.name == "two\nlines"
+
+
+def test_the_model_config_has_one_table_per_slot_in_block_order():
+    """The config's slot tables are the slots' declared ``config_field`` (parts/slots.py)."""
+    from attnlab.config import SLOT_FIELDS, ModelConfig
+    from attnlab.parts.slots import SLOTS
+
+    assert [f"model.{f}" for f in SLOT_FIELDS] == [s.config_field for s in SLOTS.values()]
+    assert set(SLOT_FIELDS) <= set(ModelConfig.model_fields)

@@ -122,6 +122,43 @@ def test_unknown_name_suggests_nearest() -> None:
     )
 
 
+SOURCES = {"attnlab.data.wiki", "attnlab.data.debian", "attnlab.data.hub", "attnlab.data.local"}
+
+
+def test_sources_are_imported_on_first_lookup_only(loaded_modules, tmp_path: Path) -> None:
+    assert not SOURCES & loaded_modules("import attnlab.data, attnlab.data.corpus")
+    listed = loaded_modules("from attnlab.data import registered_corpora; registered_corpora()")
+    assert SOURCES & listed == {"attnlab.data.wiki", "attnlab.data.debian"}
+    (tmp_path / "a.txt").write_text("text")
+    opened = loaded_modules(
+        f"from attnlab.data import open_corpus; open_corpus({str(tmp_path / 'a.txt')!r})"
+    )
+    assert "attnlab.data.local" in opened and "attnlab.data.hub" not in opened
+
+
+def test_a_registered_source_is_found_by_name() -> None:
+    from attnlab.data import Corpus, register_corpus
+    from attnlab.data.corpus import REGISTRY
+
+    class Two(Corpus):
+        name = "two-docs"
+
+        def __init__(self, options: SourceOptions) -> None:
+            self.options = options
+
+        def documents(self):
+            yield from ("one", "two")
+
+    try:
+        register_corpus("two-docs", "two tiny documents")(Two)
+        assert registered_corpora()["two-docs"] == "two tiny documents"
+        corpus = open_corpus(" two-docs ", text_field="body")
+        assert isinstance(corpus, Two) and corpus.options.text_field == "body"
+        assert list(corpus.documents()) == ["one", "two"]
+    finally:
+        REGISTRY.pop("two-docs", None)
+
+
 # ------------------------------------------------------------------------------------------ hub
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from attnlab.data import hub, load_tokenizer
 from attnlab.data.bpe import train_bpe
-from attnlab.data.tokenizer import tokenizer_from_spec
+from attnlab.data.tokenizer_lookup import tokenizer_from_spec
 from attnlab.errors import UserError
 
 TEXT = "Hello world! Ünïcödé — 日本語, tabs\tand\n\nnewlines.  Two spaces."
@@ -35,8 +35,8 @@ def test_bytes_tokenizer() -> None:
     ids = tok.encode("é!")
     assert ids == [0xC3, 0xA9, 0x21]
     assert tok.decode(tok.encode(TEXT)) == TEXT
-    stream = tok.encode_documents(["ab", "", "é"])
-    assert stream.tolist() == [97, 98, 256, 256, 0xC3, 0xA9, 256]
+    ids, lengths = tok.encode_chunk(["ab", "", "é"])
+    assert ids.tolist() == [97, 98, 256, 256, 0xC3, 0xA9, 256] and lengths.tolist() == [3, 1, 3]
     assert tok.decode([0xC3]) == "\ufffd"
 
 
@@ -49,8 +49,8 @@ def test_gpt2_exact_ids_offline() -> None:
     assert tok.decode(tok.encode(TEXT)) == TEXT
     # literal special-token text is ordinary text, never the end-of-text id
     assert 50256 not in tok.encode("a <|endoftext|> b")
-    assert tok.encode_documents(["Hello world", "Hello"]).tolist() == [15496, 995, 50256,
-                                                                        15496, 50256]  # fmt: skip
+    ids, lengths = tok.encode_chunk(["Hello world", "Hello"])
+    assert ids.tolist() == [15496, 995, 50256, 15496, 50256] and lengths.tolist() == [3, 2]
 
 
 @needs_pythia
@@ -122,11 +122,13 @@ def test_hub_tokenizer_offline_is_a_clear_error(monkeypatch) -> None:
         load_tokenizer("EleutherAI/pythia-160m")
 
 
-def test_encode_documents_default_matches_encode() -> None:
+def test_encode_chunk_default_matches_encode() -> None:
     tok = train_bpe(CORPUS, 280)
     docs = ["the cat", "a dog sat"]
     expected = [*tok.encode(docs[0]), 0, *tok.encode(docs[1]), 0]
-    np.testing.assert_array_equal(tok.encode_documents(docs), expected)
+    ids, lengths = tok.encode_chunk(docs)
+    np.testing.assert_array_equal(ids, expected)
+    assert lengths.tolist() == [len(tok.encode(d)) + 1 for d in docs]
 
 
 def test_local_transformers_tokenizer_dir(tmp_path: Path) -> None:
@@ -142,10 +144,32 @@ def test_local_transformers_tokenizer_dir(tmp_path: Path) -> None:
     assert tok.eos_id == 0 and tok.vocab_size == 280
     assert tok.encode(TEXT) == trained.encode(TEXT) and tok.decode(tok.encode(TEXT)) == TEXT
     assert 0 not in tok.encode("a <|endoftext|> b")
-    assert tok.encode_batch(["a <|endoftext|> b"]) == [tok.encode("a <|endoftext|> b")]
+    assert tok.encode_chunk(["a <|endoftext|> b"])[0].tolist() == [
+        *tok.encode("a <|endoftext|> b"),
+        0,
+    ]
     src = tmp_path / "d.jsonl"
     src.write_text("".join(json.dumps({"text": t}) + "\n" for t in CORPUS[:6]))
     meta = prepare(str(src), str(tmp_path / "tok"), tmp_path / "data", val_fraction=0.3)
     assert meta["tokenizer"]["kind"] == "hf-auto"
     reloaded = TokenData.open(tmp_path / "data").tokenizer
     assert reloaded.encode(TEXT) == trained.encode(TEXT) and reloaded.eos_id == 0
+
+
+MEMBERS = {
+    "attnlab.data.byte_tokenizer",
+    "attnlab.data.gpt2_tokenizer",
+    "attnlab.data.hf_tokenizer",
+}
+
+
+def test_lookup_imports_only_the_member_a_name_needs(loaded_modules, tmp_path: Path) -> None:
+    assert not MEMBERS & loaded_modules("import attnlab.data, attnlab.data.tokenizer")
+    got = loaded_modules("from attnlab.data import load_tokenizer; load_tokenizer('bytes')")
+    assert MEMBERS & got == {"attnlab.data.byte_tokenizer"}
+    assert not {"tiktoken", "tokenizers", "transformers"} & got
+    train_bpe(CORPUS, 300).tok.save(str(tmp_path / "tokenizer.json"))
+    got = loaded_modules(
+        f"from attnlab.data import load_tokenizer; load_tokenizer({str(tmp_path / 'tokenizer.json')!r})"
+    )
+    assert MEMBERS & got == {"attnlab.data.hf_tokenizer"}

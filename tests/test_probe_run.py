@@ -161,8 +161,16 @@ def test_adapter_files_hold_only_the_new_tensors_and_reattach(env, tmp_path):
     record = json.loads((run / "probe.json").read_text())
     assert record["method"] == "preproj+skip+anchored-query+lora"
     assert record["base"]["model"] == str(env["gpt2"]) and record["trained_steps"] == 4
-    assert (run / "skip_norms.png").stat().st_size > 0
-    assert (run / "skip_norms.csv").read_text().count("\n") == 1 + 2  # header + 2 layers
+    # the content skip's declared layer statistic, ||W_skip||_F per layer, from the adapter
+    norms = [adapter[f"{i}.side_branch.w_skip.weight"].norm().item() for i in range(2)]
+    assert record["layer_stats"]["content_skip_norm"] == pytest.approx(norms, rel=1e-6)
+    assert res.layer_stats == record["layer_stats"]
+    assert "||W_skip||_F" in res.layer_stats_doc["content_skip_norm"]
+    stats = run / "layer_stats"
+    assert (stats / "content_skip_norm.png").stat().st_size > 0
+    rows = (stats / "content_skip_norm.csv").read_text().splitlines()
+    assert rows[0] == f"layer,{res.label}" and len(rows) == 1 + 2  # header + 2 layers
+    assert [float(r.split(",")[1]) for r in rows[1:]] == pytest.approx(norms, rel=1e-5)
 
     model, tok = load_probed_model(run)
     probed = load_probed(run)
@@ -248,10 +256,16 @@ def test_experiment_writes_one_table(env, tmp_path):
     assert cloze and 0 <= rows["frozen"][cloze[0]] <= 1
     report = (out / "report.md").read_text()
     assert "| method | params | ppl |" in report and "LoRA rank" in report
-    assert (out / "skip_norms.png").is_file() and (out / "results.csv").is_file()
+    assert (out / "layer_stats" / "content_skip_norm.png").is_file()
+    assert (out / "results.csv").is_file()
+    header = (out / "layer_stats" / "content_skip_norm.csv").read_text().splitlines()[0]
+    assert header == "layer,preproj+skip"  # only the method with a content skip
+    assert "## Content skip norm per layer" in report and "Per-layer Frobenius norm" in report
+    assert "![content skip norm](layer_stats/content_skip_norm.png)" in report
     assert (out / "runs" / "lora-at-preproj-skip" / "lora" / "adapter_config.json").is_file()
     again = run_experiment(exp, out, data_root=env["data"], log=_quiet)  # finished: no retraining
     assert [r.to_dict()["results"] for r in again] == [r.to_dict()["results"] for r in results]
+    assert [r.layer_stats for r in again] == [r.layer_stats for r in results]
 
 
 def test_cli_errors_are_clear(env, tmp_path, capsys):
@@ -317,5 +331,6 @@ def test_smollm2_real_probe_trains_a_few_steps(tmp_path):
     )
     res = train_probe(cfg, tmp_path / "run", data_root=tmp_path, log=_quiet)
     assert res.status == "finished" and res.counts["trainable"] == 34_836_480
-    assert len(res.skip_norms) == 30 and all(n is not None and n > 0 for n in res.skip_norms)
+    norms = res.layer_stats["content_skip_norm"]
+    assert len(norms) == 30 and all(n is not None and n > 0 for n in norms)
     assert res.results["perplexity"]["metrics"]["perplexity"] < 1000

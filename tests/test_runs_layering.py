@@ -1,4 +1,5 @@
-"""The run engine sits below the protocols, and evaluation does not import the probe (no cycle)."""
+"""The run engine sits below the protocols, evaluation does not import the probe, and the data
+registries load their members without import circles."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ def _imports(package: str) -> dict[str, set[str]]:
         names = set()
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                names.add(node.module)
+                names.add(node.module)  # and each name, which may be a module itself
+                names.update(f"{node.module}.{a.name}" for a in node.names)
             elif isinstance(node, ast.Import):
                 names.update(a.name for a in node.names)
         out[str(path.relative_to(SRC))] = {n for n in names if n.startswith("attnlab")}
@@ -52,3 +54,40 @@ def test_importing_eval_loads_no_probe_or_trainer_module():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def _circles(package: str) -> list[list[str]]:
+    """Import circles (strongly connected components) among the modules of ``package``; an
+    import names its longest module (``attnlab.data.corpus``, not the package ``attnlab.data``)."""
+    modules = {
+        "attnlab." + f.removesuffix(".py").removesuffix("/__init__").replace("/", "."): names
+        for f, names in _imports(package).items()
+    }
+
+    def module_of(name: str) -> str | None:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph = {
+        m: {n for i in names if (n := module_of(i)) and n != m and not m.startswith(n + ".")}
+        for m, names in modules.items()
+    }
+
+    def reach(start: str) -> set[str]:
+        seen, todo = set(), [start]
+        while todo:
+            for n in graph[todo.pop()] - seen:
+                seen.add(n)
+                todo.append(n)
+        return seen
+
+    reachable = {m: reach(m) for m in graph}
+    circles = {frozenset({m} | {n for n in reachable[m] if m in reachable[n]}) for m in graph}
+    return sorted(sorted(c) for c in circles if len(c) > 1)
+
+
+def test_data_modules_form_no_import_circle():
+    """The tokenizer and corpus lookups import their members; the members import only the
+    interfaces (``data.tokenizer``, ``data.corpus``), never the lookups."""
+    assert _circles("data") == []

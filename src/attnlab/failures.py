@@ -12,8 +12,6 @@ import errno
 import os
 import re
 
-from attnlab.errors import UserError
-
 #: how Rust libraries (safetensors, tokenizers) print the OS error inside their own exceptions
 _RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)")
 
@@ -73,12 +71,6 @@ def os_error_of(exc: BaseException) -> OSError | None:
             return OSError(code, os.strerror(code))
         e, seen = e.__cause__ or e.__context__, seen + 1
     return None
-
-
-def as_user_error(exc: BaseException, context: str = "") -> UserError:
-    """:func:`describe` ``exc`` as a :class:`UserError`, prefixed by ``context`` when given."""
-    text = describe(exc)
-    return UserError(f"{context}: {text}" if context else text)
 
 
 #: the exceptions the CLI reports through :func:`describe` instead of a traceback

@@ -9,13 +9,23 @@ from attnlab.config import Config, load_config
 
 def add_config_arguments(p: argparse.ArgumentParser, positional: str = "config") -> None:
     p.add_argument(positional, metavar="NAME_OR_FILE", help="a preset name or a TOML config file")
+    add_set_argument(p)
+
+
+def add_set_argument(
+    p: argparse.ArgumentParser,
+    what: str = "a config value",
+    example: str = "model.query.kind=nonlinear",
+) -> None:
+    """``--set KEY=VALUE`` (repeatable), collected in ``args.overrides``; the help reads
+    "override WHAT, e.g. --set EXAMPLE (repeatable)"."""
     p.add_argument(
         "--set",
         dest="overrides",
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="override a config value, e.g. --set model.query.kind=nonlinear (repeatable)",
+        help=f"override {what}, e.g. --set {example} (repeatable)",
     )
 
 

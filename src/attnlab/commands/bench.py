@@ -7,7 +7,7 @@ import argparse
 import contextlib
 import json
 
-from attnlab.commands._common import add_skip_argument
+from attnlab.commands._common import add_set_argument, add_skip_argument
 from attnlab.errors import UserError
 
 NAME = "bench"
@@ -27,14 +27,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "config", nargs="?", metavar="NAME_OR_FILE", help="a preset or TOML file (default tiny)"
     )
     p.add_argument("--preset", metavar="NAME", help="a preset name (same as the positional)")
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override the base config, e.g. --set model.d_model=256 (repeatable)",
-    )
+    add_set_argument(p, "the base config", "model.d_model=256")
     p.add_argument(
         "--variants",
         default="all",

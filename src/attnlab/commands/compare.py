@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from attnlab.commands._common import add_skip_argument
+from attnlab.commands._common import add_set_argument, add_skip_argument
 from attnlab.errors import UserError
 
 NAME = "compare"
@@ -23,14 +23,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_skip_argument(p)
     p.add_argument("experiment", metavar="EXPERIMENT", help="an experiment TOML file")
     p.add_argument("--out", required=True, metavar="DIR", help="the experiment directory")
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a base config value (model.*, train.*, ...) or an experiment key "
-        "(budget.steps, seeds, baseline, sweep.*), e.g. --set budget.steps=100 (repeatable)",
+    add_set_argument(
+        p,
+        "a base config value (model.*, train.*, ...) or an experiment key (budget.steps, seeds, "
+        "baseline, sweep.*)",
+        "budget.steps=100",
     )
     p.add_argument(
         "--only",

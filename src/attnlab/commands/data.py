@@ -145,8 +145,8 @@ def _info(args: argparse.Namespace) -> int:
 
 
 def _sources(args: argparse.Namespace) -> int:
-    from attnlab.data.corpus import registered_corpora
-    from attnlab.data.tokenizer import BUILTIN_NAMES
+    from attnlab.data.corpus_lookup import registered_corpora
+    from attnlab.data.tokenizer_lookup import BUILTIN_NAMES
 
     print("corpora:")
     for name, description in registered_corpora().items():

@@ -31,8 +31,7 @@ def _type_name(ann: Any) -> str:
 
 def describe(spec) -> dict[str, Any]:
     """One part as plain data: slot, kind, source, summary, cost, options, declarations."""
-    from attnlab.parts import QueryPart
-    from attnlab.parts.slots import ProjectionPart
+    from attnlab.parts.slots import SLOTS, ProjectionPart
 
     cls = spec.cls
     options = {
@@ -52,14 +51,13 @@ def describe(spec) -> dict[str, Any]:
         flags.append("needs the T x T matrix")
     if not cls.supports_kv_cache:
         flags.append("no KV cache")
-    if spec.slot in ("feature_map", "side_branch") or (
-        issubclass(cls, QueryPart) and cls.probe_ready()
-    ):
+    if SLOTS[spec.slot].can_probe(cls):
         flags.append(f"probe: {cls.probe_name or spec.kind}")
     doc = [" ".join((cls.__doc__ or "").strip().split("\n\n")[0].split())]
     return {
         "slot": spec.slot,
         "kind": spec.kind,
+        "config": SLOTS[spec.slot].config_field,
         "source": spec.source,
         "class": f"{cls.__module__}.{cls.__qualname__}",
         "summary": doc[0] if doc else "",
@@ -94,7 +92,8 @@ def run(args: argparse.Namespace) -> int:
     for slot in slots:
         s = SLOTS[slot]
         table = Table(
-            title=f"{slot}: {s.doc}" + ("  (optional: kind = 'none')" if s.optional else ""),
+            title=f"{slot}: {s.doc}  (config: {s.config_field}"
+            + ("; optional: kind = 'none')" if s.optional else ")"),
             title_justify="left",
             show_lines=True,
         )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from attnlab.commands._common import add_skip_argument
+from attnlab.commands._common import add_set_argument, add_skip_argument
 
 NAME = "probe"
 HELP = "frozen probe: inject pre-projection / content skip / anchored query (or LoRA) into a pretrained LM"
@@ -32,14 +32,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="a probe config, or an experiment file with a 'methods' list (omit for the defaults)",
     )
     p.add_argument("--out", required=True, metavar="DIR", help="run (or experiment) directory")
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a config value, e.g. --set train.max_steps=50 (repeatable)",
-    )
+    add_set_argument(p, example="train.max_steps=50")
     p.add_argument("--method", help="shortcut for --set method=METHOD (single-method configs)")
     p.add_argument(
         "--restart", action="store_true", help="delete the run's progress and start over"

@@ -10,12 +10,14 @@ Typical use::
     x, y = batch_tokens(data.train, sched.offsets[step], seq_len=256)
 """
 
-from attnlab.data.corpus import Corpus, open_corpus, register_corpus, registered_corpora
+from attnlab.data.corpus import Corpus, register_corpus
+from attnlab.data.corpus_lookup import open_corpus, registered_corpora
 from attnlab.data.preparation import default_data_dir, ensure_prepared, prepare
 from attnlab.data.schedule import Schedule, batch_tokens, get_schedule
 from attnlab.data.shards import token_dtype
 from attnlab.data.tokendata import TokenData, read_meta
-from attnlab.data.tokenizer import Tokenizer, load_tokenizer
+from attnlab.data.tokenizer import Tokenizer
+from attnlab.data.tokenizer_lookup import load_tokenizer
 
 __all__ = [
     "Corpus",

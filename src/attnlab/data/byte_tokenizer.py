@@ -33,9 +33,6 @@ class ByteTokenizer(Tokenizer):
         out.append(run.decode("utf-8", errors="replace"))
         return "".join(out)
 
-    def encode_documents(self, texts: Sequence[str]) -> np.ndarray:
-        return self.encode_chunk(texts)[0]
-
     def encode_chunk(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         encoded = [t.encode("utf-8") for t in texts]
         lengths = np.fromiter((len(b) + 1 for b in encoded), np.int64, len(encoded))

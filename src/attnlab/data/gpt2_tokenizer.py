@@ -87,9 +87,6 @@ class GPT2Tokenizer(Tokenizer):
     def encode(self, text: str) -> list[int]:
         return self.encoding.encode_ordinary(text)
 
-    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
-        return self.encoding.encode_ordinary_batch(list(texts), num_threads=os.cpu_count() or 1)
-
     def decode(self, ids: Sequence[int]) -> str:
         return self.encoding.decode([int(i) for i in ids], errors="replace")
 

@@ -67,10 +67,6 @@ class HFJsonTokenizer(Tokenizer):
     def encode(self, text: str) -> list[int]:
         return self.tok.encode(text, add_special_tokens=False).ids
 
-    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
-        fast = getattr(self.tok, "encode_batch_fast", self.tok.encode_batch)
-        return [e.ids for e in fast(list(texts), add_special_tokens=False)]
-
     def decode(self, ids: Sequence[int]) -> str:
         return self.tok.decode([int(i) for i in ids], skip_special_tokens=False)
 
@@ -121,10 +117,6 @@ class AutoTokenizerAdapter(Tokenizer):
 
     def encode(self, text: str) -> list[int]:
         return list(self.tok.encode(text, add_special_tokens=False, split_special_tokens=True))
-
-    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
-        out = self.tok(list(texts), add_special_tokens=False, split_special_tokens=True)
-        return [list(x) for x in out["input_ids"]]
 
     def decode(self, ids: Sequence[int]) -> str:
         return self.tok.decode(

@@ -33,14 +33,16 @@ from typing import Any
 
 import numpy as np
 
-from attnlab.data.corpus import Corpus, open_corpus
+from attnlab.data.corpus import Corpus
+from attnlab.data.corpus_lookup import open_corpus
 from attnlab.data.encoding import CHUNK_BYTES, chunk_documents, default_workers, encode_chunks
 from attnlab.data.shards import token_dtype
 from attnlab.data.split import assign_splits, document_u
 from attnlab.data.split_writer import SplitWriter
 from attnlab.data.staging import Stage, output_lock, remove_stale
 from attnlab.data.tokendata import FORMAT, FORMAT_VERSION, TokenData, read_meta
-from attnlab.data.tokenizer import Tokenizer, bpe_vocab_size, load_tokenizer, tokenizer_from_spec
+from attnlab.data.tokenizer import Tokenizer, bpe_vocab_size
+from attnlab.data.tokenizer_lookup import load_tokenizer, tokenizer_from_spec
 from attnlab.errors import UserError
 from attnlab.runs.atomic import atomic_write_json
 

@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 
 from attnlab.data.shards import SPLITS, open_shard, shard_path
-from attnlab.data.tokenizer import Tokenizer, tokenizer_from_spec
+from attnlab.data.tokenizer import Tokenizer
+from attnlab.data.tokenizer_lookup import tokenizer_from_spec
 from attnlab.errors import UserError
 from attnlab.runs.atomic import sha256_file
 

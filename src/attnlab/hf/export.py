@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch
+from torch import nn
 
 import attnlab
 from attnlab.config import Config
@@ -142,7 +142,7 @@ def export(source: str | Path, out: str | Path, *, force: bool = False) -> Expor
 
 
 def export_model(
-    model: torch.nn.Module,
+    model: nn.Module,
     cfg: Config,
     tokenizer: Any,
     out: str | Path,
@@ -225,12 +225,4 @@ def export_model(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     files = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
-    return ExportResult(out=out, source=source, step=step, files=files, plugins=plugins)
-
-
-def max_abs_logit_difference(model: torch.nn.Module, hf: torch.nn.Module, ids: torch.Tensor):
-    """max |attnlab logits - transformers logits| on ``ids`` (both in eval mode, no grad)."""
-    with torch.no_grad():
-        a = model(ids).logits
-        b = hf(input_ids=ids, use_cache=False).logits
-    return float((a - b).abs().max())
+    return ExportResult(out=out, source=str(source), step=step, files=files, plugins=plugins)

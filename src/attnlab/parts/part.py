@@ -24,6 +24,7 @@ declaration                what reads it
 ``attention_maps_label``   reports: draw this variant's attention maps, with this label
 ``notes``                  ``attnlab params``: sentences about sizing choices
 ``probe_name``             ``attnlab probe``: the part's name in method strings
+``probe_ready``            ``attnlab probe``: whether it can be injected (in a slot the probe injects)
 ``width_option``           ``compare``'s parameter matching: the option that sets its width
 ``check_config``           ``attnlab check``: settings its small models need (``model.mlp=false``)
 ``unchecked``              ``attnlab check``: properties that do not apply to it, and why
@@ -181,6 +182,12 @@ class Part(nn.Module):
         self.opts = opts
         #: what the part was built for (read by ``param_count`` checks and reports)
         self.dims = dims
+
+    @classmethod
+    def probe_ready(cls) -> bool:
+        """Whether ``attnlab probe`` can inject this part into a pretrained model, given that its
+        slot is one the probe injects (``Slot.probe``); a slot's contract may ask for more."""
+        return True
 
     # ------------------------------------------------------------------------------- accounting
     @classmethod

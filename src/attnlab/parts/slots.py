@@ -79,6 +79,7 @@ class QueryPart(ProjectionPart):
 
     @classmethod
     def probe_ready(cls) -> bool:
+        """A query part can be probed only when it implements ``pretrained_delta``."""
         return cls.pretrained_delta is not QueryPart.pretrained_delta
 
 
@@ -199,28 +200,54 @@ class FFNPart(Part):
 
 @dataclass(frozen=True)
 class Slot:
-    """A named place in the block: its contract, default kind, and whether it may be empty."""
+    """A named place in the block: the facts the rest of attnlab reads about it.
+
+    - ``name``: the slot's name, also the key of its table in a model config (``config_field``);
+    - ``base``: the contract class every part of the slot derives from;
+    - ``default``: the kind a config gets when its table names none;
+    - ``optional``: whether the slot may be empty (``kind = "none"``);
+    - ``doc``: one line for ``attnlab parts``;
+    - ``probe``: whether ``attnlab probe`` can inject the slot's parts into a pretrained model,
+      as the place of such a part in a probe method's name (``preproj+skip+anchored-query``:
+      feature_map 0, side_branch 1, query 2); None: it cannot. A part of a probed slot also
+      declares ``probe_ready()`` (a query part: only with ``pretrained_delta``).
+    """
 
     name: str
     base: type[Part]
     default: str
     optional: bool
     doc: str
-    probe: bool = False  # a part of this slot can be injected into a pretrained model
+    probe: int | None = None
+
+    @property
+    def config_field(self) -> str:
+        """The config table that chooses and configures this slot's part (``model.<name>``)."""
+        return f"model.{self.name}"
+
+    def can_probe(self, cls: type[Part]) -> bool:
+        """Whether ``attnlab probe`` can inject ``cls``, a part of this slot."""
+        return self.probe is not None and cls.probe_ready()
 
 
 SLOTS: dict[str, Slot] = {
     s.name: s
     for s in (
-        Slot("feature_map", FeatureMapPart, "none", True, "pre-attention feature map of x^", True),
-        Slot("query", QueryPart, "linear", False, "query projection", True),
+        Slot("feature_map", FeatureMapPart, "none", True, "pre-attention feature map of x^", 0),
+        Slot("query", QueryPart, "linear", False, "query projection", 2),
         Slot("key", KeyPart, "linear", False, "key projection"),
         Slot("value", ValuePart, "linear", False, "value projection"),
         Slot("score", ScorePart, "none", True, "how scores become head outputs"),
         Slot("readout", ReadoutPart, "heads", False, "head readout before mixing"),
         Slot("mixer", MixerPart, "linear", False, "head mixing W_O"),
-        Slot("side_branch", SideBranchPart, "none", True, "a branch beside attention", True),
+        Slot("side_branch", SideBranchPart, "none", True, "a branch beside attention", 1),
         Slot("ffn", FFNPart, "gelu", False, "position-wise feed-forward"),
     )
 }
 NONE = "none"
+
+
+def probe_slots() -> list[Slot]:
+    """The slots whose parts ``attnlab probe`` can inject, in method-name (and hook) order."""
+    probed = [s for s in SLOTS.values() if s.probe is not None]
+    return sorted(probed, key=lambda s: s.probe)

@@ -11,7 +11,7 @@ GGUF), ``arch`` (where each architecture keeps its attention parts), ``inject`` 
 ``lora`` (PEFT, rank solved on actual counts), ``build`` (assembly and freezing), ``data``
 (corpus in the base's tokens), ``trainer`` (the probe's side of the shared run loop),
 ``artifacts`` (adapter files and re-attachment), ``target`` (probe dirs as evaluation targets),
-``evaluation``, ``skip_norms``, ``report``, ``experiment`` (all methods, one table).
+``evaluation``, ``layer_stats``, ``report``, ``experiment`` (all methods, one table).
 Heavy imports (transformers, peft) happen inside functions.
 """
 

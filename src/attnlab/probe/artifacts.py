@@ -3,7 +3,8 @@
 ::
 
     PROBE_DIR/probe.json          base (as configured), method, architecture, counts, LoRA plan,
-                                  base fingerprint, the resolved config, trained steps
+                                  base fingerprint, the resolved config, trained steps, the
+                                  injected parts' layer statistics (and their sentences)
     PROBE_DIR/probe.toml          the resolved config (what a rerun must match to resume)
     PROBE_DIR/adapter.safetensors only the injected attnlab tensors (pre-projection, skip, f)
     PROBE_DIR/lora/               PEFT's own save_pretrained (adapter_config.json +
@@ -66,6 +67,11 @@ def probe_record(probed: ProbedModel, cfg: Any, trained_steps: int) -> dict[str,
         "method": probed.method.name,
         "components": sorted(probed.method.components),
         "params": probed.counts(),
+        # the injected parts' declared statistics after `trained_steps` (Part.layer_stats)
+        "layer_stats": probed.injection.layer_stats() if probed.injection is not None else {},
+        "layer_stats_doc": (
+            probed.injection.layer_stats_doc() if probed.injection is not None else {}
+        ),
         "fingerprint": probed.fingerprint,
         "trained_steps": trained_steps,
         "files": {

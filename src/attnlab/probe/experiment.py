@@ -5,7 +5,8 @@ same weights; they read one data directory and one stored batch schedule (identi
 step) and are scored by the same evaluation. A rerun resumes unfinished methods and skips
 finished ones; a method that fails is recorded (``status.json`` + ``error.txt``) and the others
 still run. Outputs in ``OUT``: ``results.csv``, ``results.json``, ``report.md`` (the seed's
-Table 2 shape) and ``skip_norms.{csv,md,png}`` over every method with a content skip.
+Table 2 shape) and, per statistic the injected parts declare (the content skip's ||W_skip||_F, a
+plugin part's own), ``layer_stats/KEY.{csv,md,png}`` over every method that has it.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from typing import Any
 
 from attnlab.errors import UserError
 from attnlab.probe.config import ProbeConfig, load_experiment
+from attnlab.probe.layer_stats import collect, report_section, write_layer_stats
 from attnlab.probe.report import make_row, write_report
-from attnlab.probe.skip_norms import to_markdown, write_skip_norms
 from attnlab.probe.trainer import ProbeResult, train_probe
 from attnlab.runs import lock, rundir
 
@@ -148,15 +149,14 @@ def _run_methods(
 def write_experiment_report(
     out_dir: Path, name: str, cfg: ProbeConfig, results: list[ProbeResult]
 ) -> list[Path]:
-    """The table (results.csv/json, report.md) and the combined skip-norm table and plot."""
+    """The table (results.csv/json, report.md) and, per declared layer statistic, the combined
+    table and plot (``layer_stats/``) and a report section."""
     rows = [result_row(r) for r in results]
     notes = [recipe_note(cfg)]
     notes += [n for r in results if (n := lora_note(r.label, r.counts))]
     notes += [f"{r.label}: {r.status} ({r.reason})" for r in results if r.reason]
-    norms = {r.label: r.skip_norms for r in results if any(x is not None for x in r.skip_norms)}
-    appendix = ""
-    if norms:
-        write_skip_norms(norms, out_dir)
-        appendix = "## Content skip: Frobenius norm of W_skip per layer\n\n" + to_markdown(norms)
-        appendix += "\n![skip norms](skip_norms.png)\n"
+    stats = collect({r.label: r.layer_stats for r in results})
+    docs = {k: v for r in results for k, v in r.layer_stats_doc.items()}
+    write_layer_stats(stats, out_dir)
+    appendix = report_section(stats, docs)
     return write_report(out_dir, rows, f"Frozen probe: {name}", notes, appendix)

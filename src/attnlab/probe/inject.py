@@ -58,24 +58,22 @@ class ProbeLayer(nn.Module):
     @torch.no_grad()
     def reset_parameters(self) -> None:
         """Each part's declared init at std 0.02 (its own options may set another)."""
-        for part in (self.feature_map, self.side_branch, self.query):
-            if part is not None:
-                part.init_weights(Init(0.02, 0.02))
+        for part in self.parts():
+            part.init_weights(Init(0.02, 0.02))
 
     def x_tilde(self, x_hat: Tensor) -> Tensor:
         return x_hat if self.feature_map is None else _run(self.feature_map, x_hat)
 
-    def stats(self) -> dict[str, float]:
-        """The parts' declared layer statistics (e.g. the content skip's ``skip_norm``)."""
-        out: dict[str, float] = {}
-        for part in (self.feature_map, self.side_branch, self.query):
-            if part is not None:
-                out.update(part.layer_stats())
-        return out
+    def parts(self) -> list[Part]:
+        """The injected parts of this layer."""
+        return [p for p in (self.feature_map, self.side_branch, self.query) if p is not None]
 
-    def skip_norm(self) -> float | None:
-        """||W_skip||_F (the seed's Figure 2), or None without a content skip."""
-        return self.stats().get("content_skip_norm")
+    def stats(self) -> dict[str, float]:
+        """The parts' declared layer statistics (``Part.layer_stats``)."""
+        out: dict[str, float] = {}
+        for part in self.parts():
+            out.update(part.layer_stats())
+        return out
 
 
 def _hidden(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Tensor:
@@ -128,8 +126,13 @@ def _query_hook(layer: ProbeLayer, layout: QLayout, dims: Dims) -> Callable:
     return hook
 
 
+def _float(value: float | None) -> float | None:
+    return None if value is None else float(value)
+
+
 class Injection:
-    """Handle on the injected parts: their parameters, adapter state, skip norms, and removal."""
+    """Handle on the injected parts: their parameters, adapter state, layer statistics, and
+    removal."""
 
     def __init__(
         self,
@@ -167,12 +170,20 @@ class Injection:
                 "the base and method they were trained with"
             ) from None
 
-    def skip_norms(self) -> list[float | None]:
-        return [layer.skip_norm() for layer in self.layers]
+    def layer_stats(self) -> dict[str, list[float | None]]:
+        """Every statistic the injected parts declare (``Part.layer_stats``, e.g. the content
+        skip's ||W_skip||_F): key -> one value per layer (None where a layer lacks it)."""
+        per_layer = [layer.stats() for layer in self.layers]
+        keys = list(dict.fromkeys(k for stats in per_layer for k in stats))
+        return {k: [_float(stats.get(k)) for stats in per_layer] for k in keys}
 
-    def layer_stats(self) -> list[dict[str, float]]:
-        """Per layer, the injected parts' declared statistics."""
-        return [layer.stats() for layer in self.layers]
+    def layer_stats_doc(self) -> dict[str, str]:
+        """Per statistic, its part's sentence on what it measures (``Part.layer_stats_doc``)."""
+        out: dict[str, str] = {}
+        if len(self.layers):
+            for part in self.layers[0].parts():
+                out.update(type(part).layer_stats_doc(part.opts, self.dims.d_model))
+        return out
 
     def remove(self) -> None:
         """Detach every hook and part; the base computes exactly what it did before."""

@@ -2,9 +2,10 @@
 
 Grammar: ``COMPONENT("+"COMPONENT)*["@"TARGET]`` or ``frozen``. A component is ``lora`` (PEFT
 LoRA on the attention projections) or any registered part that can be injected into a pretrained
-model: every ``feature_map`` part (a forward pre-hook replaces the attention input x^ by x~),
-every ``side_branch`` part (a forward hook adds S(x~) to the attention output), and every
-``query`` part that declares ``pretrained_delta`` (a hook adds it to the base's q). Built-in:
+model, as its slot and the part declare (``Slot.probe``, ``Part.probe_ready``): every
+``feature_map`` part (a forward pre-hook replaces the attention input x^ by x~), every
+``side_branch`` part (a forward hook adds S(x~) to the attention output), and every ``query``
+part that declares ``pretrained_delta`` (a hook adds it to the base's q). Built-in:
 
 ==================  ==================================================================  ============
 component           what is injected into every attention block                         params/layer
@@ -31,12 +32,11 @@ import re
 from dataclasses import dataclass
 
 from attnlab.parts import registry
+from attnlab.parts.slots import probe_slots
 
 LORA = "lora"
 FROZEN = "frozen"
 _FROZEN_ALIASES = ("frozen", "baseline", "none")
-#: slots whose parts can be injected, in the order their hooks apply
-PROBE_SLOTS = ("feature_map", "side_branch", "query")
 
 
 class MethodError(ValueError):
@@ -53,14 +53,14 @@ class Component:
 
 
 def components() -> list[Component]:
-    """Every injectable registered part, in :data:`PROBE_SLOTS` order."""
-    out = []
-    for slot in PROBE_SLOTS:
-        for spec in registry.specs(slot):
-            if slot == "query" and not spec.cls.probe_ready():
-                continue
-            out.append(Component(spec.cls.probe_name or spec.kind, slot, spec.kind))
-    return out
+    """Every injectable registered part, in the slots' probe order (``Slot.probe``), then in
+    registration order."""
+    return [
+        Component(spec.cls.probe_name or spec.kind, slot.name, spec.kind)
+        for slot in probe_slots()
+        for spec in registry.specs(slot.name)
+        if slot.can_probe(spec.cls)
+    ]
 
 
 def component_names() -> list[str]:

@@ -17,7 +17,6 @@ evaluation tasks are added to it. The run directory is locked for the call.
 
 from __future__ import annotations
 
-import csv
 import shutil
 import sys
 from collections.abc import Callable
@@ -36,8 +35,9 @@ from attnlab.probe.build import BaseProvider, ProbedModel, build_probed_model
 from attnlab.probe.config import ProbeConfig, dump_probe_toml
 from attnlab.probe.data import probe_data, train_schedule
 from attnlab.probe.evaluation import evaluate_probe, result_key, validation_loss
+from attnlab.probe.layer_stats import FOLDER as LAYER_STATS
+from attnlab.probe.layer_stats import write_layer_stats
 from attnlab.probe.moved_keys import upgrade_recorded
-from attnlab.probe.skip_norms import write_skip_norms
 from attnlab.runs import checkpoint, lock, rundir
 from attnlab.runs.device import Precision, resolve_device, resolve_precision
 from attnlab.runs.distributed import Dist
@@ -63,9 +63,12 @@ class ProbeResult:
     steps: int
     counts: dict[str, Any]
     results: dict[str, dict[str, Any]] = field(default_factory=dict)
-    skip_norms: list[float | None] = field(default_factory=list)
+    #: the injected parts' declared statistics: key -> one value per layer
+    layer_stats: dict[str, list[float | None]] = field(default_factory=dict)
     final_loss: float | None = None
     reason: str = ""
+    #: per statistic, its part's sentence on what it measures
+    layer_stats_doc: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -114,6 +117,7 @@ def clear_run(run_dir: Path) -> None:
     for name in (
         checkpoint.CHECKPOINTS,
         artifacts.LORA_DIR,
+        LAYER_STATS,
         "eval",
     ):
         shutil.rmtree(run_dir / name, ignore_errors=True)
@@ -123,9 +127,6 @@ def clear_run(run_dir: Path) -> None:
         artifacts.ADAPTER,
         rundir.STATUS_FILE,
         rundir.METRICS_FILE,
-        "skip_norms.csv",
-        "skip_norms.md",
-        "skip_norms.png",
     ):
         (run_dir / name).unlink(missing_ok=True)
 
@@ -319,23 +320,37 @@ def _train_probe(
         last, reason = result.counters.last_loss, result.reason or ""
     state = final["status"]
     artifacts.save_probe(run_dir, probed, cfg, steps)
-    norms = _write_norms(probed, run_dir, label)
+    stats = _write_layer_stats(probed, run_dir, label)
     results: dict[str, dict[str, Any]] = {}
     if state == "finished":
         probed.model.eval()
         results = evaluate_probe(probed.model, probed.tokenizer, data, cfg, run_dir)
     rundir.write_status(run_dir, final | {"final_loss": last, "params": counts})
+    doc = probed.injection.layer_stats_doc() if probed.injection is not None else {}
     return ProbeResult(
-        label, probed.method.name, state, str(run_dir), steps, counts, results, norms, last, reason
+        label,
+        probed.method.name,
+        state,
+        str(run_dir),
+        steps,
+        counts,
+        results,
+        stats,
+        last,
+        reason,
+        doc,
     )
 
 
-def _write_norms(probed: ProbedModel, run_dir: Path, label: str) -> list[float | None]:
+def _write_layer_stats(
+    probed: ProbedModel, run_dir: Path, label: str
+) -> dict[str, list[float | None]]:
+    """The injected parts' declared statistics, written as ``layer_stats/KEY.{csv,md,png}``."""
     if probed.injection is None:
-        return []
-    norms = probed.injection.skip_norms()
-    write_skip_norms({label: norms}, run_dir)
-    return norms
+        return {}
+    stats = probed.injection.layer_stats()
+    write_layer_stats({key: {label: values} for key, values in stats.items()}, run_dir)
+    return stats
 
 
 def _rerun_finished(
@@ -365,15 +380,8 @@ def _rerun_finished(
         int(record.get("trained_steps", 0)),
         record.get("params", {}),
         {k: have[k] for k in keys.values() if k in have},
-        _read_norms(run_dir, cfg.label),
+        record.get("layer_stats", {}),
         status.get("final_loss"),
         status.get("reason") or "",
+        record.get("layer_stats_doc", {}),
     )
-
-
-def _read_norms(run_dir: Path, label: str) -> list[float | None]:
-    path = run_dir / "skip_norms.csv"
-    if not path.is_file():
-        return []
-    with open(path, encoding="utf-8") as f:
-        return [float(r[label]) if r.get(label) else None for r in csv.DictReader(f)]

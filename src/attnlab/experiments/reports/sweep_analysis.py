@@ -97,10 +97,6 @@ class BestVsBest:
     test: PairedTest
 
 
-def point_key(point: dict[str, Any]) -> tuple:
-    return tuple(sorted((k, repr(v)) for k, v in point.items()))
-
-
 def cells(rows: Sequence[RunRow], record: dict[str, Any]) -> list[Cell]:
     """One cell per (variant, point), in the record's order (variant-major, grid order)."""
     arm = {v["name"]: v for v in record["variants"]}
