@@ -39,7 +39,7 @@ def prepare(name: str, cfg, case: Case, folder: Path) -> Job | Result:
         return skipped(NAME, f"no decoder config accepts {name}; only decoders export")
     from transformers.utils import logging as hf_logging
 
-    from attnlab.data.tokenizer import load_tokenizer
+    from attnlab.data.tokenizer_lookup import load_tokenizer
     from attnlab.hf.export import export_model
 
     model = build(cfg, seed=4, spread=0.15, dtype=torch.float32)
