@@ -31,19 +31,6 @@ KNOWN_CIRCLES = [
         "attnlab.parts.slots",
         "attnlab.schema",
     },
-    {
-        "attnlab.data.corpus",
-        "attnlab.data.debian",
-        "attnlab.data.hub",
-        "attnlab.data.local",
-        "attnlab.data.wiki",
-    },
-    {
-        "attnlab.data.byte_tokenizer",
-        "attnlab.data.gpt2_tokenizer",
-        "attnlab.data.hf_tokenizer",
-        "attnlab.data.tokenizer",
-    },
 ]
 
 

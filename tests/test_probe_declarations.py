@@ -39,6 +39,10 @@ class ScaledSkip(SideBranchPart):
         self.w = nn.Linear(dims.d_model, dims.d_model, bias=False)
         self.gain = nn.Parameter(torch.ones(()))
 
+    def init_weights(self, init):
+        nn.init.normal_(self.w.weight, 0.0, init.std)
+        nn.init.ones_(self.gain)
+
     def forward(self, x_tilde):
         return self.gain * self.w(x_tilde)
 
@@ -145,7 +149,7 @@ def test_the_probe_writes_every_declared_layer_stat(plugin, tmp_path):
     exp.write_text(
         'name = "stats"\nmethods = ["scaled", "preproj+skip", "frozen"]\n'
         f'[base]\nmodel = "{base}"\n[data]\ncorpus = "{corpus}"\nval_fraction = 0.2\n'
-        '[train]\nsteps = 3\nbatch_size = 2\nseq_len = 16\nlr = 3e-2\ndevice = "cpu"\n'
+        '[train]\nmax_steps = 3\nbatch_size = 2\nseq_len = 16\nlr = 3e-2\ndevice = "cpu"\n'
         '[eval]\nval_tokens = 32\nbatch_size = 4\ntasks = ["perplexity"]\n'
     )
     cmd = [sys.executable, "-m", "attnlab", "probe", str(exp), "--plugin", str(plugin)]
