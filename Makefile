@@ -51,18 +51,18 @@ versions:
 	@$(VERSIONS)
 
 lint:
-	ruff check src tests benchmarks
-	ruff format --check src tests benchmarks
+	$(PY) -m ruff check src tests benchmarks
+	$(PY) -m ruff format --check src tests benchmarks
 
 # The dependency ranges of pyproject.toml, tested at both ends (docs/dependencies.md records the
 # last result of each). Each makes a fresh virtual environment (.venv-NAME, git-ignored) and runs
-# `make test` in it.
+# `make test` and `make lint` in it.
 #   test-oldest: every lower bound of pyproject.toml, pinned in constraints-oldest.txt.
 #   test-latest: no constraints but torch: the newest release of everything the registry serves.
 #   lock:        rewrite constraints.txt from a fresh unconstrained install (then run `make test`).
 test-oldest:
 	rm -rf .venv-oldest && $(PYTHON) -m venv .venv-oldest
-	$(MAKE) test PIP=".venv-oldest/bin/python -m pip" PY=.venv-oldest/bin/python \
+	$(MAKE) test lint PIP=".venv-oldest/bin/python -m pip" PY=.venv-oldest/bin/python \
 		CONSTRAINTS=constraints-oldest.txt
 
 test-latest:
@@ -76,6 +76,7 @@ test-latest:
 	    if k in old and norm(old[k]) != norm(v)) or ["the same versions"], sep="\n  ")'
 	$(MAKE) versions PY=.venv-latest/bin/python
 	.venv-latest/bin/python -m pytest
+	$(MAKE) lint PY=.venv-latest/bin/python
 
 lock:
 	rm -rf .venv-lock && $(PYTHON) -m venv .venv-lock
