@@ -72,8 +72,8 @@ test-latest:
 	@.venv-latest/bin/python -c 'import re; \
 	pins = lambda f: dict(l.strip().split("==", 1) for l in open(f) if "==" in l and l[0] != "#"); \
 	norm = lambda v: v.split("+")[0]; old, new = pins("constraints.txt"), pins(".venv-latest/freeze.txt"); \
-	print("test-latest vs constraints.txt:", *(f"{k} {old[k]} -> {norm(v)}" for k, v in new.items() \
-	    if k in old and norm(old[k]) != norm(v)) or ["the same versions"], sep="\n  ")'
+	diff = [f"{k} {old[k]} -> {norm(v)}" for k, v in new.items() if k in old and norm(old[k]) != norm(v)]; \
+	print("test-latest vs constraints.txt:", *(diff or ["the same versions"]), sep="\n  ")'
 	$(MAKE) versions PY=.venv-latest/bin/python
 	.venv-latest/bin/python -m pytest
 	$(MAKE) lint PY=.venv-latest/bin/python
