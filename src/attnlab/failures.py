@@ -12,8 +12,10 @@ import errno
 import os
 import re
 
-#: how Rust libraries (safetensors, tokenizers) print the OS error inside their own exceptions
-_RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)")
+#: how Rust libraries (safetensors, tokenizers) print the OS error inside their own exceptions:
+#: its Display form (``(os error 27)``) or, in older releases (safetensors 0.4), its Debug form
+#: (``IoError(Os { code: 27, kind: FileTooLarge, message: "File too large" })``)
+_RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)|\bOs \{ code: (\d+)")
 
 _ADVICE = {
     errno.ENOSPC: "the disk is full; free space (or point --out at another disk) and rerun",
@@ -67,7 +69,7 @@ def os_error_of(exc: BaseException) -> OSError | None:
             return e
         m = _RUST_OS_ERROR.search(str(e))
         if m:
-            code = int(m.group(1))
+            code = int(m.group(1) or m.group(2))
             return OSError(code, os.strerror(code))
         e, seen = e.__cause__ or e.__context__, seen + 1
     return None

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 from attnlab.errors import UserError
 
 TASKS_DIR = Path(__file__).parent / "tasks"
+#: the module the YAMLs' ``!function`` names, copied beside every copy of them
+TASK_FUNCTIONS = "attnlab_task_functions.py"
 
 #: task name -> (shipped YAML file, the data_files split it reads)
 LOCAL_TASKS = {
@@ -43,4 +46,6 @@ def write_task_yamls(out_dir: str | Path, **files: str | Path) -> Path:
         text, n = re.subn(rf"^([ \t]+{split}:).*$", rf"\1 {line}", text, count=1, flags=re.M)
         assert n == 1, f"{name} has no data_files.{split} line"
         (out / name).write_text(text, encoding="utf-8")
+        if "!function" in text:  # lm-eval < 0.4.12 reads the module as a file beside the YAML
+            shutil.copyfile(TASKS_DIR / TASK_FUNCTIONS, out / TASK_FUNCTIONS)
     return out

@@ -58,4 +58,12 @@ class AttnlabConfig(PretrainedConfig):
         self.bos_token_id = bos_token_id
         self.eos_token_id = eos_token_id
         self.pad_token_id = pad_token_id
-        super().__init__(**kwargs)
+        # Passed on too: transformers 4.x's PretrainedConfig.__init__ sets these four from its own
+        # keyword arguments (tie_word_embeddings=True, token ids None when not given).
+        super().__init__(
+            tie_word_embeddings=tie_word_embeddings,
+            bos_token_id=bos_token_id,
+            eos_token_id=eos_token_id,
+            pad_token_id=pad_token_id,
+            **kwargs,
+        )

@@ -256,20 +256,35 @@ def flatten(plugins: list[PluginModule] = ()) -> Vendored:
         text, deps = flat.rewrite(module, path, is_pkg)
         out.files[f"{flat.flat(module)}.py"] = _header(module, path) + text
         todo.extend(d for d in deps if d not in seen)
+    for root in ROOTS:
+        name = f"{flat.flat(root)}.py"
+        out.files[name] += _name_every_module(sorted(set(out.files) - {name}))
     return out
 
 
-def check_tracked(folder: Path, vendored: Vendored) -> None:
-    """Every copied module must be reachable from the ``auto_map`` modules by the relative imports
-    transformers follows, or transformers would not copy it with the remote code."""
-    from transformers.dynamic_module_utils import get_relative_import_files
+def _name_every_module(files: list[str]) -> str:
+    """A block that names every copied module as a direct relative import of a root module.
 
-    tracked = {"configuration_attnlab.py", "modeling_attnlab.py"}
+    transformers 4.x copies only the modules a local folder's root module imports itself (5.x
+    follows the imports recursively), so each root names them all; the block never runs."""
+    return (
+        "\n\nif False:  # attnlab export: every copied module, imported as transformers 4.x looks for\n"
+        "    # them (it copies only a local folder's direct `from .NAME import ...` modules)\n"
+        + "".join(f"    from .{Path(f).stem} import *  # noqa: F403\n" for f in files)
+    )
+
+
+def check_tracked(folder: Path, vendored: Vendored) -> None:
+    """Every copied module must be a direct relative import of each ``auto_map`` module: the
+    imports transformers 4.x follows from a local folder (5.x follows them recursively too), or
+    transformers would not copy it with the remote code."""
+    from transformers.dynamic_module_utils import get_relative_imports
+
     for root in ("configuration_attnlab.py", "modeling_attnlab.py"):
-        tracked |= {Path(f).name for f in get_relative_import_files(folder / root)}
-    missing = sorted(set(vendored.files) - tracked)
-    if missing:
-        raise VendorError(
-            f"transformers would not copy {', '.join(missing)} with the remote code (no relative "
-            "import reaches them); import them with `from .MODULE import NAME` somewhere"
-        )
+        tracked = {root} | {f"{m}.py" for m in get_relative_imports(folder / root)}
+        missing = sorted(set(vendored.files) - tracked)
+        if missing:
+            raise VendorError(
+                f"transformers would not copy {', '.join(missing)} with the remote code of {root} "
+                "(it does not import them); import them with `from .MODULE import NAME` there"
+            )
