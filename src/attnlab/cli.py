@@ -15,7 +15,8 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from attnlab import __version__, exitcodes
+from attnlab import __version__
+from attnlab.base import exitcodes
 from attnlab.base.errors import UserError
 from attnlab.base.failures import SYSTEM_FAILURES, describe, os_error_of
 from attnlab.base.warning_lines import cli_warnings
