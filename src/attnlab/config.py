@@ -137,7 +137,7 @@ class ModelConfig(Section):
     def _load_parts(cls, data: Any) -> Any:
         """Import the part registry (it installs itself as the slots' lookup) before a slot
         table is validated or a default part is made."""
-        import attnlab.parts.registry  # noqa: F401
+        from attnlab.parts import registry  # noqa: F401
 
         return data
 
