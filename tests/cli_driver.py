@@ -24,7 +24,7 @@ import attnlab.commands.bench
 import attnlab.eval.evaluate
 import attnlab.experiments
 import attnlab.model
-import attnlab.preflight
+import attnlab.runs.preflight
 import attnlab.train
 from attnlab.config import load_config
 from attnlab.model.params import count
@@ -36,7 +36,7 @@ WARM = (
     attnlab.eval.evaluate,
     attnlab.experiments,
     attnlab.model,
-    attnlab.preflight,
+    attnlab.runs.preflight,
     attnlab.train,
 )
 

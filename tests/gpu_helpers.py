@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from attnlab import determinism
+from attnlab.runs import determinism
 
 #: CUDA when present; the CPU only in a smoke run of the test code (ATTNLAB_GPU_TESTS_ON_CPU=1)
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from attnlab.base.errors import UserError
 from attnlab.config import (
     Config,
     ConfigError,
@@ -20,7 +21,6 @@ from attnlab.config import (
     source_dict,
     validate,
 )
-from attnlab.errors import UserError
 
 SMALL = ["model.d_model=32", "model.attention.n_heads=4", "model.max_seq_len=64", "data.seq_len=32"]
 

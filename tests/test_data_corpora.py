@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from attnlab.base.errors import UserError
 from attnlab.data import hub, open_corpus, registered_corpora
 from attnlab.data import local as local_mod
 from attnlab.data.corpus import SourceOptions
@@ -23,7 +24,6 @@ from attnlab.data.debian import (
     group_verses,
     parse_wordnet_line,
 )
-from attnlab.errors import UserError
 
 # ----------------------------------------------------------------------------------- local files
 

@@ -11,12 +11,12 @@ from typing import Any
 import numpy as np
 import pytest
 
+from attnlab.base.errors import UserError
 from attnlab.cli import main
 from attnlab.data import TokenData, load_tokenizer, prepare, read_meta, token_dtype
 from attnlab.data import preparation as prepare_mod
 from attnlab.data.split import assign_splits, document_u
 from attnlab.data.tokenizer import Tokenizer
-from attnlab.errors import UserError
 
 DOCS = [f"Document number {i}: " + "some words here. " * (i % 7 + 1) for i in range(60)]
 

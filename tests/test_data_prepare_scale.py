@@ -16,13 +16,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from attnlab.base.errors import UserError
 from attnlab.data import TokenData, batch_tokens, load_tokenizer, prepare, token_dtype
 from attnlab.data import preparation as prepare_mod
 from attnlab.data.byte_tokenizer import ByteTokenizer
 from attnlab.data.split import assign_splits, document_u
 from attnlab.data.staging import output_lock, staging_dir
 from attnlab.data.windowed import WindowedShard
-from attnlab.errors import UserError
 
 SRC = str(Path(__file__).parents[1] / "src")
 WORDS = ["the", "of", "a", "cat", "sat", "on", "mat", "dog", "über", "naïve", "東京", "🙂"]

@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from attnlab.base.errors import UserError
 from attnlab.data import TokenData, batch_tokens, get_schedule, prepare
 from attnlab.data import schedule as schedule_mod
 from attnlab.data.schedule import draw_offsets, offsets_hash
-from attnlab.errors import UserError
 
 
 @pytest.fixture()

@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from attnlab.base.errors import UserError
 from attnlab.data import hub, load_tokenizer
 from attnlab.data.bpe import train_bpe
 from attnlab.data.tokenizer_lookup import tokenizer_from_spec
-from attnlab.errors import UserError
 
 TEXT = "Hello world! Ünïcödé — 日本語, tabs\tand\n\nnewlines.  Two spaces."
 CORPUS = [

@@ -7,10 +7,10 @@ import importlib.util
 
 import pytest
 
+from attnlab.base.errors import UserError
 from attnlab.data import open_corpus
 from attnlab.data import wiki as wiki_mod
 from attnlab.data.wiki import MediaWikiDump, iter_mediawiki_pages, strip_wiki_markup
-from attnlab.errors import UserError
 
 ARTICLE = """{{Infobox person|name=Ada|birth_date={{birth date|1815|12|10}}}}
 '''Ada Lovelace''' ({{lang-fr|Augusta Ada}}; 1815–1852) was an [[England|English]] \

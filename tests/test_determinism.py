@@ -1,4 +1,4 @@
-"""Deterministic mode (attnlab.determinism, ``train.deterministic``) on CPU: what it sets, that it
+"""Deterministic mode (attnlab.runs.determinism, ``train.deterministic``) on CPU: what it sets, that it
 restores everything, that every variant runs under it, and that two runs give the same bits.
 The GPU versions (two CUDA runs, SIGKILL + resume on CUDA) are in test_gpu_determinism.py."""
 
@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnlab import determinism
+from attnlab.base.errors import UserError
 from attnlab.bench.variants import VARIANTS, variant_config
 from attnlab.config import load_config
-from attnlab.errors import UserError
 from attnlab.model import build_model
+from attnlab.runs import determinism
 from attnlab.runs.rundir import read_metrics, read_status
 from attnlab.train import train
 from data_helpers import tiny_run_config

@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 
 import attnlab
+from attnlab.base.failures import describe, os_error_of
 from attnlab.config import load_config
-from attnlab.failures import describe, os_error_of
 from attnlab.runs.checkpoint import load_latest
 from attnlab.train import train
 

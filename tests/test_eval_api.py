@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from attnlab.base.errors import UserError
 from attnlab.cli import main
 from attnlab.data import prepare
-from attnlab.errors import UserError
 from attnlab.eval import evaluate, load_language_model
 from attnlab.eval.hf import HFCausalLM
 from attnlab.eval.native import AttnlabLM

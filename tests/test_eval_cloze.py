@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnlab.errors import UserError
+from attnlab.base.errors import UserError
 from attnlab.eval.cloze import cloze_item, evaluate_cloze, load_cloze_file
 from attnlab.eval.cloze_build import STOP_WORDS, build_cloze_set, passages_of, split_sentences
 from attnlab.eval.scoring import encode_pair

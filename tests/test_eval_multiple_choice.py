@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnlab.errors import UserError
+from attnlab.base.errors import UserError
 from attnlab.eval.hf import HFCausalLM
 from attnlab.eval.multiple_choice import (
     MCItem,

@@ -10,7 +10,7 @@ import pytest
 import torch
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 
-from attnlab.errors import UserError
+from attnlab.base.errors import UserError
 from attnlab.eval.corpus import split_documents
 from attnlab.eval.hf import HFCausalLM
 from attnlab.eval.perplexity import Document, document_logprobs, perplexity

@@ -14,10 +14,10 @@ import pytest
 import torch
 from safetensors import safe_open
 
+from attnlab.base.errors import UserError
 from attnlab.bench.variants import VARIANTS
 from attnlab.cli import main
 from attnlab.config import load_config
-from attnlab.errors import UserError
 from attnlab.hf.configuration import AttnlabConfig
 from attnlab.hf.export import export, load_source
 from attnlab.hf.verify import check_exports

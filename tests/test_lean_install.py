@@ -15,7 +15,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from attnlab.extras import EXTRAS, install_line
+from attnlab.base.extras import EXTRAS, install_line
 
 OPTIONAL = (
     "transformers",

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from attnlab import exitcodes
+from attnlab.base import exitcodes
+from attnlab.base.schema import slot_of
 from attnlab.cli import build_parser, main
 from attnlab.config import Config, ConfigError, load_config, validate
 from attnlab.parts import registry
-from attnlab.schema import slot_of
 
 
 def _numeric_fields(
@@ -149,8 +149,8 @@ def test_probe_names_that_share_a_directory_are_refused(tmp_path):
 
 
 def test_non_finite_scores_are_an_error():
-    from attnlab.errors import NonFiniteError
-    from attnlab.finite import check_metrics
+    from attnlab.base.errors import NonFiniteError
+    from attnlab.base.finite import check_metrics
 
     ok = {"perplexity": {"metrics": {"loss": 3.2, "n": 4}}}
     check_metrics(ok, "m")
@@ -161,7 +161,7 @@ def test_non_finite_scores_are_an_error():
 
 
 def test_warnings_are_one_line_and_foreign_deprecations_are_dropped(capsys, monkeypatch):
-    """The CLI's rule (attnlab.warning_lines): attnlab's warnings as they are, another package's
+    """The CLI's rule (attnlab.base.warning_lines): attnlab's warnings as they are, another package's
     named and on one line, another package's deprecation notices dropped unless the user
     configured warnings (-W / PYTHONWARNINGS)."""
     import sys
@@ -169,8 +169,8 @@ def test_warnings_are_one_line_and_foreign_deprecations_are_dropped(capsys, monk
 
     import torch
 
+    from attnlab.base.warning_lines import cli_warnings
     from attnlab.runs.records import RunFileWarning
-    from attnlab.warning_lines import cli_warnings
 
     before = warnings.showwarning
 

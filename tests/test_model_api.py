@@ -213,7 +213,7 @@ def test_generate_on_a_prefix_lm_needs_the_prompt_to_cover_the_prefix() -> None:
 def test_generate_refuses_tokens_from_non_finite_scores() -> None:
     """Finite weights can still overflow: tokens picked from NaN/inf scores are refused (exit 3)
     instead of printed as NUL bytes."""
-    from attnlab.errors import NonFiniteError
+    from attnlab.base.errors import NonFiniteError
     from attnlab.model import generate
 
     model = build_model(tiny()).eval()

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 import attnlab.model.linear_cross_entropy as lce
-from attnlab.errors import UserError
+from attnlab.base.errors import UserError
 from attnlab.model import build_model
 from attnlab.model.linear_cross_entropy import linear_cross_entropy
 from model_helpers import tiny

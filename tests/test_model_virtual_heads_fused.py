@@ -202,7 +202,7 @@ def test_fused_and_materialised_agree_on_a_padded_batch() -> None:
 
 
 def test_padding_mask_is_refused_by_a_causal_model() -> None:
-    from attnlab.errors import InvalidRequestError
+    from attnlab.base.errors import InvalidRequestError
 
     model = build_model(tiny())
     with pytest.raises(InvalidRequestError, match=r"padding_mask is for model\.family=.encoder."):

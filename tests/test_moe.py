@@ -8,8 +8,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from attnlab.base.errors import UserError
 from attnlab.config import load_config
-from attnlab.errors import UserError
 from attnlab.model.parts.moe_dispatch import combine, dispatch, sort_by_expert
 from attnlab.model.parts.moe_values import MoEValues, load_balancing_loss, router_z_loss
 from attnlab.parts import Dims

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from attnlab import preflight
 from attnlab.cli import main
 from attnlab.config import load_config
 from attnlab.model.params import count
-from attnlab.preflight import PreflightError, check, fmt_bytes, param_count, training_estimate
+from attnlab.runs import preflight
+from attnlab.runs.preflight import PreflightError, check, fmt_bytes, param_count, training_estimate
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnlab.errors import UserError
+from attnlab.base.errors import UserError
 from attnlab.probe.arch import SPECS, Dims, arch_of
 from attnlab.probe.inject import inject, injected_count
 from attnlab.probe.methods import parse_method

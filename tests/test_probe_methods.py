@@ -183,7 +183,7 @@ def test_an_old_probe_directory_resumes_in_todays_keys(tmp_path: Path):
 
     import torch
 
-    from attnlab.errors import UserError
+    from attnlab.base.errors import UserError
     from attnlab.probe.config import dump_probe_toml
     from attnlab.probe.moved_keys import upgrade_recorded
     from attnlab.runs import checkpoint, rundir

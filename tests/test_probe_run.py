@@ -11,8 +11,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from attnlab.base.errors import UserError
 from attnlab.cli import main
-from attnlab.errors import UserError
 from attnlab.probe import load_probed, load_probed_model
 from attnlab.probe.base import SHORTCUTS, resolve_base
 from attnlab.probe.config import load_probe_config

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from attnlab.base.errors import UserError
 from attnlab.config import TrainConfig
-from attnlab.errors import UserError
 from attnlab.probe.config import ProbeTrainConfig
 from attnlab.recipe import BatchPlan, TrainRecipe
 from attnlab.runs.loop import LoopSettings

@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from attnlab.errors import UserError
+from attnlab.base.errors import UserError
 from attnlab.runs import checkpoint as ck
 from attnlab.runs.rng import rng_state, set_rng_state
 

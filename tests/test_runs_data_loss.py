@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from attnlab.errors import UserError
+from attnlab.base.errors import UserError
 from attnlab.runs import checkpoint as ck
 from attnlab.runs.lock import DirectoryLockedError, locked
 from attnlab.runs.records import RunFileWarning
@@ -270,7 +270,7 @@ def test_a_different_config_is_refused_even_without_config_toml(data_dir, stoppe
 
 
 def test_config_toml_is_written_atomically(data_dir, stopped, monkeypatch):
-    from attnlab.runs import atomic
+    from attnlab.base import atomic
 
     written = []
     real = atomic.atomic_write_bytes

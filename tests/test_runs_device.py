@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnlab.errors import UserError
+from attnlab.base import devices
+from attnlab.base.errors import UserError
 from attnlab.runs import device as dev
 
 
@@ -14,25 +15,25 @@ def test_auto_prefers_cuda_then_mps_for_one_process_then_cpu(monkeypatch):
     assert dev.resolve_device("auto") == torch.device("cuda", 0)
     assert dev.resolve_device("auto", local_rank=3) == torch.device("cuda", 3)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(dev, "mps_usable", lambda: True)
+    monkeypatch.setattr(devices, "mps_usable", lambda: True)
     assert dev.resolve_device("auto") == torch.device("mps")
     assert dev.resolve_device(None) == torch.device("mps")
     assert dev.resolve_device("auto", local_rank=0) == torch.device("cpu")  # torchrun: no MPS
-    monkeypatch.setattr(dev, "mps_usable", lambda: False)
+    monkeypatch.setattr(devices, "mps_usable", lambda: False)
     assert dev.resolve_device("auto") == torch.device("cpu")
 
 
 def test_explicit_devices_are_checked_and_named_in_the_error(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(dev, "mps_usable", lambda: False)
+    monkeypatch.setattr(devices, "mps_usable", lambda: False)
     assert dev.resolve_device("cpu") == torch.device("cpu")
-    with pytest.raises(UserError, match=r"train.device='cuda' but no CUDA device is visible"):
+    with pytest.raises(UserError, match=r"train.device 'cuda': no CUDA device is visible"):
         dev.resolve_device("cuda", setting="train.device")
-    with pytest.raises(UserError, match=r"--device='gpu0' is not a device name"):
+    with pytest.raises(UserError, match=r"--device 'gpu0' is not a device name"):
         dev.resolve_device("gpu0", setting="--device")
     with pytest.raises(UserError, match="MPS is not usable"):
         dev.resolve_device("mps")
-    with pytest.raises(UserError, match="runs on cpu, cuda or mps"):
+    with pytest.raises(UserError, match=r"runs on cpu, cuda\[:N\] or mps"):
         dev.resolve_device("meta")
 
 

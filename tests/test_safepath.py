@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from attnlab.errors import UserError
-from attnlab.safepath import UnsafePathError, check_out_dir, check_out_file, check_tree, inside
+from attnlab.base.errors import UserError
+from attnlab.base.safepath import UnsafePathError, check_out_dir, check_out_file, check_tree, inside
 
 
 def test_inside_follows_links_and_refuses_the_ones_that_leave(tmp_path):

@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from attnlab.base.errors import UserError
 from attnlab.data import get_schedule
 from attnlab.data.schedule import STEPS_PER_DRAW, draw_offsets, offsets_hash
-from attnlab.errors import UserError
 
 #: (n_tokens, seq_len, seqs_per_step, n_steps, seed) -> sha256 of the offsets, captured from the
 #: whole-array implementation before the streaming one replaced it (commit 4d5802a)

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from attnlab.base.errors import UserError
 from attnlab.config import load_config
-from attnlab.errors import UserError
 from attnlab.runs.load import load_run_model
 from attnlab.runs.rundir import read_metrics, read_status
 from attnlab.train import train

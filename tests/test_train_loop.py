@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnlab.errors import UserError
+from attnlab.base.errors import UserError
 from attnlab.runs.checkpoint import MODEL_FILE, CheckpointWarning, complete_checkpoints
 from attnlab.runs.load import load_run_model
 from attnlab.runs.rundir import read_metrics, read_status

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from attnlab.base.errors import UserError
 from attnlab.config import load_config
-from attnlab.errors import UserError
 from attnlab.runs.divergence import DivergenceMonitor
 from attnlab.train.objectives import (
     corruption_rng,

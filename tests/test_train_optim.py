@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from attnlab.errors import UserError
+from attnlab.base.errors import UserError
 from attnlab.recipe import grad_accum_steps
 from attnlab.runs.optim import build_optimizer, lr_at, param_groups
 from attnlab.runs.peak import measure_peak_flops, mfu

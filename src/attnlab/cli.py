@@ -3,7 +3,7 @@
 A command module defines ``NAME``, ``HELP`` and ``add_arguments(parser)`` and ``run(args) -> int``.
 Expected user errors (a bad config, a missing file, bad data) print one clear message and exit 2;
 system failures (a full disk, a file-size limit, out of memory, input nested too deeply) are
-described the same way, never as a traceback. Exit codes: :mod:`attnlab.exitcodes`.
+described the same way, never as a traceback. Exit codes: :mod:`attnlab.base.exitcodes`.
 """
 
 from __future__ import annotations
@@ -15,11 +15,12 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from attnlab import __version__, exitcodes
+from attnlab import __version__
+from attnlab.base import exitcodes
+from attnlab.base.errors import UserError
+from attnlab.base.failures import SYSTEM_FAILURES, describe, os_error_of
+from attnlab.base.warning_lines import cli_warnings
 from attnlab.commands._common import add_plugin_argument, plugin_specs
-from attnlab.errors import UserError
-from attnlab.failures import SYSTEM_FAILURES, describe, os_error_of
-from attnlab.warning_lines import cli_warnings
 
 
 def _command_modules() -> list:

@@ -19,9 +19,9 @@ from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
-from attnlab.errors import UserError
+from attnlab.base.errors import UserError
+from attnlab.base.schema import PartOptions, Section, default_options, slot_field, slot_of
 from attnlab.recipe import TrainRecipe
-from attnlab.schema import PartOptions, Section, default_options, slot_field, slot_of
 
 
 class ConfigError(UserError, ValueError):
@@ -131,6 +131,15 @@ class ModelConfig(Section):
     mixer: MixerSlot = default_options("mixer")
     side_branch: SideBranchSlot = default_options("side_branch")
     ffn: FFNSlot = default_options("ffn")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _load_parts(cls, data: Any) -> Any:
+        """Import the part registry (it installs itself as the slots' lookup) before a slot
+        table is validated or a default part is made."""
+        from attnlab.parts import registry  # noqa: F401
+
+        return data
 
     @property
     def head_dim(self) -> int:

@@ -32,8 +32,8 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from attnlab.errors import UserError
-from attnlab.section import Section
+from attnlab.base.errors import UserError
+from attnlab.base.section import Section
 
 #: experiment trackers (attnlab.runs.trackers); jsonl is always on
 Logger = Literal["jsonl", "tensorboard", "wandb"]
@@ -125,7 +125,7 @@ class TrainRecipe(Section):
     dtype: Dtype = "auto"
     device: str = Field("auto", description="auto (CUDA, else MPS, else CPU), cpu, cuda:N, mps")
     deterministic: bool = Field(
-        False, description="bit-identical reruns on a GPU too (attnlab.determinism; slower)"
+        False, description="bit-identical reruns on a GPU too (attnlab.runs.determinism; slower)"
     )
     threads: int | None = Field(None, ge=1, description="torch CPU threads; None = torch's")
     spike_factor: float = Field(0.0, ge=0, description="diverged if loss > factor * best (0 = off)")

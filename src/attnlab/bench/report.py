@@ -11,9 +11,9 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from attnlab.base.atomic import atomic_write_json, atomic_write_text
 from attnlab.bench.peers import PEERS
 from attnlab.bench.runner import BenchResult
-from attnlab.runs.atomic import atomic_write_json, atomic_write_text
 
 
 @dataclass

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
+from attnlab.base.errors import UserError
 from attnlab.bench.inference import InferenceRow, measure_inference
 from attnlab.bench.machine import MachineInfo, load_average, machine_info, measured_peak
 from attnlab.bench.memory import MemoryRow, measure_memory
@@ -23,7 +24,6 @@ from attnlab.bench.timing import error_text
 from attnlab.bench.training import TrainingRow, measure_training
 from attnlab.bench.variants import DEFAULT_VARIANTS, VARIANTS
 from attnlab.config import Config, ConfigError, apply_overrides, validate
-from attnlab.errors import UserError
 from attnlab.runs.device import resolve_device, resolve_precision
 
 SECTIONS: tuple[str, ...] = ("training", "inference", "memory")

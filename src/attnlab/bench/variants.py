@@ -15,8 +15,8 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass
 
+from attnlab.base.errors import UserError
 from attnlab.config import Config, ConfigError, apply_overrides, validate
-from attnlab.errors import UserError
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,8 @@ import argparse
 import contextlib
 import json
 
+from attnlab.base.errors import UserError
 from attnlab.commands._common import add_set_argument, add_skip_argument
-from attnlab.errors import UserError
 
 NAME = "bench"
 HELP = (
@@ -156,8 +156,8 @@ def _spec(args: argparse.Namespace):
 def run(args: argparse.Namespace) -> int:
     import sys
 
+    from attnlab.base.devices import check_device, check_threads
     from attnlab.bench.report import failure_lines, print_report, results_dir, write_results
-    from attnlab.devices import check_device, check_threads
 
     if args.list:
         return _list()
@@ -174,9 +174,9 @@ def run(args: argparse.Namespace) -> int:
         stem = args.out or results_dir() / result.machine.slug()
         title = "attnlab bench --targets (CPU)"
     else:
+        from attnlab.base.safepath import check_out_file
         from attnlab.bench.runner import run_bench
-        from attnlab.preflight import check_training
-        from attnlab.safepath import check_out_file
+        from attnlab.runs.preflight import check_training
 
         spec = _spec(args)
         if args.out:
@@ -200,7 +200,7 @@ def run(args: argparse.Namespace) -> int:
             device=checked.device,
         )
         if "memory" in spec.sections:
-            from attnlab.extras import require
+            from attnlab.base.extras import require
 
             require(
                 "bench",

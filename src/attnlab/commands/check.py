@@ -7,7 +7,7 @@ import json
 import time
 from typing import Any
 
-from attnlab import exitcodes
+from attnlab.base import exitcodes
 
 NAME = "check"
 HELP = (
@@ -66,8 +66,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def parse_part(text: str):
     """``SLOT:KIND[,option=value...]`` -> PartRequest (values read as TOML, else strings)."""
+    from attnlab.base.errors import UserError
     from attnlab.config import parse_override
-    from attnlab.errors import UserError
     from attnlab.parts import SLOTS
     from attnlab.parts.registry import PartError, unknown_kind_message
     from attnlab.testing import PartRequest
@@ -118,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.markup import escape
     from rich.table import Table
 
-    from attnlab.errors import UserError
+    from attnlab.base.errors import UserError
     from attnlab.testing import cache as check_cache
     from attnlab.testing import check_parts
 

@@ -12,8 +12,8 @@ import sys
 import time
 from pathlib import Path
 
+from attnlab.base.errors import UserError
 from attnlab.commands._common import add_set_argument, add_skip_argument
-from attnlab.errors import UserError
 
 NAME = "compare"
 HELP = "run a multi-variant, multi-seed experiment file and write a report with statistics"
@@ -125,12 +125,12 @@ def _log_report_plots(runs: list, out: Path) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from attnlab.base.safepath import check_out_dir
     from attnlab.experiments import build_report, load_experiment, run_all
     from attnlab.experiments.running.progress import ExperimentProgress, fmt_duration
     from attnlab.experiments.sweeps.budget import check_budget
-    from attnlab.preflight import check_concurrent
     from attnlab.runs import lock
-    from attnlab.safepath import check_out_dir
+    from attnlab.runs.preflight import check_concurrent
 
     if args.jobs < 1:
         raise UserError("--jobs must be at least 1")

@@ -107,8 +107,8 @@ def _print_summary(meta: dict, directory: str) -> None:
 
 
 def _prepare(args: argparse.Namespace) -> int:
+    from attnlab.base.safepath import check_out_dir
     from attnlab.data import default_data_dir, prepare
-    from attnlab.safepath import check_out_dir
 
     out = args.out or default_data_dir(args.corpus, args.tokenizer)
     check_out_dir(out, tree=False)  # prepare replaces the whole directory, links and all

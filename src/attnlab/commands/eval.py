@@ -7,9 +7,9 @@ import argparse
 import json
 from pathlib import Path
 
-from attnlab.devices import check_device
-from attnlab.errors import UserError
-from attnlab.safepath import check_out_file
+from attnlab.base.devices import check_device
+from attnlab.base.errors import UserError
+from attnlab.base.safepath import check_out_file
 
 NAME = "eval"
 HELP = "evaluate a run, checkpoint, probe or Hugging Face/GGUF model (perplexity, cloze, choice)"
@@ -136,7 +136,7 @@ def _check_flags(args: argparse.Namespace) -> None:
 
 def _preflight(cfg, args: argparse.Namespace, batch_size: int) -> None:
     """Weights plus one batch of logits of a run's model against the device's free memory."""
-    from attnlab.preflight import check, inference_estimate, resolve_device, run_weight_bytes
+    from attnlab.runs.preflight import check, inference_estimate, resolve_device, run_weight_bytes
 
     m = cfg.model
     run_dir = Path(args.target.removeprefix("run:"))
@@ -192,11 +192,11 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     import attnlab.probe  # noqa: F401 (registers probe directories as evaluation targets)
+    from attnlab.base.finite import check_metrics, check_weights
     from attnlab.eval.evaluate import evaluate
     from attnlab.eval.registry import split_tasks, task_key
     from attnlab.eval.results import print_table, results_path
     from attnlab.eval.targets import load_language_model
-    from attnlab.finite import check_metrics, check_weights
 
     tasks = split_tasks(tasks)
     for spec in tasks:  # fail on a misspelt task before loading a model

@@ -38,7 +38,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from attnlab.extras import require
+    from attnlab.base.extras import require
 
     require("probe", "transformers", what="attnlab export")
     from attnlab.hf.export import export, load_source

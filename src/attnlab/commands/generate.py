@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import math
 
-from attnlab.errors import UserError
+from attnlab.base.errors import UserError
 
 NAME = "generate"
 HELP = "continue a prompt with the model of a training run (KV cache; temperature 0 = greedy)"
@@ -51,12 +51,12 @@ def _prompt_text(prompt: str) -> str:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from attnlab.devices import check_device
-    from attnlab.finite import check_weights
+    from attnlab.base.devices import check_device
+    from attnlab.base.finite import check_weights
     from attnlab.model import generate
     from attnlab.runs.device import resolve_device
     from attnlab.runs.load import load_run_model
-    from attnlab.runstate import require_weights
+    from attnlab.runs.runstate import require_weights
 
     _check_flags(args)
     prompt_text = _prompt_text(args.prompt)
@@ -114,8 +114,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _preflight(args: argparse.Namespace) -> None:
     """The run's weights and one step's logits against the device's free memory, before loading."""
-    from attnlab.preflight import check, inference_estimate, run_weight_bytes
     from attnlab.runs.load import run_config
+    from attnlab.runs.preflight import check, inference_estimate, run_weight_bytes
 
     cfg = run_config(args.run_dir)
     weights = run_weight_bytes(args.run_dir)

@@ -24,7 +24,7 @@ def _m(n: int) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from attnlab.preflight import param_count
+    from attnlab.runs.preflight import param_count
 
     cfg = config_from_args(args)
     rep = param_count(cfg.model)  # count(), extrapolated for very deep stacks

@@ -78,7 +78,7 @@ def _short(source: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from attnlab.errors import UserError
+    from attnlab.base.errors import UserError
     from attnlab.parts import SLOTS, registry
 
     if args.slot and args.slot not in SLOTS:

@@ -72,12 +72,12 @@ def _check_parts(configs: list, out, args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from attnlab.errors import UserError
-    from attnlab.extras import require
+    from attnlab.base.errors import UserError
+    from attnlab.base.extras import require
 
     require("probe", "transformers", "peft", "accelerate", "gguf", what="attnlab probe")
+    from attnlab.base.safepath import check_out_dir
     from attnlab.probe.config import is_experiment_file, load_probe_config
-    from attnlab.safepath import check_out_dir
 
     overrides = list(args.overrides) + ([f"method={args.method}"] if args.method else [])
     out = check_out_dir(args.out)

@@ -14,8 +14,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from attnlab.base.safepath import check_tree
     from attnlab.experiments import build_report
-    from attnlab.safepath import check_tree
 
     check_tree(args.out)
     path = build_report(args.out)

@@ -9,9 +9,9 @@ import shutil
 import sys
 from pathlib import Path
 
-from attnlab import exitcodes
+from attnlab.base import exitcodes
+from attnlab.base.errors import UserError
 from attnlab.commands._common import add_config_arguments, add_skip_argument, config_from_args
-from attnlab.errors import UserError
 
 NAME = "train"
 HELP = "train a model from scratch into RUN_DIR; the same command again resumes it"
@@ -53,15 +53,15 @@ def _remove_fresh(out: Path) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from attnlab.preflight import check_training
+    from attnlab.base.safepath import check_out_dir
     from attnlab.runs import lock, rundir
-    from attnlab.safepath import check_out_dir
+    from attnlab.runs.preflight import check_training
 
     # a resumed run's plugins.json first: a plugin file that moved since (--plugin NEWPATH
     # stands in for it) is reported with the sha256 the run recorded
     rundir.recorded_plugins(args.out)
     if args.init_from:
-        from attnlab.extras import require
+        from attnlab.base.extras import require
 
         require("probe", "transformers", what="--init-from")
         from attnlab.hf.init_from import config_with_init

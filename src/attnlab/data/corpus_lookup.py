@@ -7,7 +7,7 @@
 3. an existing local file or directory (``.txt``, ``.jsonl``, ``.parquet``, optionally ``.gz``);
 4. a glob pattern (``data/*.jsonl``, ``books/**/*.txt``).
 
-Anything else is a :class:`~attnlab.errors.UserError` naming the nearest registered source.
+Anything else is a :class:`~attnlab.base.errors.UserError` naming the nearest registered source.
 The lookup sits beside the interface (:mod:`attnlab.data.corpus`), not in it: the members import
 the interface and register their names there; this module imports them on first use.
 """
@@ -18,8 +18,8 @@ import difflib
 import glob
 from pathlib import Path
 
+from attnlab.base.errors import UserError
 from attnlab.data.corpus import REGISTRY, Corpus, SourceOptions
-from attnlab.errors import UserError
 
 
 def registered_corpora() -> dict[str, str]:

@@ -24,8 +24,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from attnlab.base.errors import UserError
 from attnlab.data.corpus import Corpus, SourceOptions, register_corpus
-from attnlab.errors import UserError
 
 
 def _missing(what: str, package: str, paths: str) -> UserError:

@@ -32,9 +32,9 @@ from typing import Any
 
 import numpy as np
 
+from attnlab.base.errors import UserError
 from attnlab.data.split import document_u
 from attnlab.data.tokenizer import Tokenizer
-from attnlab.errors import UserError
 
 CHUNK_BYTES = 1 << 20  # about 1 MB of text per chunk
 _TOKENIZER: Tokenizer | None = None  # the worker process's copy

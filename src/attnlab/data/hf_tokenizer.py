@@ -12,8 +12,8 @@ from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
+from attnlab.base.errors import UserError
 from attnlab.data.tokenizer import EOT, Tokenizer
-from attnlab.errors import UserError
 
 # Tried in order when a tokenizer.json does not say which token ends a document.
 EOS_CANDIDATES = (EOT, "</s>", "<|end_of_text|>", "<eos>", "<|im_end|>", "<|eot_id|>", "[SEP]")
@@ -88,7 +88,7 @@ class AutoTokenizerAdapter(Tokenizer):
     """``transformers.AutoTokenizer`` from a local directory, or from the Hub by name (online)."""
 
     def __init__(self, source: str, name: str, local: bool) -> None:
-        from attnlab.extras import require
+        from attnlab.base.extras import require
 
         require("data", "transformers", what=f"the tokenizer {name!r} (transformers.AutoTokenizer)")
         if not local:

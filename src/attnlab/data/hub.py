@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
 
+from attnlab.base.errors import UserError
+from attnlab.base.extras import require
 from attnlab.data.corpus import Corpus, SourceOptions
-from attnlab.errors import UserError
-from attnlab.extras import require
 
 
 @dataclass(frozen=True)

@@ -24,8 +24,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from attnlab.base.errors import UserError
 from attnlab.data.corpus import Corpus, SourceOptions
-from attnlab.errors import UserError
 
 TXT_SPLIT_CHARS = 1 << 20
 TXT_CHUNK_CHARS = 1 << 16
@@ -130,7 +130,7 @@ def iter_jsonl(path: Path, options: SourceOptions) -> Iterator[str]:
 
 
 def iter_parquet(path: Path, options: SourceOptions) -> Iterator[str]:
-    from attnlab.extras import require
+    from attnlab.base.extras import require
 
     require("data", "pyarrow", what=f"reading the Parquet file {path}")
     import pyarrow as pa

@@ -33,6 +33,8 @@ from typing import Any
 
 import numpy as np
 
+from attnlab.base.atomic import atomic_write_json
+from attnlab.base.errors import UserError
 from attnlab.data.corpus import Corpus
 from attnlab.data.corpus_lookup import open_corpus
 from attnlab.data.encoding import CHUNK_BYTES, chunk_documents, default_workers, encode_chunks
@@ -43,8 +45,6 @@ from attnlab.data.staging import Stage, output_lock, remove_stale
 from attnlab.data.tokendata import FORMAT, FORMAT_VERSION, TokenData, read_meta
 from attnlab.data.tokenizer import Tokenizer, bpe_vocab_size
 from attnlab.data.tokenizer_lookup import load_tokenizer, tokenizer_from_spec
-from attnlab.errors import UserError
-from attnlab.runs.atomic import atomic_write_json
 
 COMMIT_BYTES = 32 << 20  # a progress record after about every 32 MB of text
 COMMIT_SECONDS = 30.0  # ... or every 30 s, whichever comes first

@@ -30,10 +30,10 @@ from pathlib import Path
 
 import numpy as np
 
+from attnlab.base.atomic import atomic_write_json, temp_sibling
+from attnlab.base.errors import UserError
 from attnlab.data.shards import SPLITS
 from attnlab.data.tokendata import read_meta
-from attnlab.errors import UserError
-from attnlab.runs.atomic import atomic_write_json, temp_sibling
 
 STEPS_PER_DRAW = 1024
 

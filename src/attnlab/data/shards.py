@@ -16,7 +16,7 @@ from typing import BinaryIO
 
 import numpy as np
 
-from attnlab.errors import UserError
+from attnlab.base.errors import UserError
 
 SPLITS = ("train", "val")
 _HASH_BLOCK = 1 << 20

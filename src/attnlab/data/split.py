@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from attnlab.errors import UserError
+from attnlab.base.errors import UserError
 
 
 def document_u(text: str | bytes, seed: int = 0) -> float:

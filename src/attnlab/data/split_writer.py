@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
+from attnlab.base.atomic import sha256_file, temp_sibling
 from attnlab.data.encoding import EncodedChunk
 from attnlab.data.shards import SPLITS, ShardWriter, shard_path
-from attnlab.runs.atomic import sha256_file, temp_sibling
 
 _COPY_BLOCK = 1 << 20
 

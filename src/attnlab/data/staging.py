@@ -22,8 +22,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from attnlab.errors import UserError
-from attnlab.runs.atomic import atomic_write_json, temp_sibling
+from attnlab.base.atomic import atomic_write_json, temp_sibling
+from attnlab.base.errors import UserError
 
 PROGRESS = "progress.json"
 _HELD: set[int] = set()  # lock file descriptors this process holds

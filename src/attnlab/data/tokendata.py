@@ -19,11 +19,11 @@ from typing import Any
 
 import numpy as np
 
+from attnlab.base.atomic import sha256_file
+from attnlab.base.errors import UserError
 from attnlab.data.shards import SPLITS, open_shard, shard_path
 from attnlab.data.tokenizer import Tokenizer
 from attnlab.data.tokenizer_lookup import tokenizer_from_spec
-from attnlab.errors import UserError
-from attnlab.runs.atomic import sha256_file
 
 FORMAT = "attnlab-token-shards"
 FORMAT_VERSION = 1

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from attnlab.errors import UserError
+from attnlab.base.errors import UserError
 
 EOT = "<|endoftext|>"
 _BPE_NAME = re.compile(r"^bpe-(\d+)$")

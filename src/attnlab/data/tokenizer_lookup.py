@@ -24,8 +24,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from attnlab.base.errors import UserError
 from attnlab.data.tokenizer import Tokenizer, bpe_vocab_size
-from attnlab.errors import UserError
 
 BUILTIN_NAMES = ("bytes", "bpe-4096", "bpe-8192", "gpt2", "pythia")
 

@@ -24,8 +24,8 @@ from importlib.util import find_spec
 from pathlib import Path
 from typing import IO, Any
 
+from attnlab.base.errors import UserError
 from attnlab.data.corpus import Corpus, SourceOptions, register_corpus
-from attnlab.errors import UserError
 
 WIKI_SAMPLE_FILE = "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
 MIN_CHARS = 500

@@ -29,7 +29,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from attnlab.errors import UserError
+from attnlab.base.errors import UserError
 from attnlab.eval.sources import write_jsonl
 
 _STOP_WORDS_TEXT = """a about above after again against all also am an and any are as at be because been

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from attnlab.errors import UserError
+from attnlab.base.errors import UserError
 from attnlab.eval.lm import LanguageModel
 from attnlab.eval.perplexity import Document, count_words
 

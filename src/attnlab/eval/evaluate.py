@@ -10,11 +10,11 @@ from typing import Any
 
 import torch
 
+from attnlab.base.safepath import inside
 from attnlab.eval.lm import LanguageModel
 from attnlab.eval.registry import run_task, split_tasks, task_key
 from attnlab.eval.results import merge_results, results_path
 from attnlab.eval.targets import load_language_model
-from attnlab.safepath import inside
 
 
 def evaluate(

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from attnlab.errors import UserError
+from attnlab.base.errors import UserError
 from attnlab.eval.lm import LanguageModel
 from attnlab.runs.device import resolve_device
 
@@ -58,7 +58,7 @@ class HFCausalLM(LanguageModel):
         """Load with ``AutoModelForCausalLM`` / ``AutoTokenizer``: a hub id (online), a local
         directory, or ``gguf_file`` inside the directory ``name_or_path`` (de-quantized to
         ``dtype``, float32 by default; needs the ``gguf`` package)."""
-        from attnlab.extras import require
+        from attnlab.base.extras import require
 
         require("eval", "transformers", what=f"evaluating the Hugging Face model {name_or_path}")
         from transformers import AutoModelForCausalLM, AutoTokenizer

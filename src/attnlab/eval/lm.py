@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from attnlab.errors import UserError
+from attnlab.base.errors import UserError
 
 
 class LanguageModel(ABC):

@@ -13,8 +13,8 @@ import sys
 
 
 def main() -> None:
-    from attnlab.errors import UserError
-    from attnlab.extras import require
+    from attnlab.base.errors import UserError
+    from attnlab.base.extras import require
 
     try:
         require("eval", "lm_eval", what="attnlab-lm-eval")

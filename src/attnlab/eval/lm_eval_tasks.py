@@ -13,7 +13,7 @@ import re
 import shutil
 from pathlib import Path
 
-from attnlab.errors import UserError
+from attnlab.base.errors import UserError
 
 TASKS_DIR = Path(__file__).parent / "tasks"
 #: the module the YAMLs' ``!function`` names, copied beside every copy of them

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from attnlab.errors import UserError
+from attnlab.base.errors import UserError
 from attnlab.eval.lm import LanguageModel
 from attnlab.eval.scoring import encode_pair, mean_and_stderr, score_continuations
 from attnlab.eval.sources import load_hub_rows, read_jsonl

@@ -9,7 +9,7 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor, nn
 
-from attnlab.errors import UserError
+from attnlab.base.errors import UserError
 from attnlab.eval.lm import LanguageModel
 from attnlab.runs.device import resolve_device
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from attnlab.errors import UserError
+from attnlab.base.errors import UserError
 from attnlab.eval.cloze import evaluate_cloze, load_cloze_file, load_lambada
 from attnlab.eval.lm import LanguageModel
 from attnlab.eval.multiple_choice import evaluate_multiple_choice, load_mc_file, load_mc_hub
@@ -93,7 +93,7 @@ def _text_documents(lm: LanguageModel, path: Path, limit: int | None) -> list[Do
 
 
 def _wikitext(run: TaskRun) -> TaskOutcome:
-    from attnlab.extras import require
+    from attnlab.base.extras import require
 
     require("eval", "lm_eval", what="the wikitext task (lm-eval's detokenizer)")
     from lm_eval.tasks.wikitext.preprocess_wikitext import wikitext_detokenizer

@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from attnlab.errors import UserError
-from attnlab.runs.atomic import atomic_write_json
+from attnlab.base.atomic import atomic_write_json
+from attnlab.base.errors import UserError
 from attnlab.runs.trackers import TRACKERS_FILE, log_results
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from attnlab.errors import UserError
+from attnlab.base.errors import UserError
 from attnlab.eval.lm import LanguageModel
 
 

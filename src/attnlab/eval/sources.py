@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from attnlab.errors import UserError
+from attnlab.base.errors import UserError
 
 
 def read_jsonl(path: str | Path, required: tuple[str, ...] = ()) -> list[dict[str, Any]]:
@@ -93,7 +93,7 @@ def load_hub_rows(
     reason = _offline()
     if reason:
         raise UserError(f"{hint} ({reason})")
-    from attnlab.extras import require
+    from attnlab.base.extras import require
 
     require("eval", "datasets", what=f"task {task!r} from the hub")
     import datasets

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from attnlab.errors import UserError
+from attnlab.base.errors import UserError
 from attnlab.eval.hf import HFCausalLM
 from attnlab.eval.lm import LanguageModel
 from attnlab.eval.native import AttnlabLM
@@ -154,7 +154,7 @@ def _is_checkpoint_dir(path: Path) -> bool:
 def _load_run(path: Path, device: str | torch.device | None) -> AttnlabLM:
     if _is_checkpoint_dir(path):
         return AttnlabLM.from_run(path.parent.parent, device=device, checkpoint=path.name)
-    from attnlab.runstate import require_weights
+    from attnlab.runs.runstate import require_weights
 
     require_weights(path)
     return AttnlabLM.from_run(path, device=device)

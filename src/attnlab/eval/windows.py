@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from attnlab.errors import UserError
+from attnlab.base.errors import UserError
 
 
 @dataclass(frozen=True)

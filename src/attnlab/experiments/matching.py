@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from attnlab.errors import UserError
+from attnlab.base.errors import UserError
 
 MAX_WIDTH = 1 << 26
 

@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from attnlab.errors import UserError
+from attnlab.base.atomic import atomic_write_json
+from attnlab.base.errors import UserError
 from attnlab.experiments.resolve import Experiment
-from attnlab.runs.atomic import atomic_write_json
 
 EXPERIMENT_FILE = "experiment.json"
 

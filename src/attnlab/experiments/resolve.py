@@ -39,7 +39,7 @@ from attnlab.experiments.spec import (
 )
 from attnlab.experiments.sweep_spec import SCHEDULE_TRAIN_KEYS, SweepSpec
 from attnlab.model.params import ParamReport
-from attnlab.preflight import param_count as count  # any depth, absurd widths refused
+from attnlab.runs.preflight import param_count as count  # any depth, absurd widths refused
 
 #: train.* keys that decide the batch schedule or the validation points; only the base sets them
 #: (a sweep may not grid them either: one list, kept in sweep_spec, which spec.py imports)

@@ -12,9 +12,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from attnlab.base.atomic import atomic_write_json
 from attnlab.experiments.resolve import run_dir
 from attnlab.runs import rundir
-from attnlab.runs.atomic import atomic_write_json
 
 COLUMNS = (
     "variant",

@@ -39,6 +39,7 @@ from typing import Any
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
+from attnlab.base.section import Section
 from attnlab.config import (
     ConfigError,
     fields_at,
@@ -47,7 +48,6 @@ from attnlab.config import (
     resolve_plugin_paths,
 )
 from attnlab.experiments.sweep_spec import SweepSpec
-from attnlab.section import Section
 
 #: a variant name becomes a directory name
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._+-]*$"

@@ -27,8 +27,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field, model_validator
 
+from attnlab.base.section import Section
 from attnlab.config import Config
-from attnlab.section import Section
 
 #: grid keys live in these config sections
 GRID_SECTIONS = ("model", "train", "eval")
@@ -128,8 +128,8 @@ def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 def _config_keys(cls: type[BaseModel] = Config, prefix: str = "") -> list[str]:
     """Every dotted leaf key of the config schema; a slot table's keys are those of every
     registered part of the slot (the grid point's config, validated later, checks the kind)."""
+    from attnlab.base.schema import slot_of
     from attnlab.parts import registry
-    from attnlab.schema import slot_of
 
     out = []
     for name, field in cls.model_fields.items():

@@ -28,8 +28,8 @@ from typing import Any
 from torch import nn
 
 import attnlab
+from attnlab.base.errors import UserError
 from attnlab.config import Config
-from attnlab.errors import UserError
 from attnlab.hf.vendor import PluginModule, check_tracked, flatten
 from attnlab.parts import registry
 from attnlab.parts.plugins import loaded, source_hash

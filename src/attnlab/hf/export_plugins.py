@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from attnlab.errors import UserError
+from attnlab.base.errors import UserError
 from attnlab.parts import load_plugin, registry
 from attnlab.parts.plugins import source_hash
 

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from attnlab.errors import UserError
+from attnlab.base.errors import UserError
 
 
 class ArchitectureError(UserError):

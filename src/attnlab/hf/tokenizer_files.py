@@ -24,8 +24,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from attnlab.base.errors import UserError
 from attnlab.data.tokenizer import EOT, Tokenizer
-from attnlab.errors import UserError
 
 SAMPLE = "Hello world! attnlab's export, ünïcödé 123 -> 4.5\n\ttabs  and  spaces.\n"
 

@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from attnlab.errors import UserError
+from attnlab.base.errors import UserError
 
 #: modules whose flat names follow transformers' conventions
 SPECIAL_NAMES = {

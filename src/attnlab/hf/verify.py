@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from attnlab.errors import UserError
+from attnlab.base.errors import UserError
 
 #: prepended to the child's code: attnlab cannot be imported there
 BLOCK_ATTNLAB = """

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from attnlab.errors import UserError
+from attnlab.base.errors import UserError
 from attnlab.parts import ScoreContext
 
 _BACKENDS = {

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from attnlab.errors import InvalidRequestError, NonFiniteError
+from attnlab.base.errors import InvalidRequestError, NonFiniteError
 from attnlab.model.linear import decode_layout
 
 

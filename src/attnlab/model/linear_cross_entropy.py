@@ -42,7 +42,7 @@ import os
 import torch
 from torch import Tensor
 
-from attnlab.errors import UserError
+from attnlab.base.errors import UserError
 
 KERNEL_ENV = "ATTNLAB_LOSS_KERNEL"
 KERNELS = ("auto", "chunked", "liger", "cce")

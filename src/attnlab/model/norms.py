@@ -9,12 +9,19 @@ All cost O(d) FLOPs per token.
 from __future__ import annotations
 
 import math
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attnlab.config import NormConfig
+
+class NormSettings(Protocol):
+    """What a norm is built from (``config.NormConfig`` has these fields)."""
+
+    kind: str
+    bias: bool
+    eps: float
 
 
 class LayerNorm(nn.Module):
@@ -25,6 +32,13 @@ class LayerNorm(nn.Module):
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(dim))
         self.bias = nn.Parameter(torch.zeros(dim)) if bias else None
+
+    @torch.no_grad()
+    def reset_norm(self) -> None:
+        """Gain 1, bias 0: the identity map up to normalisation."""
+        self.weight.fill_(1.0)
+        if self.bias is not None:
+            self.bias.zero_()
 
     def forward(self, x: Tensor) -> Tensor:
         return F.layer_norm(x, self.weight.shape, self.weight, self.bias, self.eps)
@@ -38,6 +52,11 @@ class RMSNorm(nn.Module):
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(dim))
 
+    @torch.no_grad()
+    def reset_norm(self) -> None:
+        """Gain 1."""
+        self.weight.fill_(1.0)
+
     def forward(self, x: Tensor) -> Tensor:
         return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
 
@@ -50,6 +69,11 @@ class ScaleNorm(nn.Module):
         self.eps, self.dim = eps, dim
         self.weight = nn.Parameter(torch.tensor(math.sqrt(dim)))
 
+    @torch.no_grad()
+    def reset_norm(self) -> None:
+        """Gain sqrt(d): a unit vector scaled to the norm of a typical N(0, 1) vector."""
+        self.weight.fill_(math.sqrt(self.dim))
+
     def forward(self, x: Tensor) -> Tensor:
         return self.weight * x / x.norm(dim=-1, keepdim=True).clamp_min(self.eps)
 
@@ -61,6 +85,6 @@ NORMS: dict[str, type[nn.Module]] = {
 }
 
 
-def make_norm(cfg: NormConfig, dim: int) -> nn.Module:
+def make_norm(cfg: NormSettings, dim: int) -> nn.Module:
     """The configured norm over ``dim`` features."""
     return NORMS[cfg.kind](dim, bias=cfg.bias, eps=cfg.eps)

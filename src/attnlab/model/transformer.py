@@ -18,8 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from attnlab.base.errors import InvalidRequestError
 from attnlab.config import ModelConfig
-from attnlab.errors import InvalidRequestError
 from attnlab.model.block import Block
 from attnlab.model.context import AttnContext
 from attnlab.model.kv_cache import KVCache

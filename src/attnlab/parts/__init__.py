@@ -27,6 +27,7 @@ The built-in parts (``attnlab/model/parts/``) are registered through this same A
 
 from pydantic import Field
 
+from attnlab.base.schema import PartOptions
 from attnlab.parts.part import Dims, Init, Part, default_init
 from attnlab.parts.plugins import PluginError, PluginRecord, load_plugin, load_plugins
 from attnlab.parts.registry import BUILTIN, PartError, PartSpec, register
@@ -45,7 +46,6 @@ from attnlab.parts.slots import (
     SideBranchPart,
     ValuePart,
 )
-from attnlab.schema import PartOptions
 
 __all__ = [
     "BUILTIN",

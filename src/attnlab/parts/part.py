@@ -44,7 +44,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from attnlab.schema import PartOptions
+from attnlab.base.schema import PartOptions
 
 
 @dataclass(frozen=True)
@@ -133,21 +133,16 @@ class Init:
 @torch.no_grad()
 def default_init(module: nn.Module, std: float) -> None:
     """Initialise one module (not its children): Linear and Embedding weights N(0, std) with zero
-    biases; norms to gain 1 (ScaleNorm: sqrt(d)) and bias 0. Other modules are left alone."""
-    from attnlab.model.norms import LayerNorm, RMSNorm, ScaleNorm
-
+    biases; a norm (a module with ``reset_norm()``, as attnlab's norms have) to its identity
+    settings: gain 1 (ScaleNorm: sqrt(d)) and bias 0. Other modules are left alone."""
     if isinstance(module, nn.Linear):
         nn.init.normal_(module.weight, 0.0, std)
         if module.bias is not None:
             nn.init.zeros_(module.bias)
     elif isinstance(module, nn.Embedding):
         nn.init.normal_(module.weight, 0.0, std)
-    elif isinstance(module, LayerNorm | RMSNorm):
-        module.weight.fill_(1.0)
-        if getattr(module, "bias", None) is not None:
-            module.bias.zero_()
-    elif isinstance(module, ScaleNorm):
-        module.weight.fill_(math.sqrt(module.dim))
+    elif callable(getattr(module, "reset_norm", None)):
+        module.reset_norm()
 
 
 class Part(nn.Module):

@@ -39,7 +39,8 @@ from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
 
-from attnlab.errors import UserError
+from attnlab.base.errors import UserError
+from attnlab.parts.source import PartError, registering_as
 
 GROUP = "attnlab.parts"
 #: set to 1 to skip the entry points of installed packages (e.g. to get past a broken one)
@@ -135,8 +136,6 @@ def _module_name_for(path: Path) -> str:
 
 
 def _import(spec: str) -> object:
-    from attnlab.parts.registry import registering_as
-
     with registering_as(spec):
         if not is_path_spec(spec):
             return importlib.import_module(spec)
@@ -175,8 +174,6 @@ def load_plugin(
     A path that does not exist is served by a plugin of the same module name already loaded from
     elsewhere (see the module doc); otherwise it is an error ending in ``missing`` (default: how
     to point at a moved file)."""
-    from attnlab.parts.registry import PartError
-
     resolved = resolve_spec(spec, base_dir)
     with _lock:
         if resolved in _loaded:
@@ -309,8 +306,6 @@ def load_entry_points() -> None:
         _entry_points_loaded = True
         return
     _entry_points_loaded = True
-    from attnlab.parts.registry import PartError, registering_as
-
     for ep in metadata.entry_points(group=GROUP):
         dist = ep.dist.name if ep.dist is not None else None
         version = ep.dist.version if ep.dist is not None else None

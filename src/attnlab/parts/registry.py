@@ -8,27 +8,22 @@ registered again (a module imported twice under one name).
 
 from __future__ import annotations
 
-import contextlib
 import difflib
 import importlib
 import pkgutil
+import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from attnlab.errors import UserError
+from attnlab.base import schema
+from attnlab.base.schema import PartOptions
 from attnlab.parts.part import Dims, Part
 from attnlab.parts.slots import NONE, SLOTS
-from attnlab.schema import PartOptions
+from attnlab.parts.source import BUILTIN, PartError, current_source, registering_as
 
 P = TypeVar("P", bound=type[Part])
-
-BUILTIN = "built-in"
-
-
-class PartError(UserError):
-    """A part that cannot be registered or found; the message names the part and the fix."""
 
 
 @dataclass(frozen=True)
@@ -48,27 +43,8 @@ class PartSpec:
 
 _parts: dict[str, dict[str, PartSpec]] = {name: {} for name in SLOTS}
 _lock = threading.RLock()
-_source = threading.local()
 _builtins_loaded = False
 _builtins_loading = False
-
-
-@contextlib.contextmanager
-def registering_as(source: str) -> Iterator[None]:
-    """Parts registered inside this block are recorded as coming from ``source``."""
-    old = getattr(_source, "name", None)
-    _source.name = source
-    try:
-        yield
-    finally:
-        _source.name = old
-
-
-def _current_source(cls: type) -> str:
-    name = getattr(_source, "name", None)
-    if name:
-        return name
-    return BUILTIN if cls.__module__.startswith("attnlab.") else cls.__module__
 
 
 def register(slot: str, kind: str) -> Callable[[P], P]:
@@ -100,7 +76,7 @@ def register(slot: str, kind: str) -> Callable[[P], P]:
             )
         if not _builtins_loading:
             _load_builtins()  # built-in names are taken first: a plugin never pre-empts one
-        source = _current_source(cls)
+        source = current_source(cls)
         with _lock:
             old = _parts[slot].get(kind)
             if old is not None and old.cls is not cls:
@@ -225,3 +201,6 @@ class _NoPart(Part):
     """The empty choice of an optional slot (``kind = "none"``)."""
 
     Options = PartOptions
+
+
+schema.use_part_lookup(sys.modules[__name__])  # slot fields of the config validate against this

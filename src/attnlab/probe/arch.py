@@ -24,7 +24,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
-from attnlab.errors import UserError
+from attnlab.base.errors import UserError
 from attnlab.parts import Dims
 
 QLayout = Literal["whole", "first", "per_head_qkv"]

@@ -26,12 +26,12 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from attnlab.errors import UserError
+from attnlab.base.atomic import atomic_directory, atomic_write_json, sha256_file, temp_sibling
+from attnlab.base.errors import UserError
 from attnlab.probe.build import BaseProvider, ProbedModel, build_probed_model, check_fingerprint
 from attnlab.probe.config import ConfigError, validate_probe
 from attnlab.probe.moved_keys import upgrade_recorded
 from attnlab.runs import checkpoint, rundir
-from attnlab.runs.atomic import atomic_directory, atomic_write_json, sha256_file, temp_sibling
 
 FORMAT = "attnlab-probe"
 VERSION = 1

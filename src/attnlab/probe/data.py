@@ -12,9 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from attnlab.base.errors import UserError
 from attnlab.data import TokenData, default_data_dir, get_schedule, prepare, read_meta
 from attnlab.data.schedule import Schedule
-from attnlab.errors import UserError
 from attnlab.probe.base import BaseSource
 from attnlab.probe.config import ProbeConfig
 

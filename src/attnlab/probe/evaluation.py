@@ -21,8 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from attnlab.base.errors import UserError
 from attnlab.data import TokenData, batch_tokens, get_schedule
-from attnlab.errors import UserError
 from attnlab.probe.config import ProbeConfig
 
 HELDOUT_CLOZE = "cloze-heldout"
@@ -32,8 +32,8 @@ VAL_SEED = 1_000_003  # the same validation sequences for every method and seed
 def heldout_cloze_file(data: TokenData, n: int, seed: int = 0) -> Path:
     """``<data dir>/probe/cloze-heldout-n<n>-s<seed>.jsonl``, built from the validation split
     on first use (every method of an experiment reads the same file)."""
+    from attnlab.base.atomic import atomic_write_bytes
     from attnlab.eval import build_cloze_set
-    from attnlab.runs.atomic import atomic_write_bytes
 
     path = heldout_path(data.directory, n, seed)
     if not path.is_file():

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from attnlab.errors import UserError
+from attnlab.base.errors import UserError
 from attnlab.probe.config import ProbeConfig, load_experiment
 from attnlab.probe.layer_stats import collect, report_section, write_layer_stats
 from attnlab.probe.report import make_row, write_report

@@ -27,7 +27,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils.hooks import RemovableHandle
 
-from attnlab.errors import UserError
+from attnlab.base.errors import UserError
 from attnlab.parts import Dims, Init, Part, QueryPart
 from attnlab.parts.registry import build
 from attnlab.probe.arch import ArchSpec, QLayout, add_to_q, arch_of, dims_of

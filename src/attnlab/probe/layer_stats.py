@@ -16,7 +16,7 @@ import io
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from attnlab.runs.atomic import atomic_write_bytes
+from attnlab.base.atomic import atomic_write_bytes
 
 FOLDER = "layer_stats"
 #: one statistic: method label -> one value per layer (None: not measured in that layer)

@@ -19,7 +19,7 @@ from typing import Any
 
 from torch import nn
 
-from attnlab.errors import UserError
+from attnlab.base.errors import UserError
 from attnlab.probe.arch import ArchSpec, Dims
 from attnlab.probe.config import LoraOptions
 
@@ -128,7 +128,7 @@ def plan_lora(
 
 def apply_lora(model: nn.Module, plan: LoraPlan, opts: LoraOptions) -> Any:
     """``peft.get_peft_model`` with ``plan``'s rank on its exact target modules."""
-    from attnlab.extras import require
+    from attnlab.base.extras import require
 
     require("probe", "peft", what="a LoRA probe")
     from peft import LoraConfig, get_peft_model

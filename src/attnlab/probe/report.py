@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from attnlab.runs.atomic import atomic_write_bytes
+from attnlab.base.atomic import atomic_write_bytes
 
 # metric(s) shown per task name (the part before ':'); others: acc if present, else all scalars
 PRIMARY = {

@@ -28,8 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnlab.determinism import deterministic_mode
-from attnlab.errors import UserError
+from attnlab.base.errors import UserError
 from attnlab.probe import artifacts
 from attnlab.probe.build import BaseProvider, ProbedModel, build_probed_model
 from attnlab.probe.config import ProbeConfig, dump_probe_toml
@@ -39,6 +38,7 @@ from attnlab.probe.layer_stats import FOLDER as LAYER_STATS
 from attnlab.probe.layer_stats import write_layer_stats
 from attnlab.probe.moved_keys import upgrade_recorded
 from attnlab.runs import checkpoint, lock, rundir
+from attnlab.runs.determinism import deterministic_mode
 from attnlab.runs.device import Precision, resolve_device, resolve_precision
 from attnlab.runs.distributed import Dist
 from attnlab.runs.loop import Loop, LoopResult, LoopSettings, TrainTask

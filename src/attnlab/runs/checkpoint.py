@@ -38,8 +38,8 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from attnlab.errors import UserError
-from attnlab.runs.atomic import dumps_json, fsync_dir, json_safe, sha256_file
+from attnlab.base.atomic import dumps_json, fsync_dir, json_safe, sha256_file
+from attnlab.base.errors import UserError
 from attnlab.runs.records import (
     CheckpointState,
     ConfigRecord,

@@ -20,12 +20,8 @@ from dataclasses import dataclass
 
 import torch
 
-from attnlab.errors import UserError
-
-
-def mps_usable() -> bool:
-    mps = getattr(torch.backends, "mps", None)
-    return bool(mps is not None and mps.is_available())
+from attnlab.base import devices
+from attnlab.base.errors import UserError
 
 
 def resolve_device(
@@ -36,36 +32,19 @@ def resolve_device(
 ) -> torch.device:
     """The device ``pref`` names (see the module docstring); ``local_rank`` is set under torchrun.
 
-    A device that is not present is a :class:`UserError` naming ``setting`` and what to use.
+    A device that is not present is a :class:`UserError` naming ``setting`` and what to use
+    (:func:`attnlab.base.devices.check_device`).
     """
     if pref is None or str(pref) == "auto":
         if torch.cuda.is_available():
             return torch.device("cuda", local_rank or 0)
-        if local_rank is None and mps_usable():
+        if local_rank is None and devices.mps_usable():
             return torch.device("mps")
         return torch.device("cpu")
-    try:
-        device = torch.device(pref)
-    except (RuntimeError, ValueError):
-        raise UserError(
-            f"{setting}={str(pref)!r} is not a device name; use auto, cpu, cuda, cuda:N or mps"
-        ) from None
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            raise UserError(
-                f"{setting}={str(pref)!r} but no CUDA device is visible; use auto or cpu"
-            )
-        if device.index is None:
-            device = torch.device("cuda", local_rank or 0)
-        elif device.index >= torch.cuda.device_count():
-            raise UserError(
-                f"{setting}={str(pref)!r} but only {torch.cuda.device_count()} CUDA device(s) are "
-                "visible"
-            )
-    elif device.type == "mps" and not mps_usable():
-        raise UserError(f"{setting}='mps' but MPS is not usable here; use auto or cpu")
-    elif device.type not in ("cpu", "cuda", "mps"):
-        raise UserError(f"{setting}={str(pref)!r}: attnlab runs on cpu, cuda or mps")
+    devices.check_device(str(pref), setting)
+    device = torch.device(pref)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", local_rank or 0)
     return device
 
 

@@ -15,7 +15,7 @@ import torch
 import torch.distributed as tdist
 from torch import nn
 
-from attnlab.errors import UserError
+from attnlab.base.errors import UserError
 
 
 @dataclass

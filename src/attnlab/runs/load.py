@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from attnlab.errors import UserError
+from attnlab.base.errors import UserError
 from attnlab.runs import checkpoint, rundir
 
 

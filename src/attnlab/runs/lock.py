@@ -22,7 +22,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from attnlab.errors import UserError
+from attnlab.base.errors import UserError
 
 LOCK_FILE = ".lock"
 

@@ -36,7 +36,7 @@ import torch
 from torch import nn
 
 import attnlab
-from attnlab.errors import UserError
+from attnlab.base.errors import UserError
 from attnlab.recipe import BatchPlan, TrainRecipe
 from attnlab.runs import checkpoint, rundir
 from attnlab.runs.device import Precision

@@ -5,7 +5,7 @@ checkpoint's ``state.json`` (:class:`CheckpointState`) are validated when read, 
 the wrong shape (a line ``[1, 2, 3]``, ``{"step": "abc"}``, a status that is a string, appended
 binary) is named with its file and line instead of surfacing later as a ``KeyError`` or
 ``TypeError``. Unknown extra keys are kept: writers may add fields without breaking readers.
-Non-finite numbers are ``null`` on disk (see :mod:`attnlab.runs.atomic`); older files that wrote
+Non-finite numbers are ``null`` on disk (see :mod:`attnlab.base.atomic`); older files that wrote
 them as strings (``"nan"``) still validate.
 """
 
@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError
 
-from attnlab.errors import UserError
+from attnlab.base.errors import UserError
 
 M = TypeVar("M", bound=BaseModel)
 

@@ -23,8 +23,8 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from attnlab.errors import UserError
-from attnlab.runs.atomic import atomic_write_json, atomic_write_text, dumps_json
+from attnlab.base.atomic import atomic_write_json, atomic_write_text, dumps_json
+from attnlab.base.errors import UserError
 from attnlab.runs.records import (
     ConfigRecord,
     MetricsRow,

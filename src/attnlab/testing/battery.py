@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from pydantic import ValidationError
 
-from attnlab.errors import UserError
+from attnlab.base.errors import UserError
 from attnlab.parts import registry
 from attnlab.testing import (
     batching,

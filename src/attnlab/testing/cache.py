@@ -75,7 +75,7 @@ def write(k: str | None, report: PartReport) -> Path | None:
     """Store a report (only passing ones: a failure is checked again after the fix)."""
     if k is None or not report.passed:
         return None
-    from attnlab.runs.atomic import atomic_write_json
+    from attnlab.base.atomic import atomic_write_json
 
     path = cache_dir() / f"{k}.json"
     try:

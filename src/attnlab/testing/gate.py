@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from attnlab.errors import UserError
+from attnlab.base.errors import UserError
 from attnlab.parts import registry
 from attnlab.testing import cache
 from attnlab.testing.battery import PartRequest, check_parts
@@ -95,7 +95,7 @@ def record(directory: str | Path, rec: dict[str, Any]) -> None:
     """Write ``rec`` to ``DIR/check.json`` (nothing for a run without plugin parts)."""
     if not rec:
         return
-    from attnlab.runs.atomic import atomic_write_json
+    from attnlab.base.atomic import atomic_write_json
 
     Path(directory).mkdir(parents=True, exist_ok=True)
     atomic_write_json(Path(directory) / RECORD, rec)

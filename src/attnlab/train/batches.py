@@ -13,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
+from attnlab.base.errors import UserError
 from attnlab.config import Config
-from attnlab.errors import UserError
 
 EVAL_SEED = 1_000_003  # validation sequences are the same for every run and seed
 

@@ -18,8 +18,8 @@ from typing import Literal
 import numpy as np
 import torch
 
+from attnlab.base.errors import UserError
 from attnlab.config import ModelConfig, TrainConfig
-from attnlab.errors import UserError
 
 Objective = Literal["causal_lm", "masked_lm", "span_corruption"]
 

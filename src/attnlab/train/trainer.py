@@ -20,10 +20,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from attnlab.base.errors import UserError
 from attnlab.config import Config, dump_toml
-from attnlab.determinism import deterministic_mode
-from attnlab.errors import UserError
 from attnlab.runs import checkpoint, lock, rundir
+from attnlab.runs.determinism import deterministic_mode
 from attnlab.runs.device import resolve_device, resolve_precision
 from attnlab.runs.distributed import Dist, setup, wrap
 from attnlab.runs.loop import Loop, LoopSettings, TrainTask

@@ -59,7 +59,7 @@ def parts_section(record) -> list[str]:
     """Per variant: the part in every slot that differs from the baseline's defaults, the
     parameters counted in each part's declared row, and the forward FLOPs per token."""
     from attnlab.config import validate
-    from attnlab.preflight import param_count as count
+    from attnlab.runs.preflight import param_count as count
 
     reps, kinds = {}, {}
     for v in record["variants"]:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from attnlab.errors import UserError
+from attnlab.base.errors import UserError
 from attnlab.experiments.resolve import RunPlan
 from attnlab.experiments.running.progress import ExperimentProgress
 from attnlab.experiments.spec import EvaluateSpec

@@ -26,8 +26,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from attnlab.base.errors import UserError
 from attnlab.config import parse_override
-from attnlab.errors import UserError
 from attnlab.experiments.resolve import RunPlan
 from attnlab.experiments.running.execute import (
     RunOutcome,

@@ -33,7 +33,7 @@ _EVENTS: Any = None
 def _init_worker(events: Any, devices: Any, threads: int | None, plugins: list[str]) -> None:
     global _EVENTS
     _EVENTS = events
-    from attnlab.warning_lines import install
+    from attnlab.base.warning_lines import install
 
     install("compare")  # a run's warnings as the parent prints them, one line each
     # the parent's plugins first: the runs' configs hold their parts' options classes

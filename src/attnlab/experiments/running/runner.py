@@ -20,8 +20,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from attnlab.base.errors import UserError
 from attnlab.config import dump_toml
-from attnlab.errors import UserError
 from attnlab.experiments.record import write_record
 from attnlab.experiments.resolve import Experiment, RunPlan
 from attnlab.experiments.running.execute import RunOutcome, is_over, needs_work

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from attnlab.errors import UserError
+from attnlab.base.errors import UserError
 from attnlab.experiments.resolve import Experiment
 
 

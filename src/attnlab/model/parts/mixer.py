@@ -21,11 +21,11 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch import Tensor
 
+from attnlab.base.schema import Activation
 from attnlab.model.activations import make_activation
 from attnlab.model.linear import Linear, uses_layout
 from attnlab.parts import Dims, Init, MixerPart, PartOptions, register
 from attnlab.parts.part import default_init
-from attnlab.schema import Activation
 
 #: the nonlinear mixer computes with its hidden width padded up to a multiple of this
 HIDDEN_MULTIPLE = 16

@@ -52,7 +52,8 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch import Tensor, nn
 
-from attnlab.errors import UserError
+from attnlab.base.errors import UserError
+from attnlab.base.schema import Activation
 from attnlab.model.activations import make_activation
 from attnlab.model.linear import Linear
 from attnlab.model.parts.moe_dispatch import (
@@ -63,7 +64,6 @@ from attnlab.model.parts.moe_dispatch import (
     sort_by_expert,
 )
 from attnlab.parts import Dims, Init, PartOptions, ValuePart, register
-from attnlab.schema import Activation
 
 Impl = Literal["auto", "loop", "grouped"]
 IMPLS: tuple[str, ...] = get_args(Impl)

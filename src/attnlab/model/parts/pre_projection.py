@@ -11,10 +11,10 @@ from __future__ import annotations
 from pydantic import Field
 from torch import Tensor, nn
 
+from attnlab.base.schema import Activation
 from attnlab.model.activations import make_activation
 from attnlab.model.linear import Linear
 from attnlab.parts import Dims, FeatureMapPart, Init, PartOptions, register
-from attnlab.schema import Activation
 
 
 @register("feature_map", "pre_projection")

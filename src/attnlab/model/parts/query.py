@@ -20,11 +20,11 @@ import torch
 from pydantic import Field
 from torch import Tensor
 
+from attnlab.base.schema import Activation
 from attnlab.model.activations import make_activation
 from attnlab.model.linear import Linear
 from attnlab.model.norms import LayerNorm, RMSNorm
 from attnlab.parts import Dims, FusedRows, Init, PartOptions, QueryPart, register
-from attnlab.schema import Activation
 
 
 class Bottleneck(torch.nn.Module):

@@ -41,7 +41,7 @@ import torch
 from pydantic import Field
 from torch import Tensor, nn
 
-from attnlab.errors import UserError
+from attnlab.base.errors import UserError
 from attnlab.model.virtual_fused.alibi import alibi_columns
 from attnlab.model.virtual_fused.geometry import Geometry
 from attnlab.model.virtual_fused.image import convolve_scores

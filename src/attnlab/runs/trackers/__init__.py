@@ -60,7 +60,7 @@ def _read(run_dir: Path) -> dict[str, Any]:
 
 
 def _write(run_dir: Path, data: dict[str, Any]) -> None:
-    from attnlab.runs.atomic import atomic_write_json
+    from attnlab.base.atomic import atomic_write_json
 
     atomic_write_json(run_dir / TRACKERS_FILE, data)
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from attnlab.errors import UserError
+from attnlab.base.errors import UserError
 
 INSTALL = "pip install 'attnlab[trackers]'"
 

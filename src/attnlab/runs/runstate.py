@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from attnlab.errors import NonFiniteError
+from attnlab.base.errors import NonFiniteError
 
 
 def require_weights(run_dir: str | Path) -> None:

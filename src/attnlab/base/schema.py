@@ -1,22 +1,23 @@
 """The building blocks of every typed config: the strict ``Section`` base (from
-:mod:`attnlab.section`, re-exported here), and the ``PartOptions`` field that takes its schema from
+:mod:`attnlab.base.section`, re-exported here), and the ``PartOptions`` field that takes its schema from
 the part registry.
 
 A slot field (``model.query``, ``model.score``, ...) holds the options of whichever part kind the
 table names: ``{kind = "nonlinear", ratio = 0.5}`` is validated by the nonlinear query's own options
 class, found in the registry at validation time. So a plugin's parts are validated exactly like the
 built-in ones, with the same messages, and nothing here has to know them in advance. This module
-needs only pydantic; the registry (and torch) is imported on the first validation.
+needs only pydantic; the part registry installs itself here (:func:`use_part_lookup`) when it is
+imported, so this module never imports it.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, Protocol
 
 from pydantic import Field, SerializeAsAny, WrapValidator
 from pydantic_core import PydanticCustomError
 
-from attnlab.section import Section
+from attnlab.base.section import Section
 
 __all__ = ["Activation", "PartOptions", "Section", "default_options", "slot_field"]
 
@@ -40,10 +41,36 @@ class PartOptions(Section):
         return []
 
 
+class PartLookup(Protocol):
+    """What validation asks of the part registry (:mod:`attnlab.parts.registry` is one)."""
+
+    def get(self, slot: str, kind: str) -> Any: ...  # a spec with ``.options``
+    def has(self, slot: str, kind: str) -> bool: ...
+    def default_kind(self, slot: str) -> str: ...
+    def unknown_kind_message(self, slot: str, kind: Any) -> str: ...
+
+
+_lookup: PartLookup | None = None
+
+
+def use_part_lookup(lookup: PartLookup) -> None:
+    """Install the registry that slot fields validate against (the part registry calls this
+    when it is imported, so this module never imports it: config and parts stay one-way)."""
+    global _lookup
+    _lookup = lookup
+
+
+def part_lookup() -> PartLookup:
+    """The installed registry; ``import attnlab.parts`` installs it (``config.ModelConfig``
+    imports it before validating a slot)."""
+    if _lookup is None:
+        raise RuntimeError("no part registry is installed: import attnlab.parts first")
+    return _lookup
+
+
 def _dispatch(slot: str):
     def validate(value: Any, handler: Any) -> PartOptions:
-        from attnlab.parts import registry
-
+        registry = part_lookup()
         if isinstance(value, PartOptions):
             registry.get(slot, value.kind)  # a kind registered in this process
             return value
@@ -90,8 +117,7 @@ def default_options(slot: str) -> Any:
     """A ``Field`` whose default is the slot's default part with its default options."""
 
     def make() -> PartOptions:
-        from attnlab.parts import registry
-
+        registry = part_lookup()
         return registry.get(slot, registry.default_kind(slot)).options(
             kind=registry.default_kind(slot)
         )

@@ -18,7 +18,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from attnlab.errors import UserError
+from attnlab.base.errors import UserError
 
 
 class UnsafePathError(UserError):

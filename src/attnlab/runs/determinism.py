@@ -17,7 +17,7 @@ What :func:`deterministic_mode` sets while it is entered, and restores on exit:
   cuBLAS workspace size and the "is this config deterministic" check at the *first cuBLAS call
   of the process*, so it must be in place before any matmul on the GPU. ``attnlab train`` sets
   it before touching the GPU; in a process that already ran a cuBLAS call without it, the probe
-  matmul fails and a :class:`~attnlab.errors.UserError` says to export it before starting.
+  matmul fails and a :class:`~attnlab.base.errors.UserError` says to export it before starting.
 
 On CPU the same torch flags are set. CPU kernels are already deterministic at a fixed thread count,
 so the mode is not needed there and is harmless: a few ops (index_put / embedding backward) switch
@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 import torch
 
-from attnlab.errors import UserError
+from attnlab.base.errors import UserError
 
 CUBLAS_ENV = "CUBLAS_WORKSPACE_CONFIG"
 #: the two workspace configs torch accepts as deterministic (``Context::checkCuBLASConfig...``)

@@ -1,7 +1,7 @@
 """Refuse numbers that are not numbers: a model whose weights, or whose results, hold NaN or inf.
 
 A diverged run's checkpoint (or a damaged one) scores as blank cells and decodes as NUL bytes;
-these checks say so instead, with :class:`~attnlab.errors.NonFiniteError` (exit code 3).
+these checks say so instead, with :class:`~attnlab.base.errors.NonFiniteError` (exit code 3).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from attnlab.errors import NonFiniteError
+from attnlab.base.errors import NonFiniteError
 
 
 def check_weights(model: nn.Module, source: str) -> None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import importlib.util
 import sys
 
-from attnlab.errors import UserError
+from attnlab.base.errors import UserError
 
 #: extra -> what it is for (keep in step with ``[project.optional-dependencies]``)
 EXTRAS: dict[str, str] = {

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from attnlab.base.errors import UserError
 from attnlab.config import Config, ModelConfig
-from attnlab.errors import UserError
 
 if TYPE_CHECKING:
     from attnlab.model.params import ParamReport
@@ -364,7 +364,7 @@ def check_concurrent(
 def check_training(cfg: Config, command: str = "attnlab train", **kw) -> Estimate:
     """:func:`training_estimate` of ``cfg`` on its ``train.device``, checked (with its thread
     count)."""
-    from attnlab.devices import check_threads
+    from attnlab.base.devices import check_threads
 
     check_threads(cfg.train.threads, "train.threads")
     device = resolve_device(kw.pop("device", None) or cfg.train.device)

@@ -1,6 +1,6 @@
 """Turn the system's failures into messages a user can act on (the CLI's last line of defence).
 
-Specific cases raise :class:`~attnlab.errors.UserError` where they happen, with their own advice;
+Specific cases raise :class:`~attnlab.base.errors.UserError` where they happen, with their own advice;
 this module covers the rest of a class: any ``OSError`` (a full disk, a file-size limit, a
 read-only or missing directory, a permission), ``MemoryError``, ``RecursionError`` (absurdly deep
 input) and ``UnicodeError``, named by operation and file, never as a traceback.

@@ -6,7 +6,7 @@ from __future__ import annotations
 class UserError(Exception):
     """Bad input (config, file, data, checkpoint); the message names the cause and the fix.
 
-    The CLI prints the message and exits with ``exit_code`` (see :mod:`attnlab.exitcodes`)."""
+    The CLI prints the message and exits with ``exit_code`` (see :mod:`attnlab.base.exitcodes`)."""
 
     exit_code = 2
 
