@@ -1,6 +1,7 @@
 """Every config the repository ships or documents loads with today's keys: the experiment and
-probe files under configs/, and the ``train.*`` keys and ``--set`` items the README and docs name
-(so a renamed key cannot linger in the documentation). The presets: test_config.py."""
+probe files under configs/, and the ``train.*`` keys and ``--set`` items the README and docs/
+(docs/commands.md, the command reference, above all) name, so a renamed key cannot linger in the
+documentation. The presets: test_config.py."""
 
 from __future__ import annotations
 
@@ -80,6 +81,16 @@ def _commands(verbs: tuple[str, ...]) -> list[tuple[str, str | None]]:
                 error = said[1].removeprefix("- ") if said and ": error:" in said[0] else None
                 out.append((line, error))
     return out
+
+
+def test_the_command_reference_is_among_the_checked_documents():
+    """The per-command reference (docs/commands.md) holds most documented commands; its
+    ``--set`` items are checked like the README's, and so are its error lines."""
+    assert ROOT / "docs" / "commands.md" in DOCS
+    text = (ROOT / "docs" / "commands.md").read_text(encoding="utf-8")
+    lines = [x.strip().removeprefix("$ ") for x in text.splitlines()]
+    checked = [x for x in lines if re.match(r"attnlab (train|params) ", x) and "--set" in x]
+    assert len(checked) >= 5, checked
 
 
 @pytest.mark.parametrize(("line", "error"), _commands(("train", "params")))
