@@ -103,7 +103,7 @@ def _cases() -> dict[str, Case]:
         ("bool-int", "model.n_layers=true", r"model\.n_layers.*boolean"),
         ("warmup", "train.warmup_steps=-1", r"train\.warmup_steps"),
         ("threads", "train.threads=100000", r"train\.threads 100000 must be between 1 and"),
-        ("device", "train.device=nonsense", r"train\.device='nonsense' is not a device"),
+        ("device", "train.device=nonsense", r"train\.device 'nonsense' is not a device name"),
         ("tokens-per-step", "train.tokens_per_step=7", r"tokens_per_step=7 is not a multiple"),
         ("seq-len", "data.seq_len=100000", r"data\.seq_len=100000 exceeds model\.max_seq_len"),
         ("no-data-dir", "data.dir=/nonexistent/data", r"not a prepared data directory"),

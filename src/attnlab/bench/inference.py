@@ -14,7 +14,9 @@
 from __future__ import annotations
 
 import copy
+import functools
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import torch
@@ -96,37 +98,8 @@ def measure_inference(
     gen = torch.Generator().manual_seed(1)
     x = torch.randint(0, vocab, (batch, seq_len), generator=gen).to(device)
     prompt = torch.randint(0, vocab, (decode_batch, prompt_len), generator=gen).to(device)
-    models, cache_info = {}, {}
-    for s in subjects:
-        try:
-            m = s.model if dtype == torch.float32 else copy.deepcopy(s.model).to(dtype)
-            m.eval()
-            if s.caches:
-                check_greedy(m, prompt, new_tokens)  # also the decode warmup
-                cache_info[s.name] = cache_bytes_per_token(m, prompt_len + new_tokens)
-            else:
-                generate(m, prompt, new_tokens, temperature=0.0, use_cache=False)  # warmup
-            with torch.no_grad():
-                m(x)  # prefill warmup
-        except Exception as e:
-            s.model.train()
-            if failed is None:
-                raise
-            failed[s.name] = error_text(e)
-            continue
-        models[s.name] = m
-
-    def timer(fn):
-        def run() -> float:
-            synchronize(device)
-            t0 = time.perf_counter()
-            with torch.no_grad():
-                fn()
-            synchronize(device)
-            return time.perf_counter() - t0
-
-        return run
-
+    models, cache_info = _warm_up(subjects, x, prompt, new_tokens, dtype, failed)
+    timer = functools.partial(_timed, device)
     fns = {}
     for name, m in models.items():
         fns[f"{name}/prefill"] = timer(lambda m=m: m(x))
@@ -175,6 +148,54 @@ def measure_inference(
             )
         )
     return rows
+
+
+def _warm_up(
+    subjects: list[Subject],
+    x: torch.Tensor,
+    prompt: torch.Tensor,
+    new_tokens: int,
+    dtype: torch.dtype,
+    failed: dict[str, str] | None,
+) -> tuple[dict[str, torch.nn.Module], dict[str, tuple[int, str]]]:
+    """Each subject's model in ``dtype`` and eval mode, run once (prefill, decode); a cached
+    subject's greedy tokens are checked against the uncached ones and its cache bytes per token
+    recorded. A subject that raises goes to ``failed`` (or the error propagates without it)."""
+    models, cache_info = {}, {}
+    for s in subjects:
+        try:
+            m = s.model if dtype == torch.float32 else copy.deepcopy(s.model).to(dtype)
+            m.eval()
+            if s.caches:
+                check_greedy(m, prompt, new_tokens)  # also the decode warmup
+                cache_info[s.name] = cache_bytes_per_token(m, prompt.shape[1] + new_tokens)
+            else:
+                generate(m, prompt, new_tokens, temperature=0.0, use_cache=False)  # warmup
+            with torch.no_grad():
+                m(x)  # prefill warmup
+        except Exception as e:
+            s.model.train()
+            if failed is None:
+                raise
+            failed[s.name] = error_text(e)
+            continue
+        models[s.name] = m
+    return models, cache_info
+
+
+def _timed(device: torch.device, fn: Callable[[], object]) -> Callable[[], float]:
+    """A function that runs ``fn`` without gradients and returns its wall time in seconds,
+    synchronised with the device on both ends."""
+
+    def run() -> float:
+        synchronize(device)
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            fn()
+        synchronize(device)
+        return time.perf_counter() - t0
+
+    return run
 
 
 def _dtype_name(model: torch.nn.Module) -> str:

@@ -224,85 +224,119 @@ def run_bench(spec: BenchSpec, log: Callable[[str], None] = print) -> BenchResul
     reference = "baseline" if any(s.name == "baseline" for s in subjects) else subjects[0].name
     if reference != "baseline":
         result.notes.append(f"ratios are relative to {reference!r} (baseline not measured)")
-    vocab = spec.config.model.vocab_size
     if "training" in spec.sections:
-        log(
-            f"training: {len(subjects)} subjects x {spec.repeats} interleaved rounds of "
-            f"{spec.steps} steps (B={spec.batch_size}, T={spec.seq_len}) ..."
-        )
-        train_failed: dict[str, str] = {}
-        result.training = measure_training(
-            subjects,
-            batch=spec.batch_size,
-            seq_len=spec.seq_len,
-            vocab=vocab,
-            device=spec.device,
-            dtype=dtype,
-            steps=spec.steps,
-            rounds=spec.repeats,
-            warmup=spec.warmup,
-            peak_measured=machine.peak_flops_measured,
-            peak_datasheet=machine.peak_flops_datasheet,
-            reference=reference,
-            failed=train_failed,
-        )
-        for name, why in train_failed.items():
-            result.fail("training", name, why)
-        _remeasure_peak(result, spec.device, dtype)
+        _training_section(spec, subjects, result, dtype, reference, log)
     decoders = [
         s
         for s in subjects
         if s.decodes and (spec.decode_variants is None or s.name in spec.decode_variants)
     ]
     if "inference" in spec.sections and decoders:
-        log(
-            f"inference: prefill and greedy decode of {spec.new_tokens} tokens, with and without "
-            f"the KV cache, {len(decoders)} variants x {spec.decode_repeats} rounds ..."
-        )
-        infer_failed: dict[str, str] = {}
-        result.inference = measure_inference(
-            decoders,
-            batch=spec.batch_size,
-            seq_len=spec.seq_len,
-            prompt_len=spec.prompt_len,
-            new_tokens=spec.new_tokens,
-            decode_batch=spec.decode_batch,
-            vocab=vocab,
-            device=spec.device,
-            dtype=dtype,
-            rounds=spec.decode_repeats,
-            warmup=0,  # the greedy-equality check has just run every decode once
-            reference=reference,
-            failed=infer_failed,
-        )
-        for name, why in infer_failed.items():
-            result.fail("inference", name, why)
+        _inference_section(spec, decoders, result, dtype, reference, log)
     # what a fresh process needs to build each subject: its own config (a variant's overrides
     # applied, its plugins listed), or the base config of a peer
     configs = {s.name: (s.kind, (s.config or spec.config).to_dict()) for s in subjects}
     del subjects, decoders
     gc.collect()
     if "memory" in spec.sections:
-        log(f"memory: {len(configs)} fresh processes, {spec.memory_steps} training steps each ...")
-        for name, (kind, config) in configs.items():
-            row = measure_memory(
-                name,
-                config,
-                kind=kind,
-                seq_len=spec.seq_len,
-                batch_size=spec.batch_size,
-                device=spec.device,
-                dtype=spec.dtype,
-                threads=torch.get_num_threads(),
-                steps=spec.memory_steps,
-                compile=spec.compile,
-            )
-            result.memory.append(row)
-            if row.error:
-                result.fail("memory", name, row.error)
+        _memory_section(spec, configs, result, log)
     result.load_average_end = load_average()
     result.elapsed_s = time.perf_counter() - t_start
     return result
+
+
+def _training_section(
+    spec: BenchSpec,
+    subjects: list[Subject],
+    result: BenchResult,
+    dtype: torch.dtype,
+    reference: str,
+    log: Callable[[str], None],
+) -> None:
+    """Training throughput of every subject (interleaved rounds); the matmul peak is measured
+    again afterwards, so that a machine whose speed changed is noticed."""
+    log(
+        f"training: {len(subjects)} subjects x {spec.repeats} interleaved rounds of "
+        f"{spec.steps} steps (B={spec.batch_size}, T={spec.seq_len}) ..."
+    )
+    failed: dict[str, str] = {}
+    result.training = measure_training(
+        subjects,
+        batch=spec.batch_size,
+        seq_len=spec.seq_len,
+        vocab=spec.config.model.vocab_size,
+        device=spec.device,
+        dtype=dtype,
+        steps=spec.steps,
+        rounds=spec.repeats,
+        warmup=spec.warmup,
+        peak_measured=result.machine.peak_flops_measured,
+        peak_datasheet=result.machine.peak_flops_datasheet,
+        reference=reference,
+        failed=failed,
+    )
+    for name, why in failed.items():
+        result.fail("training", name, why)
+    _remeasure_peak(result, spec.device, dtype)
+
+
+def _inference_section(
+    spec: BenchSpec,
+    decoders: list[Subject],
+    result: BenchResult,
+    dtype: torch.dtype,
+    reference: str,
+    log: Callable[[str], None],
+) -> None:
+    """Prefill and greedy decoding of the decoding subjects, with and without the KV cache."""
+    log(
+        f"inference: prefill and greedy decode of {spec.new_tokens} tokens, with and without "
+        f"the KV cache, {len(decoders)} variants x {spec.decode_repeats} rounds ..."
+    )
+    failed: dict[str, str] = {}
+    result.inference = measure_inference(
+        decoders,
+        batch=spec.batch_size,
+        seq_len=spec.seq_len,
+        prompt_len=spec.prompt_len,
+        new_tokens=spec.new_tokens,
+        decode_batch=spec.decode_batch,
+        vocab=spec.config.model.vocab_size,
+        device=spec.device,
+        dtype=dtype,
+        rounds=spec.decode_repeats,
+        warmup=0,  # the greedy-equality check has just run every decode once
+        reference=reference,
+        failed=failed,
+    )
+    for name, why in failed.items():
+        result.fail("inference", name, why)
+
+
+def _memory_section(
+    spec: BenchSpec,
+    configs: dict[str, tuple[str, dict]],
+    result: BenchResult,
+    log: Callable[[str], None],
+) -> None:
+    """Peak training memory of each subject, each in a fresh process built from its config."""
+    log(f"memory: {len(configs)} fresh processes, {spec.memory_steps} training steps each ...")
+    for name, (kind, config) in configs.items():
+        row = measure_memory(
+            name,
+            config,
+            kind=kind,
+            seq_len=spec.seq_len,
+            batch_size=spec.batch_size,
+            device=spec.device,
+            dtype=spec.dtype,
+            threads=torch.get_num_threads(),
+            steps=spec.memory_steps,
+            compile=spec.compile,
+        )
+        result.memory.append(row)
+        if row.error:
+            result.fail("memory", name, row.error)
 
 
 __all__ = ["SECTIONS", "VARIANTS", "BenchResult", "BenchSpec", "run_bench"]
