@@ -23,7 +23,7 @@ import attnlab.eval.harness  # noqa: F401  (registers lm-eval's "attnlab" model)
 from attnlab.base.errors import UserError
 from attnlab.cli import main
 from attnlab.eval import evaluate, load_language_model
-from attnlab.eval.evaluate import TasksFailed
+from attnlab.eval.evaluate import TasksFailedError
 from attnlab.eval.lm_eval_tasks import write_task_yamls
 from attnlab.eval.multiple_choice import evaluate_multiple_choice, load_mc_file
 from attnlab.hf.export import export
@@ -153,7 +153,7 @@ def test_mc_takes_the_text_as_it_is_and_hellaswag_cleans_it():
 def test_an_overlong_item_is_named_and_the_other_tasks_scored(setup, tmp_path, capsys):
     run, _, _ = setup
     tasks = [f"mc:{OVERLONG}", f"mc:{MC}"]
-    with pytest.raises(TasksFailed) as info:
+    with pytest.raises(TasksFailedError) as info:
         evaluate(run, tasks, device="cpu", save=False)
     assert list(info.value.results) == ["mc:mc"]
     (message,) = info.value.failures.values()

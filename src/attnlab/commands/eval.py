@@ -195,7 +195,7 @@ def run(args: argparse.Namespace) -> int:
 
     import attnlab.probe  # noqa: F401 (registers probe directories as evaluation targets)
     from attnlab.base.finite import check_metrics, check_weights
-    from attnlab.eval.evaluate import TasksFailed, evaluate
+    from attnlab.eval.evaluate import TasksFailedError, evaluate
     from attnlab.eval.registry import split_tasks, task_key
     from attnlab.eval.results import print_table, results_path
     from attnlab.eval.targets import load_language_model
@@ -224,7 +224,7 @@ def run(args: argparse.Namespace) -> int:
             out=args.out,
             progress=not args.no_progress,
         )
-    except TasksFailed as e:
+    except TasksFailedError as e:
         results, failures = e.results, e.failures
     check_metrics(results, lm.name)
     if args.json:

@@ -18,7 +18,7 @@ from attnlab.eval.results import merge_results, results_path
 from attnlab.eval.targets import load_language_model
 
 
-class TasksFailed(UserError):
+class TasksFailedError(UserError):
     """Some tasks failed (each with its ``UserError``), the others were scored: ``results`` holds
     them (already saved), ``failures`` maps each failed task's key to its message."""
 
@@ -52,7 +52,7 @@ def evaluate(
 
     Returns ``{task_key: {"metrics": {...}, "source", "limit", "model", "timestamp", ...}}``.
     A task that fails on bad input (e.g. an item whose continuation does not fit the context)
-    does not stop the others: they are scored and saved, then :class:`TasksFailed` is raised with
+    does not stop the others: they are scored and saved, then :class:`TasksFailedError` is raised with
     both. With ``save`` the entries are merged into ``<results_dir>/eval/results.json`` of the target
     (a run or probe directory; a Hugging Face id has none), and into ``out`` when given.
     """
@@ -95,5 +95,5 @@ def evaluate(
     if out is not None and results:
         merge_results(out, results)
     if failures:
-        raise TasksFailed(results, failures)
+        raise TasksFailedError(results, failures)
     return results

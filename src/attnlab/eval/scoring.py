@@ -8,7 +8,7 @@ where ``z`` are the logits of the input ``(context + continuation)[:-1]`` (lengt
 ``k = len(continuation)``; ``is_greedy`` says every ``c_i`` is the argmax of its position. When
 ``context + continuation`` exceeds ``max_length + 1`` tokens the context is cut from the left, as
 lm-evaluation-harness does; a continuation longer than ``max_length`` cannot be scored at all
-(:class:`ContinuationTooLong`, naming the request: lm-eval's ``HFLM`` would score wrong positions
+(:class:`ContinuationTooLongError`, naming the request: lm-eval's ``HFLM`` would score wrong positions
 without a word). Requests are sorted by length so a batch wastes little padding; rows
 are right-padded and the model is causal, so padding never reaches a scored position.
 
@@ -39,9 +39,9 @@ class ContinuationScore:
 Request = tuple[Sequence[int], Sequence[int]]
 
 
-class ContinuationTooLong(UserError):
-    """A continuation that does not fit the model's context; ``index`` is the request's position
-    and ``label`` what the caller called it (e.g. ``item 7, choice 2``)."""
+class ContinuationTooLongError(UserError):
+    """A continuation that does not fit the model's context; ``label`` is what the caller called
+    the request (e.g. ``item 7, choice 2``)."""
 
     def __init__(self, label: str, n_context: int, n_continuation: int, max_length: int) -> None:
         self.label = label
@@ -61,7 +61,7 @@ def _model_input(
     if not cont:
         raise ValueError("score_continuations needs a non-empty continuation")
     if len(cont) > lm.max_length:
-        raise ContinuationTooLong(label, len(ctx), len(cont), lm.max_length)
+        raise ContinuationTooLongError(label, len(ctx), len(cont), lm.max_length)
     return (list(ctx) + list(cont))[-(lm.max_length + 1) :][:-1]
 
 
