@@ -159,7 +159,14 @@ def _header(
     index = model_index(name, entries)
     if index:
         meta["model-index"] = index
-    return ["---", *(f"{k}: {json.dumps(v, ensure_ascii=False)}" for k, v in meta.items()), "---"]
+    return ["---", *(f"{k}: {_yaml_value(v)}" for k, v in meta.items()), "---"]
+
+
+def _yaml_value(value: Any) -> str:
+    """A plain scalar for an identifier (``license: cc-by-sa-3.0``), else JSON (valid YAML)."""
+    if isinstance(value, str) and re.fullmatch(r"[a-z][a-z0-9._-]*", value):
+        return value
+    return json.dumps(value, ensure_ascii=False)
 
 
 def model_card(
