@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 import textwrap
 from pathlib import Path
 
@@ -179,6 +180,24 @@ def test_a_missing_client_names_the_install_command(tmp_path, data, monkeypatch,
         ["train", str(cfg), "--out", str(tmp_path / "r2"), "--set", 'train.loggers=["wandb"]']
     )
     assert code == 2 and INSTALL in capsys.readouterr().err
+
+
+def test_every_missing_client_is_named_and_nothing_is_written(tmp_path, monkeypatch, capsys):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    blocked = {"wandb", "tensorboard"}
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name in blocked else real(name, *a)
+    )
+    for name in blocked:
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    out = tmp_path / "run"
+    loggers = 'train.loggers=["jsonl", "tensorboard", "wandb"]'
+    code = main(["train", "tiny", "--out", str(out), "--set", loggers, "--set", "train.device=cpu"])
+    err = capsys.readouterr().err
+    assert code == 2 and "(missing: tensorboard, wandb)" in err and INSTALL in err
+    assert not out.exists()  # no bare config.toml, no lock file
 
 
 def test_loggers_are_validated_and_jsonl_is_the_default():
