@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     if args.init_from:
         from attnlab.base.extras import require
 
-        require("probe", "transformers", what="--init-from")
+        require("hf", "transformers", "safetensors", what="--init-from")
         from attnlab.hf.init_from import config_with_init
 
         cfg = config_with_init(args.config, args.init_from, args.overrides, args.plugins)
