@@ -16,7 +16,7 @@ import yaml
 
 from attnlab.data import prepare
 from attnlab.eval import evaluate
-from attnlab.hf.card import hub_license
+from attnlab.hf.card import COUNTS, hub_license
 from attnlab.hf.export import export
 from hf_helpers import fake_run, python_without_attnlab
 
@@ -46,7 +46,11 @@ def test_card_carries_the_runs_results_as_table_and_model_index(card):
     assert set(by_task) == set(results)
     for task, entry in results.items():
         metrics = {m["type"]: m["value"] for m in by_task[task]["metrics"]}
-        want = {k: v for k, v in entry["metrics"].items() if k != "n" and not k.endswith("_stderr")}
+        want = {
+            k: v
+            for k, v in entry["metrics"].items()
+            if k not in COUNTS and not k.endswith("_stderr")
+        }
         assert metrics == pytest.approx(want)
         acc = entry["metrics"]["acc"]
         assert re.search(rf"\| {re.escape(task)} \| .* \| acc \| {acc:.4f} \|", text)

@@ -3,9 +3,9 @@ data, its training outcome and its evaluation results, and how to load it.
 
 The YAML header carries what the Hugging Face Hub reads: ``license`` and ``datasets`` from the
 corpus's own metadata (``meta.json``'s ``attribution``), and a ``model-index`` with the run's
-``attnlab eval`` results (``eval/results.json``). The header's values are written as JSON, which
-YAML reads unchanged. The data attribution in full (e.g. every article title) goes to
-``data_attribution.json`` beside the card (:func:`attribution_file`).
+``attnlab eval`` results (``eval/results.json``). The data attribution in full (e.g. every article title) goes to
+``data_attribution.json`` beside the card (:func:`attribution_file`). Stored counts (``n``,
+``tokens``, ...) and standard errors are not model-index metrics; the table shows them.
 """
 
 from __future__ import annotations
@@ -58,15 +58,29 @@ def result_entries(results: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
     return {k: v for k, v in tasks.items() if isinstance(v, dict)}
 
 
+#: metrics that are counts, not scores: in the table's ``items`` column or left out
+COUNTS = frozenset({"n", "tokens", "bytes", "words", "target_tokens"})
+
+
+def _metrics(entry: dict[str, Any]) -> dict[str, Any]:
+    metrics = entry.get("metrics")
+    return metrics if isinstance(metrics, dict) else {}
+
+
 def _results(entries: dict[str, dict[str, Any]]) -> list[str]:
-    rows = ["| task | source | items | metric | value |", "| --- | --- | ---: | --- | ---: |"]
+    rows = [
+        "| task | file | items | metric | value | ± stderr |",
+        "| --- | --- | ---: | --- | ---: | ---: |",
+    ]
     for task, entry in entries.items():
-        metrics = entry.get("metrics") if isinstance(entry.get("metrics"), dict) else {}
+        metrics = _metrics(entry)
         n = metrics.get("n", "")
         source = Path(str(entry.get("source", ""))).name
         for name, value in metrics.items():
-            if _is_number(value) and name != "n":
-                rows.append(f"| {task} | {source} | {n} | {name} | {_fmt(value)} |")
+            if _is_number(value) and name not in COUNTS and not name.endswith("_stderr"):
+                se = metrics.get(f"{name}_stderr")
+                se_text = _fmt(se) if _is_number(se) else ""
+                rows.append(f"| {task} | {source} | {n} | {name} | {_fmt(value)} | {se_text} |")
     return rows if len(rows) > 2 else []
 
 
@@ -75,11 +89,10 @@ def model_index(name: str, entries: dict[str, dict[str, Any]]) -> list[dict[str,
     counts left out)."""
     results = []
     for task, entry in entries.items():
-        metrics = entry.get("metrics") if isinstance(entry.get("metrics"), dict) else {}
         values = [
             {"type": k, "name": k, "value": v}
-            for k, v in metrics.items()
-            if _is_number(v) and k != "n" and not k.endswith("_stderr")
+            for k, v in _metrics(entry).items()
+            if _is_number(v) and k not in COUNTS and not k.endswith("_stderr")
         ]
         if values:
             kind = task.split(":")[0]
@@ -159,14 +172,10 @@ def _header(
     index = model_index(name, entries)
     if index:
         meta["model-index"] = index
-    return ["---", *(f"{k}: {_yaml_value(v)}" for k, v in meta.items()), "---"]
+    import yaml  # PyYAML comes with transformers, which an export needs
 
-
-def _yaml_value(value: Any) -> str:
-    """A plain scalar for an identifier (``license: cc-by-sa-3.0``), else JSON (valid YAML)."""
-    if isinstance(value, str) and re.fullmatch(r"[a-z][a-z0-9._-]*", value):
-        return value
-    return json.dumps(value, ensure_ascii=False)
+    text = yaml.safe_dump(meta, sort_keys=False, allow_unicode=True, width=100)
+    return ["---", text.rstrip("\n"), "---"]
 
 
 def model_card(
