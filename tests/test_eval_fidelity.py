@@ -173,3 +173,26 @@ def test_lm_eval_route_names_the_task_and_doc(setup, tmp_path):
     tasks = write_task_yamls(tmp_path / "tasks", mc=OVERLONG)
     with pytest.raises(UserError, match=r"task 'attnlab_mc_local', doc_id 2: .*131 tokens"):
         _lm_eval("attnlab", f"path={run}", tasks, ["attnlab_mc_local"])
+
+
+def test_attnlab_lm_eval_exits_2_with_one_line(setup, tmp_path, monkeypatch, capsys):
+    """The CLI's own evaluation stands in for lm-eval's argument parsing (which indexes every
+    built-in task, ~15-70 s): the real error, through ``attnlab-lm-eval``'s ``main``."""
+    import lm_eval.__main__
+
+    from attnlab.eval import lm_eval_cli
+
+    run, _, _ = setup
+    tasks = write_task_yamls(tmp_path / "tasks", mc=OVERLONG)
+
+    def cli_evaluate() -> None:
+        _lm_eval("attnlab", f"path={run}", tasks, ["attnlab_mc_local"])
+
+    monkeypatch.setattr(lm_eval.__main__, "cli_evaluate", cli_evaluate)
+    with pytest.raises(SystemExit) as info:
+        lm_eval_cli.main()
+    err = capsys.readouterr().err
+    assert info.value.code == 2
+    last = err.strip().splitlines()[-1]  # after lm-eval's progress bars
+    assert last.startswith("attnlab-lm-eval: error: task 'attnlab_mc_local', doc_id 2:")
+    assert "Traceback" not in err
