@@ -196,10 +196,11 @@ __all__ = [
 def check_clients(names: Sequence[str]) -> None:
     """Fail now, naming every missing client and the install command, if a listed tracker's
     client is missing (before anything of the run is written)."""
-    from attnlab.base.extras import available
+    from importlib.util import find_spec
+
     from attnlab.runs.trackers.base import missing_clients
 
     wanted = [(n, m) for n, m in (("tensorboard", "tensorboard"), ("wandb", "wandb")) if n in names]
-    missing = [(n, m) for n, m in wanted if not available(m)]
+    missing = [(n, m) for n, m in wanted if find_spec(m) is None]
     if missing:
         raise missing_clients(missing)
