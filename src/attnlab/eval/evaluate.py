@@ -75,7 +75,7 @@ def evaluate(
         try:
             outcome = run_task(spec, settings)
         except UserError as e:
-            if type(e) is not UserError:  # e.g. non-finite outputs: stop as before
+            if e.exit_code != UserError.exit_code:  # e.g. non-finite outputs (3): stop as before
                 raise
             failures[key] = str(e)
             continue

@@ -214,6 +214,10 @@ def run_task(spec: str, run_args: dict[str, Any]) -> TaskOutcome:
     except UserError as e:
         if str(e).startswith("task "):
             raise
-        named = UserError(f"task {spec!r}: {e}")
-        named.exit_code = e.exit_code
+        message = f"task {spec!r}: {e}"
+        try:  # keep the kind (e.g. NonFiniteError, exit 3) where it takes a message
+            named = type(e)(message)
+        except TypeError:
+            named = UserError(message)
+            named.exit_code = e.exit_code
         raise named from None
