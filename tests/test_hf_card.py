@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-import yaml
+from huggingface_hub import ModelCard
 
 from attnlab.data import prepare
 from attnlab.eval import evaluate
@@ -34,32 +34,33 @@ def card(tmp_path_factory):
     results = evaluate(run, [f"mc:{FIXTURES / 'mc.jsonl'}", f"cloze:{FIXTURES / 'lambada.jsonl'}"])
     folder = export(run, root / "export").out
     text = (folder / "README.md").read_text(encoding="utf-8")
-    header = yaml.safe_load(text.split("---")[1])
+    header = ModelCard.load(folder / "README.md").data  # the Hub's own reader
     return folder, text, header, results
 
 
 def test_card_carries_the_runs_results_as_table_and_model_index(card):
     _, text, header, results = card
     assert set(results) == {"mc:mc", "cloze:lambada"}
-    (index,) = header["model-index"]
-    by_task = {r["dataset"]["name"]: r for r in index["results"]}
-    assert set(by_task) == set(results)
+    assert header.model_name == "export"
+    got: dict[str, dict[str, float]] = {}
+    for r in header.eval_results:
+        got.setdefault(r.dataset_name, {})[r.metric_type] = r.metric_value
+    assert set(got) == set(results)
     for task, entry in results.items():
-        metrics = {m["type"]: m["value"] for m in by_task[task]["metrics"]}
         want = {
             k: v
             for k, v in entry["metrics"].items()
             if k not in COUNTS and not k.endswith("_stderr")
         }
-        assert metrics == pytest.approx(want)
+        assert got[task] == pytest.approx(want)
         acc = entry["metrics"]["acc"]
         assert re.search(rf"\| {re.escape(task)} \| .* \| acc \| {acc:.4f} \|", text)
 
 
 def test_card_license_datasets_and_a_readable_attribution(card):
     folder, text, header, _ = card
-    assert header["license"] == "cc-by-sa-3.0"
-    assert header["datasets"] == ["wiki-sample"]
+    assert header.license == "cc-by-sa-3.0"
+    assert header.datasets == ["wiki-sample"]
     assert "- license: CC BY-SA 3.0" in text and "- articles: 100" in text
     assert "{'source'" not in text  # no raw Python dict
     full = json.loads((folder / "data_attribution.json").read_text(encoding="utf-8"))

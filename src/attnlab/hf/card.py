@@ -84,26 +84,27 @@ def _results(entries: dict[str, dict[str, Any]]) -> list[str]:
     return rows if len(rows) > 2 else []
 
 
-def model_index(name: str, entries: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """The Hub's ``model-index``: one result per task, its numeric metrics (standard errors and
-    counts left out)."""
-    results = []
+def eval_results(entries: dict[str, dict[str, Any]]) -> list[Any]:
+    """The run's results as ``huggingface_hub.EvalResult`` (one per task and metric; standard
+    errors and counts left out), from which ``ModelCardData`` writes the ``model-index``."""
+    from huggingface_hub import EvalResult
+
+    out = []
     for task, entry in entries.items():
-        values = [
-            {"type": k, "name": k, "value": v}
-            for k, v in _metrics(entry).items()
-            if _is_number(v) and k not in COUNTS and not k.endswith("_stderr")
-        ]
-        if values:
-            kind = task.split(":")[0]
-            results.append(
-                {
-                    "task": {"type": "text-generation", "name": "Text Generation"},
-                    "dataset": {"name": task, "type": kind},
-                    "metrics": values,
-                }
-            )
-    return [{"name": name, "results": results}] if results else []
+        for metric, value in _metrics(entry).items():
+            if _is_number(value) and metric not in COUNTS and not metric.endswith("_stderr"):
+                out.append(
+                    EvalResult(
+                        task_type="text-generation",
+                        task_name="Text Generation",
+                        dataset_type=task.split(":")[0],
+                        dataset_name=task,
+                        metric_type=metric,
+                        metric_name=metric,
+                        metric_value=value,
+                    )
+                )
+    return out
 
 
 def hub_license(attribution: dict[str, Any] | None) -> tuple[str, str | None]:
@@ -157,25 +158,26 @@ def attribution_file(data_meta: dict[str, Any] | None) -> str | None:
 def _header(
     cfg: Config, name: str, attribution: dict[str, Any] | None, entries: dict[str, Any]
 ) -> list[str]:
-    license_id, license_name = hub_license(attribution)
-    meta: dict[str, Any] = {
-        "library_name": "transformers",
-        "pipeline_tag": "text-generation",
-        "tags": ["attnlab", "custom_code"],
-        "license": license_id,
-    }
-    if license_name:
-        meta["license_name"] = re.sub(r"[^a-z0-9]+", "-", license_name.lower()).strip("-")[:64]
-    datasets = hub_datasets(cfg, attribution)
-    if datasets:
-        meta["datasets"] = datasets
-    index = model_index(name, entries)
-    if index:
-        meta["model-index"] = index
-    import yaml  # PyYAML comes with transformers, which an export needs
+    """The YAML header, written by huggingface_hub's ``ModelCardData`` (a dependency of
+    transformers and tokenizers): the Hub's own schema for ``model-index``."""
+    from huggingface_hub import ModelCardData
 
-    text = yaml.safe_dump(meta, sort_keys=False, allow_unicode=True, width=100)
-    return ["---", text.rstrip("\n"), "---"]
+    license_id, license_name = hub_license(attribution)
+    extra: dict[str, Any] = {}
+    if license_name:
+        extra["license_name"] = re.sub(r"[^a-z0-9]+", "-", license_name.lower()).strip("-")[:64]
+    results = eval_results(entries)
+    data = ModelCardData(
+        library_name="transformers",
+        pipeline_tag="text-generation",
+        tags=["attnlab", "custom_code"],
+        license=license_id,
+        datasets=hub_datasets(cfg, attribution) or None,
+        model_name=name if results else None,
+        eval_results=results or None,
+        **extra,
+    )
+    return ["---", data.to_yaml(), "---"]
 
 
 def model_card(
