@@ -121,3 +121,27 @@ def test_init_from_a_missing_folder_is_a_clear_error(tmp_path, capsys):
     code = main(["train", "tiny", "--out", str(tmp_path / "r"), "--init-from", "no/such/dir"])
     assert code == 2
     assert "not a directory" in capsys.readouterr().err
+
+
+def test_an_attnlab_export_comes_back_exactly(tmp_path):
+    """Out and back: the export's [model] table is the run's and, before any step, the model
+    computes the run's logits (same parts, same weights)."""
+    from attnlab.hf.export import export
+    from hf_helpers import fake_run
+
+    run = fake_run(tmp_path / "run", ["model.position.kind=rope", "model.query.kind=nonlinear"])
+    folder = export(run, tmp_path / "export").out
+    original, run_cfg, _ = load_run_model(run)
+    table = model_table(str(folder))
+    assert table == run_cfg.model.model_dump(mode="json")
+    cfg = validate({"model": table})
+    back = build_model(cfg.model).eval()
+    report = load_pretrained(str(folder), back)
+    assert report.model_type == "attnlab" and report.fresh == []
+    ids = torch.randint(
+        0, cfg.model.vocab_size, (2, 40), generator=torch.Generator().manual_seed(2)
+    )
+    with torch.no_grad():
+        want = original.eval()(ids).logits
+        assert torch.equal(back(ids).logits, want)
+    assert want.std() > 0.1  # spread weights: a wrong tensor would show

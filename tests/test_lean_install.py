@@ -110,6 +110,8 @@ SCRIPT = textwrap.dedent(
     call("bench_memory", lambda: main(["bench", "--sections", "memory"]))
     from attnlab.eval import lm_eval_cli
     call("lm_eval_cli", lm_eval_cli.main)
+    sys.argv = ["attnlab-lm-eval", "--help"]
+    call("lm_eval_cli_help", lm_eval_cli.main)
 
     out["imported_optional"] = sorted({m.split(".")[0] for m in sys.modules} & BLOCKED)
     print("RESULT " + json.dumps(out))
@@ -145,10 +147,11 @@ def test_core_works_without_extras_and_entry_points_name_the_extra(tmp_path: Pat
     assert 0.0 < out["p_ttest"] < 1.0
     expected = {
         "probe": "probe",
-        "export": "probe",
-        "init_from": "probe",
+        "export": "hf",
+        "init_from": "hf",
         "eval_hf": "eval",
         "lm_eval_cli": "eval",
+        "lm_eval_cli_help": "eval",
         "hf_corpus": "data",
         "parquet": "data",
         "auto_tokenizer": "data",
@@ -156,7 +159,7 @@ def test_core_works_without_extras_and_entry_points_name_the_extra(tmp_path: Pat
     }
     for key, extra in expected.items():
         call = calls[key]
-        assert call["rc"] != 0, key
+        assert call["rc"] == 2, (key, call["rc"])  # a missing extra exits 2 everywhere
         assert install_line(extra) in call["stderr"], (key, call["stderr"][-2000:])
         assert "Traceback" not in call["stderr"], (key, call["stderr"][-2000:])
 

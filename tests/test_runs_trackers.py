@@ -181,6 +181,22 @@ def test_a_missing_client_names_the_install_command(tmp_path, data, monkeypatch,
     assert code == 2 and INSTALL in capsys.readouterr().err
 
 
+def test_every_missing_client_is_named_and_nothing_is_written(tmp_path, monkeypatch, capsys):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    blocked = {"wandb", "tensorboard"}
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name in blocked else real(name, *a)
+    )
+    out = tmp_path / "run"
+    loggers = 'train.loggers=["jsonl", "tensorboard", "wandb"]'
+    code = main(["train", "tiny", "--out", str(out), "--set", loggers, "--set", "train.device=cpu"])
+    err = capsys.readouterr().err
+    assert code == 2 and "(missing: tensorboard, wandb)" in err and INSTALL in err
+    assert not out.exists()  # no bare config.toml, no lock file
+
+
 def test_loggers_are_validated_and_jsonl_is_the_default():
     assert load_config("tiny").train.loggers == ["jsonl"]
     with pytest.raises(ConfigError, match="tensorboard"):

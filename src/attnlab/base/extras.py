@@ -21,6 +21,7 @@ from attnlab.base.errors import UserError
 
 #: extra -> what it is for (keep in step with ``[project.optional-dependencies]``)
 EXTRAS: dict[str, str] = {
+    "hf": "Hugging Face folders: attnlab export, train --init-from (transformers, safetensors)",
     "probe": "frozen probes of Hugging Face checkpoints (transformers, peft, accelerate, gguf)",
     "eval": "lm-evaluation-harness, Hugging Face models (lm-eval, datasets, transformers, accelerate)",
     "data": "hf: corpora, Parquet files, AutoTokenizer tokenizers (datasets, pyarrow, transformers)",
@@ -52,7 +53,8 @@ def available(module: str) -> bool:
 
 
 def require(extra: str, *modules: str, what: str | None = None) -> None:
-    """Raise a ``UserError`` naming ``pip install 'attnlab[EXTRA]'`` unless all ``modules`` exist."""
+    """Raise a ``UserError`` naming ``pip install 'attnlab[EXTRA]'`` unless all ``modules`` exist;
+    every missing one is named at once, and the error exits 2 like all bad input."""
     missing = [m for m in modules if not available(m)]
     if not missing:
         return

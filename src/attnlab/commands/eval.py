@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from attnlab.base.devices import check_device
@@ -30,7 +31,8 @@ tasks (comma-separated; --limit caps the items, or documents, of each):
   wikitext                        WikiText-2 test documents (hub, online only)
   cloze:FILE.jsonl                LAMBADA-format cloze: greedy exact match of the last word
   lambada                         LAMBADA OpenAI test set (hub, online only)
-  hellaswag[:FILE.jsonl]          HellaSwag format, acc and acc_norm (no file: hub)
+  mc:FILE.jsonl                   your own multiple choice (query, choices, gold), text as is
+  hellaswag[:FILE.jsonl]          official HellaSwag format with its WikiHow cleaning (no file: hub)
   arc:FILE.jsonl                  ARC format; arc_easy / arc_challenge read the hub
 
 results are merged per task into RUN_DIR/eval/results.json (runs and probes) and --out FILE.
@@ -193,7 +195,7 @@ def run(args: argparse.Namespace) -> int:
 
     import attnlab.probe  # noqa: F401 (registers probe directories as evaluation targets)
     from attnlab.base.finite import check_metrics, check_weights
-    from attnlab.eval.evaluate import evaluate
+    from attnlab.eval.evaluate import TasksFailedError, evaluate
     from attnlab.eval.registry import split_tasks, task_key
     from attnlab.eval.results import print_table, results_path
     from attnlab.eval.targets import load_language_model
@@ -210,24 +212,32 @@ def run(args: argparse.Namespace) -> int:
     )
     if isinstance(getattr(lm, "model", None), torch.nn.Module):
         check_weights(lm.model, lm.name)
-    results = evaluate(
-        lm,
-        tasks,
-        limit,
-        batch_size=batch_size,
-        stride=args.stride if args.stride is not None else defaults.get("stride"),
-        save=not args.no_save,
-        out=args.out,
-        progress=not args.no_progress,
-    )
+    failures: dict[str, str] = {}
+    try:
+        results = evaluate(
+            lm,
+            tasks,
+            limit,
+            batch_size=batch_size,
+            stride=args.stride if args.stride is not None else defaults.get("stride"),
+            save=not args.no_save,
+            out=args.out,
+            progress=not args.no_progress,
+        )
+    except TasksFailedError as e:
+        results, failures = e.results, e.failures
     check_metrics(results, lm.name)
     if args.json:
-        print(json.dumps(results, indent=2))
-        return 0
-    print_table(results, title=f"attnlab eval: {lm.name}")
-    saved = [str(args.out)] if args.out else []
-    if not args.no_save and lm.results_dir is not None:
-        saved.insert(0, str(results_path(lm.results_dir)))
-    if saved:
-        print(f"results merged into {', '.join(saved)}")
+        print(json.dumps({**results, **{k: {"error": v} for k, v in failures.items()}}, indent=2))
+    elif results:
+        print_table(results, title=f"attnlab eval: {lm.name}")
+        saved = [str(args.out)] if args.out else []
+        if not args.no_save and lm.results_dir is not None:
+            saved.insert(0, str(results_path(lm.results_dir)))
+        if saved:
+            print(f"results merged into {', '.join(saved)}")
+    if failures:
+        for message in failures.values():
+            print(f"attnlab eval: error: {message}", file=sys.stderr)
+        return 2
     return 0

@@ -40,7 +40,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from attnlab.base.extras import require
 
-    require("probe", "transformers", what="attnlab export")
+    require("hf", "transformers", "safetensors", what="attnlab export")
     from attnlab.hf.export import export, load_source
 
     result = export(args.source, args.out, force=args.force)

@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     if args.init_from:
         from attnlab.base.extras import require
 
-        require("probe", "transformers", what="--init-from")
+        require("hf", "transformers", "safetensors", what="--init-from")
         from attnlab.hf.init_from import config_with_init
 
         cfg = config_with_init(args.config, args.init_from, args.overrides, args.plugins)
@@ -76,6 +76,9 @@ def run(args: argparse.Namespace) -> int:
     # fails at once
     with lock.locked(args.out) if main else contextlib.nullcontext():
         try:
+            from attnlab.runs.trackers import check_clients
+
+            check_clients(cfg.train.loggers)
             check_training(cfg)
             if main:  # plugin parts are proven before the run uses them (cached per source)
                 from attnlab.testing.gate import model_parts, record, require_checked

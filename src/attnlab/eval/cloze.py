@@ -95,4 +95,5 @@ def evaluate_cloze(
 ) -> ClozeResult:
     """Score every item's target given its context."""
     requests = [encode_pair(lm, it.context, it.target) for it in items]
-    return ClozeResult(score_continuations(lm, requests, batch_size, progress))
+    labels = [f"item {i} (0-based)" for i in range(len(items))]
+    return ClozeResult(score_continuations(lm, requests, batch_size, progress, labels))

@@ -10,11 +10,27 @@ from typing import Any
 
 import torch
 
+from attnlab.base.errors import UserError
 from attnlab.base.safepath import inside
 from attnlab.eval.lm import LanguageModel
 from attnlab.eval.registry import run_task, split_tasks, task_key
 from attnlab.eval.results import merge_results, results_path
 from attnlab.eval.targets import load_language_model
+
+
+class TasksFailedError(UserError):
+    """Some tasks failed (each with its ``UserError``), the others were scored: ``results`` holds
+    them (already saved), ``failures`` maps each failed task's key to its message."""
+
+    def __init__(self, results: dict[str, dict[str, Any]], failures: dict[str, str]) -> None:
+        self.results = results
+        self.failures = failures
+        scored = ", ".join(results) or "none"
+        super().__init__(
+            f"{len(failures)} task(s) failed: "
+            + "; ".join(failures.values())
+            + f" (scored: {scored})"
+        )
 
 
 def evaluate(
@@ -35,7 +51,9 @@ def evaluate(
     :class:`LanguageModel`) on ``tasks`` (names from :mod:`attnlab.eval.registry`).
 
     Returns ``{task_key: {"metrics": {...}, "source", "limit", "model", "timestamp", ...}}``.
-    With ``save`` the entries are merged into ``<results_dir>/eval/results.json`` of the target
+    A task that fails on bad input (e.g. an item whose continuation does not fit the context)
+    does not stop the others: they are scored and saved, then :class:`TasksFailedError` is raised with
+    both. With ``save`` the entries are merged into ``<results_dir>/eval/results.json`` of the target
     (a run or probe directory; a Hugging Face id has none), and into ``out`` when given.
     """
     specs = split_tasks(list(tasks) if not isinstance(tasks, str) else tasks)
@@ -51,9 +69,16 @@ def evaluate(
         "progress": progress,
     }
     results: dict[str, dict[str, Any]] = {}
+    failures: dict[str, str] = {}
     for spec, key in zip(specs, keys):
         t0 = time.perf_counter()
-        outcome = run_task(spec, settings)
+        try:
+            outcome = run_task(spec, settings)
+        except UserError as e:
+            if e.exit_code != UserError.exit_code:  # e.g. non-finite outputs (3): stop as before
+                raise
+            failures[key] = str(e)
+            continue
         results[key] = {
             "metrics": outcome.metrics,
             "task": spec,
@@ -65,8 +90,10 @@ def evaluate(
             "seconds": round(time.perf_counter() - t0, 3),
             **outcome.extra,
         }
-    if save and lm.results_dir is not None:
+    if save and lm.results_dir is not None and results:
         merge_results(inside(lm.results_dir, results_path(lm.results_dir)), results)
-    if out is not None:
+    if out is not None and results:
         merge_results(out, results)
+    if failures:
+        raise TasksFailedError(results, failures)
     return results

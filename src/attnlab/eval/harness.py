@@ -52,6 +52,13 @@ def _batch_size_arg(batch_size: Any) -> int:
     return max(1, int(batch_size))
 
 
+def _request_label(req: Any) -> str:
+    """``task 'NAME', doc_id N`` for an lm-eval ``Instance`` (what lm-eval's samples show)."""
+    task, doc = getattr(req, "task_name", None), getattr(req, "doc_id", None)
+    where = f"task {task!r}, " if task else ""
+    return f"{where}doc_id {doc}" if doc is not None else f"{where}request {req.idx}"
+
+
 @register_model("attnlab")
 class AttnlabEvalLM(TemplateLM):
     """lm-eval model over an attnlab :class:`LanguageModel`."""
@@ -159,6 +166,15 @@ class AttnlabEvalLM(TemplateLM):
 
     # ------------------------------------------------------------------------------- scoring
 
+    def loglikelihood(self, requests, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
+        """lm-eval's tokenization (``TemplateLM``); a continuation that cannot fit the context
+        is a ``UserError`` naming the task, the document (``doc_id``) and the lengths."""
+        self._labels = [_request_label(req) for req in requests]
+        try:
+            return super().loglikelihood(requests, disable_tqdm=disable_tqdm)
+        finally:
+            self._labels = None
+
     def _loglikelihood_tokens(
         self,
         requests: list[tuple[tuple[str, str], list[int], list[int]]],
@@ -166,8 +182,11 @@ class AttnlabEvalLM(TemplateLM):
         override_bs: int | None = None,
     ) -> list[tuple[float, bool]]:
         pairs = [(ctx, cont) for _, ctx, cont in requests]
+        labels = getattr(self, "_labels", None)
+        if labels is None or len(labels) != len(pairs):
+            labels = None
         scores = score_continuations(
-            self.lm, pairs, override_bs or self.batch_size, progress=not disable_tqdm
+            self.lm, pairs, override_bs or self.batch_size, progress=not disable_tqdm, labels=labels
         )
         out = []
         for (key, _, _), s in zip(requests, scores):

@@ -13,18 +13,20 @@ import sys
 
 
 def main() -> None:
+    """Bad input and a missing extra print one line and exit 2, as every attnlab command."""
     from attnlab.base.errors import UserError
     from attnlab.base.extras import require
 
     try:
-        require("eval", "lm_eval", what="attnlab-lm-eval")
+        require("eval", "lm_eval", "datasets", what="attnlab-lm-eval")
+        from lm_eval.__main__ import cli_evaluate
+
+        import attnlab.eval.harness  # noqa: F401  (registers the "attnlab" model)
+
+        cli_evaluate()
     except UserError as e:
-        sys.exit(f"attnlab-lm-eval: error: {e}")
-    from lm_eval.__main__ import cli_evaluate
-
-    import attnlab.eval.harness  # noqa: F401  (registers the "attnlab" model)
-
-    cli_evaluate()
+        print(f"attnlab-lm-eval: error: {e}", file=sys.stderr)
+        sys.exit(e.exit_code)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ TASK_FUNCTIONS = "attnlab_task_functions.py"
 #: task name -> (shipped YAML file, the data_files split it reads)
 LOCAL_TASKS = {
     "cloze": ("attnlab_cloze_local.yaml", "test"),
+    "mc": ("attnlab_mc_local.yaml", "test"),
     "hellaswag": ("attnlab_hellaswag_local.yaml", "validation"),
     "arc": ("attnlab_arc_local.yaml", "test"),
     "text": ("attnlab_text_local.yaml", "test"),
@@ -29,7 +30,7 @@ LOCAL_TASKS = {
 
 
 def write_task_yamls(out_dir: str | Path, **files: str | Path) -> Path:
-    """Write the local tasks named by ``files`` (``cloze=``, ``hellaswag=``, ``arc=``,
+    """Write the local tasks named by ``files`` (``cloze=``, ``mc=``, ``hellaswag=``, ``arc=``,
     ``text=`` -> a JSONL path) into ``out_dir`` with absolute ``data_files``; returns
     ``out_dir`` for ``--include_path`` / ``TaskManager(include_path=...)``."""
     out = Path(out_dir)

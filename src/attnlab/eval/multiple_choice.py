@@ -1,4 +1,4 @@
-"""Multiple choice by log-likelihood, in the HellaSwag and ARC formats.
+"""Multiple choice by log-likelihood: a generic format (``mc``), HellaSwag and ARC.
 
 For an item with context ``c`` and choices ``a_1..a_m`` each continuation is ``" " + a_j`` and
 ``ll_j = log p(" " + a_j | c)``. As lm-evaluation-harness:
@@ -9,9 +9,14 @@ For an item with context ``c`` and choices ``a_1..a_m`` each continuation is ``"
 
 Formats (one JSON object per line):
 
-* HellaSwag: ``ctx_a``/``ctx_b`` (or ``ctx``), optional ``activity_label``, ``endings``,
+* ``mc`` (generic): ``query`` (the context), ``choices`` (a list of strings), ``gold`` (the index
+  of the right choice). No preprocessing at all: lm-eval's ``multiple_choice`` output type with
+  its defaults (``doc_to_text: query``, ``doc_to_choice: choices``, ``doc_to_target: gold``,
+  target delimiter ``" "``); use it for your own multiple-choice files.
+* HellaSwag (``hellaswag``): the official HellaSwag JSONL ``ctx_a``/``ctx_b`` (or ``ctx``), optional ``activity_label``, ``endings``,
   ``label``; the text is preprocessed as lm-eval's ``hellaswag`` task does (WikiHow ``[title]``
-  markers become sentence breaks, other bracketed artefacts are removed, double spaces closed).
+  markers become sentence breaks, other bracketed artefacts are removed, double spaces closed,
+  ends stripped): right for HellaSwag, wrong for any other file (it changes the text scored).
 * ARC: ``question``, ``choices: {text: [...], label: [...]}``, ``answerKey``; the prompt is
   ``"Question: {question}\\nAnswer:"`` (lm-eval's ``arc_easy``/``arc_challenge``).
 
@@ -45,6 +50,16 @@ def hellaswag_preprocess(text: str) -> str:
     text = text.replace(" [title]", ". ")
     text = re.sub("\\[.*?\\]", "", text)
     return text.replace("  ", " ")
+
+
+def mc_item(row: Mapping[str, Any]) -> MCItem:
+    """A generic item, taken as it is: ``query``, ``choices``, ``gold``."""
+    choices = row["choices"]
+    if not isinstance(choices, list) or not choices or not all(isinstance(c, str) for c in choices):
+        raise UserError("'choices' must be a non-empty list of strings")
+    if not isinstance(row["query"], str):
+        raise UserError("'query' must be a string")
+    return MCItem(row["query"], list(choices), _gold_index(row["gold"], len(choices)))
 
 
 def hellaswag_item(row: Mapping[str, Any]) -> MCItem:
@@ -94,6 +109,7 @@ def _gold_index(label: Any, n: int) -> int:
 
 
 FORMATS = {
+    "mc": (mc_item, ("query", "choices", "gold")),
     "hellaswag": (hellaswag_item, ("endings", "label")),
     "arc": (arc_item, ("question", "choices", "answerKey")),
 }
@@ -106,7 +122,7 @@ HUB = {
 
 
 def load_mc_file(fmt: str, path: str | Path, limit: int | None = None) -> list[MCItem]:
-    """Items of a local JSONL file in format ``fmt`` (``hellaswag`` or ``arc``)."""
+    """Items of a local JSONL file in format ``fmt`` (``mc``, ``hellaswag`` or ``arc``)."""
     make, required = FORMATS[fmt]
     rows = read_jsonl(path, required=required)[:limit]
     out = []
@@ -114,7 +130,7 @@ def load_mc_file(fmt: str, path: str | Path, limit: int | None = None) -> list[M
         try:
             out.append(make(row))
         except UserError as e:
-            raise UserError(f"{path}: item {n}: {e}") from None
+            raise UserError(f"{path}: item {n - 1} (0-based): {e}") from None
     return out
 
 
@@ -171,12 +187,13 @@ def evaluate_multiple_choice(
     lm: LanguageModel, items: list[MCItem], batch_size: int = 8, progress: bool = False
 ) -> MCResult:
     """Log-likelihood of every choice of every item."""
-    requests, owner = [], []
+    requests, owner, labels = [], [], []
     for i, item in enumerate(items):
-        for choice in item.choices:
+        for j, choice in enumerate(item.choices):
             requests.append(encode_pair(lm, item.context, " " + choice))
             owner.append(i)
-    scores = score_continuations(lm, requests, batch_size, progress)
+            labels.append(f"item {i} (0-based), choice {j}")
+    scores = score_continuations(lm, requests, batch_size, progress, labels)
     lls: list[list[float]] = [[] for _ in items]
     for i, s in zip(owner, scores):
         lls[i].append(s.logprob)

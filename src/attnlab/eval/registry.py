@@ -7,7 +7,10 @@
 ``wikitext``               WikiText-2 raw test documents from the hub (online only)
 ``cloze:FILE.jsonl``       LAMBADA-format cloze (``text`` per line)
 ``lambada``                LAMBADA (OpenAI) test set from the hub (online only)
-``hellaswag[:FILE.jsonl]`` HellaSwag: a local file, else the hub validation split
+``mc:FILE.jsonl``          generic multiple choice (``query``, ``choices``, ``gold``), the text
+                           as it is: lm-eval's ``multiple_choice`` with its defaults
+``hellaswag[:FILE.jsonl]`` HellaSwag: a local file in the official format (lm-eval's
+                           ``hellaswag`` preprocessing), else the hub validation split
 ``arc:FILE.jsonl``         ARC format; ``arc_easy`` / ``arc_challenge`` read the hub
 =========================  ==============================================================
 
@@ -156,6 +159,7 @@ TASKS: dict[str, TaskFn] = {
     "wikitext": _wikitext,
     "cloze": _cloze,
     "lambada": _lambada,
+    "mc": _mc("mc", None),
     "hellaswag": _mc("hellaswag", "hellaswag"),
     "arc": _mc("arc", None),
     "arc_easy": _mc("arc", "arc_easy"),
@@ -203,5 +207,17 @@ def split_tasks(tasks: str | list[str]) -> list[str]:
 
 
 def run_task(spec: str, run_args: dict[str, Any]) -> TaskOutcome:
+    """Run one task; its ``UserError`` names the task (``task 'cloze:x.jsonl': ...``)."""
     name, arg = parse_task(spec)
-    return TASKS[name](TaskRun(arg=arg, **run_args))
+    try:
+        return TASKS[name](TaskRun(arg=arg, **run_args))
+    except UserError as e:
+        if str(e).startswith("task "):
+            raise
+        message = f"task {spec!r}: {e}"
+        try:  # keep the kind (e.g. NonFiniteError, exit 3) where it takes a message
+            named = type(e)(message)
+        except TypeError:
+            named = UserError(message)
+            named.exit_code = e.exit_code
+        raise named from None

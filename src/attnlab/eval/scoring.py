@@ -7,7 +7,9 @@ For a request ``(context, continuation)`` of token ids the score is
 where ``z`` are the logits of the input ``(context + continuation)[:-1]`` (length ``n``) and
 ``k = len(continuation)``; ``is_greedy`` says every ``c_i`` is the argmax of its position. When
 ``context + continuation`` exceeds ``max_length + 1`` tokens the context is cut from the left, as
-lm-evaluation-harness does. Requests are sorted by length so a batch wastes little padding; rows
+lm-evaluation-harness does; a continuation longer than ``max_length`` cannot be scored at all
+(:class:`ContinuationTooLongError`, naming the request: lm-eval's ``HFLM`` would score wrong positions
+without a word). Requests are sorted by length so a batch wastes little padding; rows
 are right-padded and the model is causal, so padding never reaches a scored position.
 
 Cost: one forward per batch of ``batch_size`` requests, ``O(B * T * V)`` memory for the logits.
@@ -37,16 +39,29 @@ class ContinuationScore:
 Request = tuple[Sequence[int], Sequence[int]]
 
 
-def _model_input(lm: LanguageModel, ctx: Sequence[int], cont: Sequence[int]) -> list[int]:
+class ContinuationTooLongError(UserError):
+    """A continuation that does not fit the model's context; ``label`` is what the caller called
+    the request (e.g. ``item 7, choice 2``)."""
+
+    def __init__(self, label: str, n_context: int, n_continuation: int, max_length: int) -> None:
+        self.label = label
+        self.lengths = (n_context, n_continuation, max_length)
+        super().__init__(
+            f"{label}: its continuation has {n_continuation} tokens (context {n_context}), more "
+            f"than the model's context of {max_length} tokens, so it cannot be scored; shorten "
+            "or drop the item, or use a model with a longer context"
+        )
+
+
+def _model_input(
+    lm: LanguageModel, ctx: Sequence[int], cont: Sequence[int], label: str
+) -> list[int]:
     if not ctx:
         raise ValueError("score_continuations needs a non-empty context (use lm.prefix_id)")
     if not cont:
         raise ValueError("score_continuations needs a non-empty continuation")
     if len(cont) > lm.max_length:
-        raise UserError(
-            f"a continuation of {len(cont)} tokens exceeds the model's context of "
-            f"{lm.max_length} tokens; shorten the item or use a model with a longer context"
-        )
+        raise ContinuationTooLongError(label, len(ctx), len(cont), lm.max_length)
     return (list(ctx) + list(cont))[-(lm.max_length + 1) :][:-1]
 
 
@@ -56,11 +71,16 @@ def score_continuations(
     requests: Sequence[Request],
     batch_size: int = 8,
     progress: bool = False,
+    labels: Sequence[str] | None = None,
 ) -> list[ContinuationScore]:
-    """Score every ``(context_ids, continuation_ids)`` request; results keep the input order."""
+    """Score every ``(context_ids, continuation_ids)`` request; results keep the input order.
+    ``labels`` name the requests in errors (default ``request N``, from 0); every request is
+    checked before the first forward."""
     if batch_size < 1:
         raise UserError(f"batch_size must be >= 1, got {batch_size}")
-    inputs = [_model_input(lm, c, k) for c, k in requests]
+    if labels is None:
+        labels = [f"request {i}" for i in range(len(requests))]
+    inputs = [_model_input(lm, c, k, name) for (c, k), name in zip(requests, labels, strict=True)]
     order = sorted(range(len(requests)), key=lambda i: -len(inputs[i]))
     out: list[ContinuationScore | None] = [None] * len(requests)
     batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]

@@ -8,7 +8,8 @@ The folder::
     tokenizer.json, tokenizer_config.json, ...   for AutoTokenizer (:mod:`.tokenizer_files`)
     configuration_attnlab.py, modeling_attnlab.py, attnlab_*.py   the code (:mod:`.vendor`)
     plugins/                  the original source of the run's plugin parts, if any
-    README.md                 the model card (:mod:`.card`)
+    README.md                 the model card (:mod:`.card`): license, datasets, model-index
+    data_attribution.json     the corpus's attribution in full (when its meta.json has one)
 
 The weights are written by transformers' own ``save_pretrained`` from an
 :class:`~attnlab.hf.modeling.AttnlabForCausalLM` holding the run's model, and the folder is
@@ -157,7 +158,7 @@ def export_model(
     from transformers import GenerationConfig
 
     from attnlab.hf import AttnlabConfig, AttnlabForCausalLM
-    from attnlab.hf.card import model_card, read_json
+    from attnlab.hf.card import ATTRIBUTION_FILE, attribution_file, model_card, read_json
     from attnlab.hf.tokenizer_files import write_tokenizer
     from attnlab.model.params import count
 
@@ -205,12 +206,16 @@ def export_model(
         tok_info = write_tokenizer(tokenizer, tmp, m.max_seq_len)
         check_tracked(tmp, vendored)
         data_dir = Path(cfg.data.dir) if cfg.data.dir else None
+        data_meta = read_json(data_dir / "meta.json") if data_dir else None
+        attribution = attribution_file(data_meta)
+        if attribution is not None:
+            (tmp / ATTRIBUTION_FILE).write_text(attribution, encoding="utf-8")
         card = model_card(
             cfg=cfg,
             source=str(source),
             step=step,
             status=read_json(run_dir / "status.json") if run_dir else None,
-            data_meta=read_json(data_dir / "meta.json") if data_dir else None,
+            data_meta=data_meta,
             results=read_json(run_dir / "eval" / "results.json") if run_dir else None,
             params=count(m).to_dict(),
             tokenizer=tok_info,

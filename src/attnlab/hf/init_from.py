@@ -1,7 +1,9 @@
 """``attnlab train --init-from hf:NAME|DIR``: start a run from a pretrained checkpoint's weights,
 mapped into attnlab's parts, where the mapping is exact.
 
-GPT-2, GPT-NeoX/Pythia and Llama map (:mod:`.arch_gpt2`, :mod:`.arch_neox`, :mod:`.arch_llama`):
+GPT-2, GPT-NeoX/Pythia and Llama map (:mod:`.arch_gpt2`, :mod:`.arch_neox`, :mod:`.arch_llama`),
+and so does an attnlab export (:mod:`.arch_attnlab`: its own ``[model]`` table and weights, so a
+model that left attnlab comes back for more training):
 their config becomes the run's ``[model]`` table and their weights its parameters, so the attnlab
 model computes the checkpoint's logits before the first step (a test checks it on tiny random
 models of each family). Anything else is refused with what differs; nothing is approximated. Parts
@@ -27,9 +29,9 @@ class ArchitectureError(UserError):
 
 
 def _arches() -> list[ModuleType]:
-    from attnlab.hf import arch_gpt2, arch_llama, arch_neox
+    from attnlab.hf import arch_attnlab, arch_gpt2, arch_llama, arch_neox
 
-    return [arch_gpt2, arch_neox, arch_llama]
+    return [arch_gpt2, arch_neox, arch_llama, arch_attnlab]
 
 
 def _source(spec: str) -> tuple[str, bool]:
@@ -132,7 +134,16 @@ def config_with_init(
     """The run config of ``attnlab train CONFIG --init-from SPEC``: CONFIG (data, recipe) with its
     ``[model]`` replaced by the checkpoint's, ``train.init_from = SPEC``, then ``--set``."""
     from attnlab.config import apply_overrides, source_dict, validate, with_plugins
+    from attnlab.hf import arch_attnlab
 
+    config = _load_config(spec)
+    needed = arch_attnlab.plugin_specs(config) if config.model_type == "attnlab" else []
+    if needed and not plugins:
+        raise UserError(
+            f"--init-from {spec}: the export's parts come from plugin file(s) "
+            f"{', '.join(needed)}; give them with --plugin FILE (the export keeps a copy in "
+            f"{Path(_source(spec)[0]) / 'plugins'})"
+        )
     raw = source_dict(name_or_path) if name_or_path is not None else {}
     raw = {**raw, "model": model_table(spec)}
     raw["train"] = {**raw.get("train", {}), "init_from": spec}

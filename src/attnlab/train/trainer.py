@@ -31,7 +31,7 @@ from attnlab.runs.optim import recipe_optimizer
 from attnlab.runs.peak import measure_peak_flops
 from attnlab.runs.progress import ProgressFn
 from attnlab.runs.records import ConfigRecord
-from attnlab.runs.trackers import RunInfo
+from attnlab.runs.trackers import RunInfo, check_clients
 from attnlab.train import batches
 from attnlab.train.objectives import (
     Batch,
@@ -410,6 +410,7 @@ class _Pretraining(TrainTask):
         )
         loop.resume()
         peak = measure_peak_flops(self.device, self.precision.compute_dtype)
+        check_clients(t.loggers)  # a missing tracker client: nothing of the run written yet
         if dist.is_main:
             rundir.write_config(self.run_dir, self.config.text)
             rundir.write_plugins(self.run_dir, self.cfg.plugins)

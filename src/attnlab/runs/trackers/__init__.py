@@ -194,11 +194,13 @@ __all__ = [
 
 
 def check_clients(names: Sequence[str]) -> None:
-    """Fail now, naming the install command, if a listed tracker's client is missing."""
+    """Fail now, naming every missing client and the install command, if a listed tracker's
+    client is missing (before anything of the run is written)."""
     from importlib.util import find_spec
 
-    for name, module in (("tensorboard", "tensorboard"), ("wandb", "wandb")):
-        if name in names and find_spec(module) is None:
-            from attnlab.runs.trackers.base import missing_client
+    from attnlab.runs.trackers.base import missing_clients
 
-            raise missing_client(name, module)
+    wanted = [(n, m) for n, m in (("tensorboard", "tensorboard"), ("wandb", "wandb")) if n in names]
+    missing = [(n, m) for n, m in wanted if find_spec(m) is None]
+    if missing:
+        raise missing_clients(missing)

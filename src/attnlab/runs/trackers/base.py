@@ -17,9 +17,16 @@ class TrackerError(UserError):
 
 
 def missing_client(logger: str, module: str) -> TrackerError:
+    return missing_clients([(logger, module)])
+
+
+def missing_clients(missing: list[tuple[str, str]]) -> TrackerError:
+    """One error naming every ``(logger, package)`` that is missing."""
+    loggers = ", ".join(repr(n) for n, _ in missing)
+    modules = ", ".join(m for _, m in missing)
     return TrackerError(
-        f"logger {logger!r} needs the {module} package, which is not installed: {INSTALL} "
-        f"(or remove {logger!r} from train.loggers)"
+        f"train.loggers {loggers} need(s) {modules} (missing: {modules}), from attnlab's "
+        f"[trackers] extra: {INSTALL} (or remove {loggers} from train.loggers)"
     )
 
 
