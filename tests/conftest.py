@@ -19,6 +19,14 @@ import torch
 SMOKE_ENV = "ATTNLAB_GPU_TESTS_ON_CPU"
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist (``-n auto``, the default in pyproject) each worker takes its share of
+    the cores for torch's intra-op threads, so that N workers do not run N x cores threads."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
+    if workers > 1:
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if torch.cuda.is_available() or os.environ.get(SMOKE_ENV) == "1":
         return
