@@ -177,7 +177,9 @@ function render() {
     }
     root.append(row);
   });
-  document.body.setAttribute("data-panels", String(document.querySelectorAll(".panel").length));
+  const panels = [...document.querySelectorAll(".panel")];
+  document.body.setAttribute("data-panels", String(panels.length));
+  document.body.setAttribute("data-visible-panels", String(panels.filter((p) => (p.checkVisibility ? p.checkVisibility() : p.offsetParent !== null)).length));
   document.body.setAttribute("data-rendered", "yes");
 }
 render();
