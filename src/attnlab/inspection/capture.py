@@ -242,7 +242,7 @@ def capture(
         elif attnlab_layers:
             out = model(x)
         else:
-            out = model(input_ids=x, output_attentions=True)
+            out = _hf_forward(model, x)
         parts = _parts(model, start, T)
     finally:
         _set_recording(model, False)
@@ -301,6 +301,20 @@ def capture(
         notes=notes,
         family=family,
     )
+
+
+def _hf_forward(model: nn.Module, x: Tensor):
+    """A transformers model with ``output_attentions``: its fused attention (sdpa, flash) returns
+    no maps, so it runs with the eager implementation for this one call."""
+    before = getattr(getattr(model, "config", None), "_attn_implementation", None)
+    switch = callable(getattr(model, "set_attn_implementation", None)) and before != "eager"
+    if switch:
+        model.set_attn_implementation("eager")
+    try:
+        return model(input_ids=x, output_attentions=True)
+    finally:
+        if switch and before:
+            model.set_attn_implementation(before)
 
 
 def _summarised(layers: list[LayerView], rows: int, start: int) -> int:
