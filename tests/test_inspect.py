@@ -278,3 +278,24 @@ def test_other_families(family):
         assert any(n.startswith("encoder.") for n in names)
         assert any(n.startswith("decoder.") for n in names)
         assert cap.predicts == "next token"
+
+
+def test_a_checkpoint_and_an_export_show_the_same_maps_as_the_run(runs, tmp_path):
+    run = runs["identity_head"]
+    (ckpt,) = sorted((run / "checkpoints").glob("step_*"))[-1:]
+    export = tmp_path / "export"
+    assert main(["export", str(run), "--out", str(export)]) == 0
+    pages = {}
+    for name, target in (("run", run), ("checkpoint", ckpt), ("export", export)):
+        pages[name] = tmp_path / f"{name}.html"
+        assert main(["inspect", str(target), "--prompt", PROMPT, "--out", str(pages[name])]) == 0
+    caps = {k: page_json(p)["captures"][0] for k, p in pages.items()}
+    n = len(caps["run"]["tokens"])
+    for other in ("checkpoint", "export"):
+        assert caps[other]["tokens"] == caps["run"]["tokens"]
+        for a, b in zip(caps["run"]["layers"], caps[other]["layers"], strict=True):
+            np.testing.assert_allclose(
+                maps_of(a, "attention", n), maps_of(b, "attention", n), atol=1.1e-3
+            )
+    # the export's own copy of the identity head still shows its per-token weights
+    assert any(p["kind"] == "readout/identity_head" for p in caps["export"]["parts"])
