@@ -28,7 +28,7 @@ import torch
 from torch import Tensor, nn
 
 #: cells of one row block (rows x keys x heads) computed at a time
-BLOCK_CELLS = 1 << 22
+BLOCK_CELLS = 1 << 20
 TOP_K = 5
 
 
