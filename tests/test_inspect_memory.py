@@ -18,6 +18,9 @@ from attnlab.train import train
 from data_helpers import sentence_data, tiny_run_config
 
 T = 2048
+pytestmark = pytest.mark.skipif(
+    not Path("/proc/self/clear_refs").exists(), reason="peak RSS per phase needs Linux /proc"
+)
 SCRIPT = textwrap.dedent(
     """
     import json, sys
