@@ -39,7 +39,11 @@ def train_stats(module: nn.Module) -> dict[str, float]:
     if not keys:
         return {}
     tensors = [v for v in values if isinstance(v, Tensor)]
-    read = iter(torch.stack([t.detach().float().reshape(()).cpu() for t in tensors]).tolist())
+    read = iter([])
+    if tensors:  # one copy to the host (a model's statistics live on one device)
+        device = tensors[0].device
+        stacked = torch.stack([t.detach().float().reshape(()).to(device) for t in tensors])
+        read = iter(stacked.cpu().tolist())
     numbers = [next(read) if isinstance(v, Tensor) else float(v) for v in values]
     per_key: dict[str, list[float]] = {}
     for key, x in zip(keys, numbers, strict=True):
