@@ -19,7 +19,7 @@ C := $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
 VERSIONS = $(PY) -c 'import importlib.metadata as m, platform, sys; print("versions: python", \
 	platform.python_version(), *(f"{p}=={m.version(p)}" for p in sys.argv[1:]))' $(KEY_PACKAGES)
 
-.PHONY: install install-test develop quick test lint versions lock test-oldest test-latest
+.PHONY: install install-test develop quick test lint versions lock test-oldest test-latest browser
 
 # `install` is the core + [offline] (all `make quick` needs: no probe/eval/bench extras);
 # `install-test` installs every extra through [test] (= [all] + [offline] + pytest, scipy).
@@ -43,9 +43,21 @@ develop: install
 quick: install
 	attnlab compare configs/experiments/quick.toml --out runs/quick
 
-test: install-test
+test: install-test browser
 	@$(VERSIONS)
 	$(PY) -m pytest
+
+# Headless Chromium for the `attnlab inspect` page tests (tests/test_inspect_browser.py): Debian's
+# package, driven by its own command line (never Playwright's download, which fails offline).
+# Where apt-get is missing or we are not root, it says so and those tests skip with the reason;
+# CI sets ATTNLAB_REQUIRE_BROWSER=1, which turns that skip into a failure.
+browser:
+	@if command -v chromium >/dev/null 2>&1; then echo "browser: $$(chromium --version 2>/dev/null)"; \
+	elif command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+	  apt-get install -y -q chromium >/dev/null 2>&1 || \
+	  { apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null; }; \
+	  echo "browser: $$(chromium --version 2>/dev/null)"; \
+	else echo "browser: not installed (no apt-get, or not root): the page tests will skip"; fi
 
 versions:
 	@$(VERSIONS)

@@ -24,6 +24,8 @@ PLOTS = (
     "attention_skip-id.png",
     "attention_baseline.png",
     "head_weights_skip-id.png",
+    "train_identity_weight.png",
+    "train_content_skip_norm.png",
 )
 
 
@@ -253,3 +255,20 @@ def test_report_puts_run_to_run_noise_next_to_the_seed_spread(done):
     text = noise_note(cuda, summarise(cuda, ["b"], "b")[0])
     assert "not zero and not measured: 1 of 2 runs on cuda:0 without train.deterministic" in text
     assert "Seed spread (sample std of the baseline's final val loss over seeds): 0.1414" in text
+
+
+def test_part_statistics_over_training_are_plotted_per_variant(done):
+    """The identity head's weight on the identity, logged during training (part/...), is
+    plotted against step, and the table holds each layer's last logged value."""
+    from attnlab.runs.rundir import read_metrics
+
+    report = (done / "report.md").read_text()
+    assert "## Part statistics over training" in report
+    section = report.split("### Identity weight", 1)[1].split("###", 1)[0]
+    last = read_metrics(done / "runs" / "skip-id" / "seed0")[-1]
+    for layer in (0, 1):
+        value = last[f"part/identity_weight/{layer}"]
+        assert f"| {layer} | {value:.4f} |" in section
+    assert read_metrics(done / "runs" / "skip-id" / "seed0")[0]["part/identity_weight"] == (
+        pytest.approx(1.0, abs=0.05)
+    )

@@ -28,7 +28,7 @@ LAYERS = [
     ["data"],
     ["runs"],
     ["train", "probe", "eval", "hf", "bench", "testing"],
-    ["experiments"],
+    ["experiments", "inspection"],
     ["commands", "cli", "__main__"],
 ]
 #: the one import that reaches up: the part registry imports its built-in members (the package

@@ -262,6 +262,9 @@ def test_experiment_writes_one_table(env, tmp_path):
     assert header == "layer,preproj+skip"  # only the method with a content skip
     assert "## Content skip norm per layer" in report and "Per-layer Frobenius norm" in report
     assert "![content skip norm](layer_stats/content_skip_norm.png)" in report
+    # the injected parts' statistics over training (part/KEY), one line per method
+    assert (out / "train_stats" / "content_skip_norm.png").is_file()
+    assert "## Content skip norm over training" in report
     assert (out / "runs" / "lora-at-preproj-skip" / "lora" / "adapter_config.json").is_file()
     again = run_experiment(exp, out, data_root=env["data"], log=_quiet)  # finished: no retraining
     assert [r.to_dict()["results"] for r in again] == [r.to_dict()["results"] for r in results]
@@ -334,3 +337,33 @@ def test_smollm2_real_probe_trains_a_few_steps(tmp_path):
     norms = res.layer_stats["content_skip_norm"]
     assert len(norms) == 30 and all(n is not None and n > 0 for n in norms)
     assert res.results["perplexity"]["metrics"]["perplexity"] < 1000
+
+
+def test_inspect_shows_a_probe_with_its_injected_parts(env, tmp_path):
+    """``attnlab inspect PROBE_DIR``: the pretrained base's maps (transformers'
+    output_attentions) and the injected content skip's own per-token view."""
+    import re
+
+    cfg = load_probe_config(None, _overrides(env, "llama", "preproj+skip"))
+    run = tmp_path / "probe"
+    assert train_probe(cfg, run, data_root=env["data"], log=_quiet).status == "finished"
+    page = tmp_path / "probe.html"
+    assert main(["inspect", str(run), "--prompt", "the cat sat", "--out", str(page)]) == 0
+    text = page.read_text(encoding="utf-8")
+    data = json.loads(re.search(r"type='application/json'>(.*?)</script>", text, re.S).group(1))
+    (cap,) = data["captures"]
+    assert cap["kind"] == "hugging face"
+    n = len(cap["tokens"])
+    assert len(cap["layers"]) == 2 and cap["layers"][0]["maps"]["attention"]["heads"] >= 1
+    skips = [p for p in cap["parts"] if p["kind"] == "side_branch/content_skip"]
+    assert len(skips) == 2
+    assert len(skips[0]["tokens"]["content_skip_out"]["data"]) == n
+    assert skips[0]["numbers"]["content_skip_norm"] > 0
+    rows = read_metrics_of(run)
+    assert "part/content_skip_norm/1" in rows[-1]
+
+
+def read_metrics_of(run: Path) -> list[dict]:
+    from attnlab.runs.rundir import read_metrics
+
+    return read_metrics(run)

@@ -21,6 +21,10 @@ declaration                what reads it
 ``needs_attention_matrix`` the attention core: whether the T x T matrix must be formed
 ``layer_stats``            reports: per-layer numbers read from the trained weights
 ``forward_stats``          reports: per-layer summaries of one recorded forward pass
+``train_stats``            the run loop: numbers logged every ``train.log_every`` steps (to
+                           ``metrics.jsonl`` as ``part/KEY/LAYER`` and to every tracker)
+``token_stats``            ``attnlab inspect``: per-token values of one recorded forward pass
+``attention_rows``         ``attnlab inspect``: a score part's maps for some query rows only
 ``attention_maps_label``   reports: draw this variant's attention maps, with this label
 ``notes``                  ``attnlab params``: sentences about sizing choices
 ``probe_name``             ``attnlab probe``: the part's name in method strings
@@ -256,6 +260,31 @@ class Part(nn.Module):
     @classmethod
     def forward_stats_doc(cls) -> dict[str, tuple[str, list[str] | None]]:
         """Per ``forward_stats`` key: (a sentence for the report, bar labels or None)."""
+        return {}
+
+    def train_stats(self) -> dict[str, float | Tensor]:
+        """Numbers to follow over training, read by the run loop every ``train.log_every`` steps
+        (after the optimizer step), e.g. a weight's norm or a gate's value, or a summary the part
+        kept (detached, a few numbers) of its last training forward. They become the
+        ``metrics.jsonl`` columns ``part/KEY/LAYER`` (LAYER counts this part's class in module
+        order) and ``part/KEY`` (their mean over layers), and the same scalars in every tracker.
+        Keep it cheap: it runs during training; a 0-d tensor is read with one ``float()``."""
+        return {}
+
+    @classmethod
+    def train_stats_doc(cls) -> dict[str, str]:
+        """One sentence per ``train_stats`` key: what it measures and its value at init."""
+        return {}
+
+    def token_stats(self) -> dict[str, Tensor]:
+        """Per-token values of the last forward while recording, for the first sequence:
+        KEY -> [T, n] (n columns, e.g. the identity head's weights over the H' + 1 heads, or a
+        router's probabilities over the experts); ``attnlab inspect`` draws them per token."""
+        return {}
+
+    @classmethod
+    def token_stats_doc(cls) -> dict[str, tuple[str, list[str] | None]]:
+        """Per ``token_stats`` key: (a sentence for the page, the n column labels or None)."""
         return {}
 
     def extra_repr(self) -> str:

@@ -145,6 +145,17 @@ class ScorePart(Part):
     def heads_out(cls, opts, dims) -> int:
         return dims.n_heads
 
+    def attention_rows(self, q: Tensor, k: Tensor, v: Tensor, core, ctx: ScoreContext) -> Tensor:
+        """The maps this part makes [B, H', R, Tk] for R query rows (``attnlab inspect`` asks
+        for a block of rows at a time, so a long prompt never needs the [B, H', T, T] map):
+        ``q`` holds the rows, ``ctx.allowed`` is their [R, Tk] mask (explicit, never
+        ``is_causal``) and ``ctx.need_weights`` is True. Default: this part's own forward on the
+        rows, which is exact for a part whose row i reads only row i's scores (the causal 1-D
+        convolution). A part whose rows read other rows (a 2-D convolution) is exact for whole
+        prompts only, and may override this."""
+        _, probs = self(q, k, v, core, ctx)
+        return probs
+
 
 @dataclass
 class ScoreContext:

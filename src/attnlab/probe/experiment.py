@@ -22,6 +22,7 @@ from attnlab.base.errors import UserError
 from attnlab.probe.config import ProbeConfig, load_experiment
 from attnlab.probe.layer_stats import collect, report_section, write_layer_stats
 from attnlab.probe.report import make_row, write_report
+from attnlab.probe.train_curves import train_curves_section
 from attnlab.probe.trainer import ProbeResult, train_probe
 from attnlab.runs import lock, rundir
 
@@ -146,6 +147,16 @@ def _run_methods(
     return results
 
 
+def _train_stats_docs() -> dict[str, str]:
+    """Every registered part's sentences on its training statistics (plugins included)."""
+    from attnlab.parts import registry
+
+    docs: dict[str, str] = {}
+    for spec in registry.specs():
+        docs.update(spec.cls.train_stats_doc())
+    return docs
+
+
 def write_experiment_report(
     out_dir: Path, name: str, cfg: ProbeConfig, results: list[ProbeResult]
 ) -> list[Path]:
@@ -159,4 +170,7 @@ def write_experiment_report(
     docs = {k: v for r in results for k, v in r.layer_stats_doc.items()}
     write_layer_stats(stats, out_dir)
     appendix = report_section(stats, docs)
+    runs = {r.label: r.run_dir for r in results if r.run_dir and Path(r.run_dir).is_dir()}
+    curves = train_curves_section(out_dir, runs, _train_stats_docs())
+    appendix = "\n".join(x for x in (appendix, curves) if x)
     return write_report(out_dir, rows, f"Frozen probe: {name}", notes, appendix)

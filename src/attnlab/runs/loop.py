@@ -12,7 +12,8 @@ does the rest, identically for both. One optimizer step ``s`` (0-based):
    clips, steps the optimizer and counts ``tokens_per_step`` tokens; a diverged one stops the run
    with status ``diverged`` (an outcome, not a crash);
 4. every ``eval_every`` steps (and at the end if ``eval_at_end``) the task's validation loss, every
-   ``log_every`` steps a ``metrics.jsonl`` row, every ``checkpoint_every`` steps a checkpoint.
+   ``log_every`` steps a ``metrics.jsonl`` row (with the parts' declared ``train_stats`` as
+   ``part/KEY/LAYER`` columns), every ``checkpoint_every`` steps a checkpoint.
 
 Everything a step depends on is a function of the step index or lives in the checkpoint (weights,
 optimizer moments, the loss scaler, per-rank RNG states, counters, the divergence statistics), so
@@ -37,6 +38,7 @@ from torch import nn
 
 import attnlab
 from attnlab.base.errors import UserError
+from attnlab.parts.stats import train_stats
 from attnlab.recipe import BatchPlan, TrainRecipe
 from attnlab.runs import checkpoint, rundir
 from attnlab.runs.device import Precision
@@ -444,6 +446,7 @@ class Loop:
                 row["elapsed"] = c.elapsed
                 if val is not None:
                     row["val_loss"] = val
+                row.update(train_stats(task.raw))  # the parts' own numbers (part/KEY/LAYER)
                 if metrics is not None:
                     metrics.append(row)
             if is_log:

@@ -6,8 +6,13 @@
 - **Attention maps**: every layer's attention probabilities on one fixed validation sequence,
   for the variants that hold a part declaring ``attention_maps_label`` (identity head, virtual
   heads), with the parts' recorded ``forward_stats`` (e.g. the identity head's weights).
+- **Part statistics over training**: every ``part/KEY`` column the runs' ``metrics.jsonl`` hold
+  (the parts' ``train_stats``, mean over layers), against step per variant, mean and min-max
+  over seeds, with the part's sentence (``Part.train_stats_doc``) and a per-layer table of the
+  last logged values.
 
-The report module calls :func:`layer_stats_section` and :func:`attention_section`; nothing here
+The report module calls :func:`layer_stats_section`, :func:`train_stats_section` and
+:func:`attention_section`; nothing here
 names a part.
 """
 
@@ -210,4 +215,69 @@ def attention_section(out: Path, record, rows: list[RunRow], notes: list[str]) -
                 _table(["layer", *labels], table),
                 "",
             ]
+    return lines
+
+
+def _per_layer(key: str) -> tuple[str, int] | None:
+    """``part/KEY/LAYER`` -> (KEY, LAYER); None for a ``part/KEY`` (mean) column."""
+    head, _, tail = key.rpartition("/")
+    return (head[len("part/") :], int(tail)) if tail.isdigit() and head != "part" else None
+
+
+def train_stats_section(out: Path, record, rows: list[RunRow], notes: list[str]) -> list[str]:
+    """The parts' training statistics (``part/KEY`` columns of metrics.jsonl) against step."""
+    from attnlab.experiments.reports.curves import band
+    from attnlab.runs.rundir import read_metrics
+
+    curves: dict[str, dict[str, dict[int, list[tuple[int, float]]]]] = {}
+    last: dict[str, dict[str, dict[int, float]]] = {}  # key -> variant -> layer -> last value
+    for r in sorted(rows, key=lambda r: (r.variant, r.seed)):
+        if not r.run_dir or r.status == "missing":
+            continue
+        for m in read_metrics(r.run_dir):
+            for col, value in m.items():
+                if not col.startswith("part/") or not isinstance(value, int | float):
+                    continue
+                layer = _per_layer(col)
+                if layer is not None:
+                    if r.seed == min(x.seed for x in rows if x.variant == r.variant):
+                        last.setdefault(layer[0], {}).setdefault(r.variant, {})[layer[1]] = value
+                    continue
+                key = col[len("part/") :]
+                if "/" in key:  # one column per expert etc.: the table, not a plot each
+                    continue
+                per_seed = curves.setdefault(key, {}).setdefault(r.variant, {})
+                per_seed.setdefault(r.seed, []).append((int(m["step"]), float(value)))
+    if not curves:
+        return []
+    docs: dict[str, str] = {}
+    for v in record["variants"]:
+        for cls, _ in variant_parts(v):
+            docs.update(cls.train_stats_doc())
+    lines = [
+        "## Part statistics over training",
+        "",
+        "What the parts declare to follow during training (`Part.train_stats`, logged every "
+        "`train.log_every` steps to metrics.jsonl as `part/KEY/LAYER` and to the trackers): "
+        "the mean over layers against step, mean (line) and min-max (band) over seeds; the table "
+        "gives each layer's last logged value (first seed).",
+        "",
+    ]
+    for key, per_var in curves.items():
+        bands = {name: band(list(seeds.values())) for name, seeds in per_var.items()}
+        title = key.replace("_", " ")
+        path = plots.train_stat_curves(bands, out / PLOTS / f"train_{key}.png", title)
+        lines += [f"### {title[0].upper()}{title[1:]}", ""]
+        if key in docs:
+            lines += [docs[key], ""]
+        lines += [f"![{title} over training]({path.relative_to(out).as_posix()})", ""]
+        table = last.get(key, {})
+        if table:
+            names = list(table)
+            n_layers = max(max(t) for t in table.values()) + 1
+            body = [
+                [str(i), *(_f(table[n].get(i, math.nan), 4) for n in names)]
+                for i in range(n_layers)
+            ]
+            lines += [_table(["layer", *names], body), ""]
     return lines

@@ -206,3 +206,21 @@ def head_weight_bars(
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.grid(alpha=0.3, axis="y")
     return save(fig, path)
+
+
+def train_stat_curves(bands: Mapping[str, Band], path: Path, title: str) -> Path:
+    """A part statistic against step per variant: mean over seeds, shaded min-max."""
+    fig = Figure(figsize=(7.5, 4.0))
+    ax = fig.add_subplot()
+    colors = palette(list(bands))
+    for name, b in bands.items():
+        if not len(b.steps):
+            continue
+        ax.plot(b.steps, b.mean, color=colors[name], lw=1.6, label=name)
+        ax.fill_between(b.steps, b.lo, b.hi, color=colors[name], alpha=0.18, lw=0)
+    ax.set_xlabel("step")
+    ax.set_ylabel(title)
+    ax.set_title(f"{title} over training (mean over layers and seeds, shaded: seed min-max)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    return save(fig, path)

@@ -38,6 +38,7 @@ from attnlab.experiments.reports.part_sections import (
     attention_section,
     layer_stats_section,
     parts_section,
+    train_stats_section,
 )
 from attnlab.experiments.reports.sections import fairness_section, notes_section, written_by
 from attnlab.experiments.reports.stats import (
@@ -114,6 +115,7 @@ def compare_report(out: Path, record: Record, rows: list[RunRow]) -> Path:
         *curves_section(out, record, rows, summaries, notes),
         *parts_section(record),
         *layer_stats_section(out, record, rows, notes),
+        *train_stats_section(out, record, rows, notes),
         *attention_section(out, record, rows, notes),
         *notes_section(rows, notes, ("diverged", "failed", "running", "missing")),
     ]

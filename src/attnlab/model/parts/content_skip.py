@@ -8,6 +8,7 @@ declared as a layer statistic, so reports show it for any run that has the part.
 
 from __future__ import annotations
 
+import torch
 from pydantic import Field
 from torch import Tensor, nn
 
@@ -38,7 +39,10 @@ class ContentSkip(SideBranchPart):
         nn.init.normal_(self.w_skip.weight, 0.0, self.opts.init_std)
 
     def forward(self, x_tilde: Tensor) -> Tensor:
-        return self.w_skip(x_tilde)
+        out = self.w_skip(x_tilde)
+        if self.recording:  # ||W_skip x~_t|| of the first sequence, for attnlab inspect
+            self._token_norms = out[0].detach().float().norm(dim=-1, keepdim=True)
+        return out
 
     def norm(self) -> float:
         """||W_skip||_F."""
@@ -46,6 +50,27 @@ class ContentSkip(SideBranchPart):
 
     def layer_stats(self) -> dict[str, float]:
         return {"content_skip_norm": self.norm()}
+
+    def train_stats(self) -> dict[str, float | Tensor]:
+        with torch.no_grad():
+            return {"content_skip_norm": self.w_skip.weight.detach().float().norm()}
+
+    @classmethod
+    def train_stats_doc(cls) -> dict[str, str]:
+        return {"content_skip_norm": "||W_skip||_F of each layer over training (seed 000, Fig. 2)"}
+
+    def token_stats(self) -> dict[str, Tensor]:
+        norms = self.__dict__.get("_token_norms")
+        return {} if norms is None else {"content_skip_out": norms}
+
+    @classmethod
+    def token_stats_doc(cls) -> dict[str, tuple[str, list[str] | None]]:
+        return {
+            "content_skip_out": (
+                "Norm of the skip's contribution W_skip x~ at each token",
+                ["||W_skip x~||"],
+            )
+        }
 
     @classmethod
     def layer_stats_doc(cls, opts: Options, d_model: int) -> dict[str, str]:

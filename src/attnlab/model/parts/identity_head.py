@@ -63,6 +63,7 @@ class IdentityHead(ReadoutPart):
         self.w_vid = Linear(dims.d_model, dims.head_dim, bias=dims.bias)
         self.head_weights = Linear(dims.d_model, self.n_heads + 1, bias=True)
         self._last: Tensor | None = None
+        self._train_mean: Tensor | None = None
 
     @torch.no_grad()
     def init_weights(self, init: Init) -> None:
@@ -81,12 +82,43 @@ class IdentityHead(ReadoutPart):
         v_id, w = both[..., :dh], both[..., dh:]  # [B, T, dh], [B, T, H+1]
         if self.recording:
             self._last = w.detach()
+        if self.training:  # a [H'+1] mean, read at the loop's log steps (train_stats)
+            self._train_mean = w.detach().float().mean(dim=tuple(range(w.dim() - 1)))
         return weighted_heads(heads, v_id, w)
 
     def forward_stats(self) -> dict[str, Tensor]:
         if self._last is None:
             return {}
         return {"head_weights": self._last[0].float().mean(0)}
+
+    def train_stats(self) -> dict[str, float | Tensor]:
+        if self._train_mean is None:
+            return {}
+        return {"identity_weight": self._train_mean[-1]}
+
+    @classmethod
+    def train_stats_doc(cls) -> dict[str, str]:
+        return {
+            "identity_weight": (
+                "Mean weight on the identity head over the last training batch's tokens (1 at "
+                "initialisation: the network starts MLP-only; it falls as the layer learns to "
+                "use its attention heads)"
+            )
+        }
+
+    def token_stats(self) -> dict[str, Tensor]:
+        if self._last is None:
+            return {}
+        return {"head_weights": self._last[0].float()}
+
+    @classmethod
+    def token_stats_doc(cls) -> dict[str, tuple[str, list[str] | None]]:
+        return {
+            "head_weights": (
+                "Identity-head weights per token over the attention heads and the identity head",
+                ["identity"],
+            )
+        }
 
     @classmethod
     def forward_stats_doc(cls) -> dict[str, tuple[str, list[str] | None]]:

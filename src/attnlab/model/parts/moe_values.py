@@ -288,6 +288,10 @@ class MoEValues(ValuePart):
             self._aux.append(self.last_aux_loss)
         with torch.no_grad():
             entropy = -(probs * torch.log_softmax(logits, dim=-1)).sum(-1).mean()
+        if self.recording:  # the first sequence's router probabilities, for attnlab inspect
+            self._token_probs = probs.detach().float().reshape(*lead, E).reshape(-1, E)
+            if len(lead) > 1:
+                self._token_probs = self._token_probs[: lead[-1]]
         self.last_stats = {
             "counts": counts.detach(),
             "load": counts.detach().float() / max(N, 1),
@@ -297,6 +301,46 @@ class MoEValues(ValuePart):
             "dropped": 0,
         }
         return v.reshape(*lead, self.d_out)
+
+    def train_stats(self) -> dict[str, float | Tensor]:
+        """Of the last training forward: each expert's share of the token-slots (``load/eI``,
+        1/E each when balanced), ``load_imbalance`` = max_e load_e / mean_e load_e (1 when
+        balanced, E/k when all tokens go to the same k experts) and the router entropy."""
+        stats = self.last_stats
+        if not stats or "load" not in stats:
+            return {}
+        share = stats["load"] / max(self.top_k, 1)
+        out: dict[str, float | Tensor] = {f"moe_load/e{e}": share[e] for e in range(len(share))}
+        out["moe_load_imbalance"] = share.max() / share.mean().clamp_min(1e-12)
+        out["moe_router_entropy"] = stats["entropy"]
+        return out
+
+    @classmethod
+    def train_stats_doc(cls) -> dict[str, str]:
+        return {
+            "moe_load_imbalance": "max over experts of the token-slot share / the mean share "
+            "(1 = balanced)",
+            "moe_router_entropy": "mean router entropy in nats (log E for a uniform router)",
+        }
+
+    def forward_stats(self) -> dict[str, Tensor]:
+        probs = self.__dict__.get("_token_probs")
+        stats = self.last_stats
+        if probs is None or "load" not in stats:
+            return {}
+        return {"expert_load": (stats["load"] / max(self.top_k, 1)).float()}
+
+    @classmethod
+    def forward_stats_doc(cls) -> dict[str, tuple[str, list[str] | None]]:
+        return {"expert_load": ("Share of the token-slots each expert received", None)}
+
+    def token_stats(self) -> dict[str, Tensor]:
+        probs = self.__dict__.get("_token_probs")
+        return {} if probs is None else {"router_probs": probs}
+
+    @classmethod
+    def token_stats_doc(cls) -> dict[str, tuple[str, list[str] | None]]:
+        return {"router_probs": ("Router probabilities per token over the experts", None)}
 
     def extra_repr(self) -> str:
         return (

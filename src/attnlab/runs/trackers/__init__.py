@@ -3,7 +3,7 @@
 ``train.loggers`` (``probe.train.loggers`` for a probe; a compare run takes its config's) lists
 ``jsonl`` (the default; ``metrics.jsonl`` is always written), ``tensorboard`` and ``wandb``. The
 shared loop (:mod:`attnlab.runs.loop`) opens the run's trackers and feeds them its progress
-events: the config at the start, every logged metrics row (``train/*``, ``val/loss``) and the
+events: the config at the start, every logged metrics row (``train/*``, ``val/loss``, the parts' ``part/KEY/LAYER``) and the
 final status at the end. Evaluation results merged into ``RUN_DIR/eval/results.json`` later
 (``attnlab eval``, compare's ``[evaluate]``, the probe's evaluation) are logged to the same runs
 (``eval/TASK/METRIC``), found again through ``RUN_DIR/trackers.json``, and ``attnlab compare``
@@ -45,7 +45,8 @@ def scalars(row: Mapping[str, Any]) -> dict[str, float]:
     """A metrics row as tracker scalars (finite numbers only)."""
     out = {}
     for key, value in row.items():
-        name = SCALARS.get(key)
+        # the parts' training statistics keep their own names (part/KEY/LAYER)
+        name = SCALARS.get(key) or (key if key.startswith("part/") else None)
         if name and isinstance(value, int | float) and math.isfinite(value):
             out[name] = float(value)
     return out
