@@ -27,6 +27,7 @@ FAMILY_OBJECTIVE: dict[str, Objective] = {
     "decoder": "causal_lm",
     "encoder": "masked_lm",
     "encoder_decoder": "span_corruption",
+    "retrieval": "causal_lm",
 }
 MEAN_SPAN_LENGTH = 3.0  # T5's default mean noise-span length
 
