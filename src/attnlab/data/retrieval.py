@@ -334,6 +334,22 @@ def build_database(
     return Database.open(out)
 
 
+def sequence_neighbours(
+    db: Database, data: TokenData, split: str, offsets: np.ndarray, seq_len: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Offsets moved down to the chunk grid (a multiple of m: RETRO's chunks are fixed in the
+    token stream) and the neighbours [n, C, k, r] of the C = ceil(seq_len / m) chunks of each
+    sequence of ``split`` starting there."""
+    m = db.chunk_size
+    off = np.asarray(offsets, dtype=np.int64)
+    off = off - off % m
+    C = -(-seq_len // m)
+    idx = np.asarray(db.split(split))
+    rows = np.minimum(off[:, None] // m + np.arange(C), len(idx) - 1)
+    nbr = neighbour_tokens(data.train, idx[rows], m, db.neighbour_len, data.eos_id)
+    return off, nbr
+
+
 def overlap(query: np.ndarray, neighbours: np.ndarray, n: int = 8) -> float:
     """Fraction of the query chunk's token n-grams that occur in any of its neighbours (RETRO's
     "eval/train overlap" measured per chunk, with n-grams instead of its 8-token spans)."""
