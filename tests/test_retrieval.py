@@ -5,11 +5,9 @@ with and without retrieval, and decoding with live retrieval. Byte data, tiny mo
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -18,17 +16,16 @@ import torch
 
 pytest.importorskip("bm25s")
 
-from data_helpers import WORDS, prepare_bytes, tiny_run_config, word_corpus  # noqa: E402
-
-from attnlab.config import load_config  # noqa: E402
-from attnlab.data import TokenData  # noqa: E402
-from attnlab.data.retrieval import (  # noqa: E402
+from attnlab.config import load_config
+from attnlab.data import TokenData
+from attnlab.data.retrieval import (
     Database,
     build_database,
     database_dir,
     neighbour_tokens,
 )
-from attnlab.model import build_model  # noqa: E402
+from attnlab.model import build_model
+from data_helpers import WORDS, prepare_bytes, tiny_run_config, word_corpus
 
 PLANT = "Zyxwv quartz jumbo plover."
 
@@ -187,7 +184,7 @@ def test_generate_with_live_retrieval(runs, planted):
     from attnlab.runs.load import load_run_model
 
     _, root, _, _ = runs
-    model, cfg, _ = load_run_model(root / "full")
+    model, _, _ = load_run_model(root / "full")
     data = TokenData.open(planted)
     db = Database.open(database_dir(planted, 8, 2, 8))
     calls: list[np.ndarray] = []
@@ -211,3 +208,24 @@ def test_generate_with_live_retrieval(runs, planted):
     with torch.no_grad():
         logits = model(ids[:, :24].clone(), neighbours=nb[None]).logits
     assert torch.equal(logits[0, 11:23].argmax(-1), ids[0, 12:24])
+
+
+def test_cli_data_retrieval_and_generate(runs, planted, capsys):
+    """`attnlab data retrieval` reuses the built database; `attnlab generate` decodes a retrieval
+    run with live retrieval (and without, on request), reporting retrieval time apart."""
+    from attnlab.cli import main
+
+    assert main(["data", "retrieval", "--data", str(planted), "--chunk-size", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "m8-k2-c8" in out and "neighbours      k=2" in out
+    _, root, _, _ = runs
+    run = str(root / "full")
+    args = ["generate", run, "--prompt", "the model learns", "--max-new-tokens", "9"]
+    assert main([*args, "--temperature", "0"]) == 0
+    cap = capsys.readouterr()
+    assert cap.out.startswith("the model learns")
+    assert "retrievals took" in cap.err and "the model" in cap.err
+    assert main([*args, "--temperature", "0", "--no-retrieval"]) == 0
+    assert "retrievals" not in capsys.readouterr().err
+    # a bad setting is one line naming the fix, not a traceback
+    assert main(["data", "retrieval", "--data", str(planted), "--chunk-size", "1"]) == 2

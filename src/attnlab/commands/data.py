@@ -198,7 +198,9 @@ def _retrieval(args: argparse.Namespace) -> int:
         f"({m['database_tokens']:,} tokens), neighbours of {db.neighbour_len} tokens"
     )
     q = m["query_chunks"]
-    print(f"  neighbours      k={m['neighbours']} for {q['train']:,} train, {q['val']:,} val chunks")
+    print(
+        f"  neighbours      k={m['neighbours']} for {q['train']:,} train, {q['val']:,} val chunks"
+    )
     print(f"  took            {time.perf_counter() - t0:.1f} s")
     return 0
 

@@ -31,6 +31,7 @@ dense [block, chunks] float32 buffer per worker.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import multiprocessing as mp
 import shutil
@@ -44,6 +45,7 @@ from attnlab.base.atomic import atomic_write_json, sha256_file
 from attnlab.base.errors import UserError
 from attnlab.base.extras import require
 from attnlab.data.encoding import default_workers
+from attnlab.data.staging import output_lock
 from attnlab.data.tokendata import TokenData
 
 FORMAT = "attnlab-retrieval"
@@ -64,7 +66,7 @@ def database_dir(data_dir: str | Path, chunk_size: int, neighbours: int, continu
 def chunk_terms(chunk: np.ndarray) -> list[str]:
     """The BM25 terms of one chunk: its token bigrams and trigrams."""
     t = [str(int(x)) for x in chunk]
-    return [f"{a}_{b}" for a, b in zip(t, t[1:], strict=False)] + [
+    return [f"{a}_{b}" for a, b in itertools.pairwise(t)] + [
         f"{a}_{b}_{c}" for a, b, c in zip(t, t[1:], t[2:], strict=False)
     ]
 
@@ -235,7 +237,6 @@ def build_database(
     continuation: int | None = None,
     workers: int | None = None,
     restart: bool = False,
-    progress: bool = False,
 ) -> Database:
     """Build (or reuse, or resume) the database of ``data_dir`` for these settings."""
     require("retrieval", "bm25s", "scipy", what="attnlab data retrieval")
@@ -248,6 +249,13 @@ def build_database(
         raise UserError(f"workers={workers} must be >= 1")
     data = TokenData.open(data_dir)
     out = database_dir(data_dir, m, k, cont)
+    with output_lock(out, wait=True):  # concurrent runs of an experiment build it once
+        return _build(data, out, m, k, cont, workers, restart)
+
+
+def _build(
+    data: TokenData, out: Path, m: int, k: int, cont: int, workers: int, restart: bool
+) -> Database:
     key = _key(data, m, k, cont)
     if out.exists() and not restart:
         db = Database.open(out)

@@ -9,7 +9,9 @@ baseline are compared on identical tokens.
 
 Overlap: for each validation chunk, the share of its 8-token n-grams found in its k neighbours
 (``attnlab.data.retrieval.overlap``); RETRO reports that its gains come largely from neighbours
-that overlap the evaluation text, so the gain is only readable beside this number.
+that overlap the evaluation text, so the gain is only readable beside this number. Per chunk,
+``read_overlap`` is the overlap of chunk c with the neighbours its tokens read (chunk c - 1's),
+for the loss-by-overlap table.
 """
 
 from __future__ import annotations
@@ -26,7 +28,11 @@ import torch
 def retrieval_losses(
     run_dir: str | Path, *, max_windows: int | None = None, device: str = "cpu"
 ) -> dict[str, Any]:
-    """{'loss_without', 'loss_with' (retrieval runs), 'ppl_*', 'overlap', 'windows', 'tokens'}."""
+    """{'loss_without', 'loss_with' (retrieval runs), 'ppl_*', 'overlap', 'windows', 'tokens',
+    'chunks': {'without', 'with', 'overlap'}: per validation chunk, its mean token loss and its
+    overlap (retrieval runs), for the loss-by-overlap analysis}."""
+    import torch.nn.functional as F
+
     from attnlab.data import TokenData
     from attnlab.data.retrieval import (
         Database,
@@ -51,16 +57,25 @@ def retrieval_losses(
             database_dir(cfg.data.dir, r.chunk_size, r.neighbours, r.neighbour_len - r.chunk_size)
         )
     sums = {"without": 0.0, "with": 0.0}
+    per_chunk: dict[str, list[float]] = {"without": [], "with": []}
     n_tok = 0
+
+    def token_losses(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(logits[0].double(), y[0], reduction="none")
+
     for o in offsets:
         x = torch.as_tensor(np.asarray(data.val[o : o + T], dtype=np.int64))[None].to(device)
         y = torch.as_tensor(np.asarray(data.val[o + 1 : o + T + 1], dtype=np.int64))[None]
         y = y.to(device)
-        sums["without"] += float(model(x, y).loss) * T
+        lw = token_losses(model(x).logits, y)
+        sums["without"] += float(lw.sum())
         if db is not None:
             _, nbr = sequence_neighbours(db, data, "val", np.array([o]), T)
-            out = model(x, y, neighbours=torch.as_tensor(nbr, device=device))
-            sums["with"] += float(out.loss) * T
+            lr = token_losses(model(x, neighbours=torch.as_tensor(nbr, device=device)).logits, y)
+            sums["with"] += float(lr.sum())
+            m = db.chunk_size
+            per_chunk["without"].extend(lw.view(-1, m).mean(1).tolist())
+            per_chunk["with"].extend(lr.view(-1, m).mean(1).tolist())
         n_tok += T
     res: dict[str, Any] = {"windows": len(offsets), "tokens": n_tok}
     res["loss_without"] = sums["without"] / n_tok
@@ -72,9 +87,18 @@ def retrieval_losses(
         chunks = [c for o in offsets for c in range(o // m, (o + T) // m)]
         idx = np.asarray(db.val)[chunks]
         nbr = neighbour_tokens(data.train, idx, m, db.neighbour_len, data.eos_id)
-        res["overlap"] = float(
-            np.mean(
-                [overlap(np.asarray(data.val[c * m : (c + 1) * m]), nbr[i]) for i, c in enumerate(chunks)]
-            )
-        )
+        ov = [
+            overlap(np.asarray(data.val[c * m : (c + 1) * m]), nbr[i]) for i, c in enumerate(chunks)
+        ]
+        res["overlap"] = float(np.mean(ov))
+        # what chunk c's tokens read: the neighbours of chunk c - 1 (their continuations may
+        # hold chunk c's text); the first chunk of a window reads none (NaN)
+        per = T // m
+        read = [
+            float("nan")
+            if i % per == 0
+            else overlap(np.asarray(data.val[c * m : (c + 1) * m]), nbr[i - 1])
+            for i, c in enumerate(chunks)
+        ]
+        res["chunks"] = {**per_chunk, "overlap": ov, "read_overlap": read}
     return res

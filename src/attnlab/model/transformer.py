@@ -29,7 +29,6 @@ from attnlab.model.linear_cross_entropy import linear_cross_entropy
 from attnlab.model.masks import allowed_keys, stack_mask
 from attnlab.model.norms import make_norm
 from attnlab.model.output import ModelOutput
-from attnlab.model.retrieval.cca import ChunkedCrossAttention, encode_neighbours
 from attnlab.model.positions import (
     ALiBi,
     LearnedPositions,
@@ -37,6 +36,7 @@ from attnlab.model.positions import (
     SinusoidalPositions,
     T5RelativeBias,
 )
+from attnlab.model.retrieval.cca import ChunkedCrossAttention, encode_neighbours
 from attnlab.parts import Init, Part, default_init
 
 
@@ -189,8 +189,10 @@ class Transformer(nn.Module):
     def supports_cache(self) -> bool:
         """A decoder whose every part declares cached decoding exact (retrieval decodes
         without the cache: ``model.retrieval.generate_with_retrieval``)."""
-        return self.decoder is not None and self.cca is None and all(
-            type(p).supports_kv_cache for p in parts_of(self.decoder)
+        return (
+            self.decoder is not None
+            and self.cca is None
+            and all(type(p).supports_kv_cache for p in parts_of(self.decoder))
         )
 
     @property

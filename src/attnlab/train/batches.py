@@ -70,7 +70,6 @@ def open_database(cfg: Config, data_dir: Path, dist: Any):
     return Database.open(database_dir(data_dir, m, r.neighbours, cont))
 
 
-
 def chunk_neighbours(
     db: Any, data: Any, split: str, offsets: np.ndarray, cfg: Config
 ) -> tuple[np.ndarray, np.ndarray]:

@@ -45,7 +45,7 @@ class ChunkedCrossAttention(nn.Module):
         Needs C >= ceil((T - m + 1) / m) (= T / m when m divides T)."""
         B, T, d = h.shape
         m = self.m
-        if T < m:  # no chunk is complete yet: nothing to read
+        if m > T:  # no chunk is complete yet: nothing to read
             return torch.zeros_like(h)
         x = self.norm(h)[:, m - 1 :]  # token p of the shifted sequence is token p + m - 1
         Ts = x.shape[1]

@@ -45,12 +45,14 @@ def generate_with_retrieval(
                 T = ids.shape[1]
                 if retrieve is not None:
                     for b in range(ids.shape[0]):
-                        while len(rows[b]) < T // m:  # a newly completed chunk: fetch its neighbours
+                        while (
+                            len(rows[b]) < T // m
+                        ):  # a newly completed chunk: fetch its neighbours
                             j = len(rows[b])
                             rows[b].append(retrieve(ids[b, j * m : (j + 1) * m].cpu().numpy()))
                             calls += 1
                 nb = None
-                if retrieve is not None and T >= m:
+                if retrieve is not None and m <= T:
                     nb = torch.as_tensor(np.stack([np.stack(r) for r in rows]), device=ids.device)
                 logits = model(ids, neighbours=nb, last_logits_only=True).logits[:, -1]
                 nxt = _pick(logits, temperature, top_k, generator)
