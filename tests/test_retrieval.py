@@ -229,3 +229,17 @@ def test_cli_data_retrieval_and_generate(runs, planted, capsys):
     assert "retrievals" not in capsys.readouterr().err
     # a bad setting is one line naming the fix, not a traceback
     assert main(["data", "retrieval", "--data", str(planted), "--chunk-size", "1"]) == 2
+
+
+def test_declared_flops_match_the_counted_matmuls():
+    """``flops_per_token`` (CCA, and the encoder at k r / m tokens per decoder token) equals
+    FlopCounterMode's count of a forward with neighbours."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    cfg = _cfg("model.attention.backend=math", "model.retrieval.cca_layers=[0, 1]")
+    model = build_model(cfg).eval()
+    T = 32
+    ids, nb = torch.randint(0, 256, (1, T)), torch.randint(0, 256, (1, T // 8, 2, 16))
+    with FlopCounterMode(display=False) as fc, torch.no_grad():
+        model(ids, neighbours=nb)
+    assert fc.get_total_flops() / T == model.flops_per_token(T)

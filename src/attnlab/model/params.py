@@ -99,6 +99,15 @@ def count(cfg: ModelConfig, cache_bytes_per_element: int = 2) -> ParamReport:
     stack = model.decoder if model.decoder is not None else model.encoder
     for part in parts_of(stack.blocks[0]):
         notes.extend(part.notes())
+    if cfg.family == "retrieval":
+        r = cfg.retrieval
+        notes.append(
+            f"retrieval: chunked cross-attention after decoder layers "
+            f"{r.layers(cfg.n_layers)}, chunks of {r.chunk_size} tokens, {r.neighbours} "
+            f"neighbours of {r.neighbour_len} tokens through a {r.encoder_layers}-layer encoder; "
+            "the database is data, not parameters (`attnlab data retrieval` prints its size, "
+            "a run's status.json records it)"
+        )
     if stack.loops > 1:
         notes.append(f"loops: the layers run {stack.loops} times with shared weights")
     slots = model.decoder.n_slots if model.decoder is not None else 0

@@ -388,6 +388,12 @@ class Transformer(nn.Module):
         for stack in (self.encoder, self.decoder):
             if stack is None:
                 continue
+            scale, T = 1.0, seq_len
+            if self.cca is not None and stack is self.encoder:
+                # retrieval: k neighbours of r tokens are encoded per chunk of m decoder tokens
+                r = self.cfg.retrieval
+                scale, T = r.neighbours * r.neighbour_len / r.chunk_size, r.neighbour_len
+            stack_total = 0
             for block in stack.blocks:
                 per_block, done = 0, set()
                 for m in block.modules():
@@ -399,8 +405,20 @@ class Transformer(nn.Module):
                     elif isinstance(m, nn.Linear):
                         per_block += 2 * m.in_features * m.out_features
                     if isinstance(m, Attention):
-                        per_block += 4 * seq_len * m.dh * m.heads_out
-                total += per_block * stack.loops
+                        per_block += 4 * T * m.dh * m.heads_out
+                stack_total += per_block * stack.loops
+            total += round(stack_total * scale)
+        if self.cca is not None:  # q and W_O per token; K, V per neighbour token; the scores
+            r = self.cfg.retrieval
+            kr = r.neighbours * r.neighbour_len
+            for c in self.cca.values():
+                a = c.cross_attention
+                for m in a.modules():
+                    if isinstance(m, nn.Linear):
+                        kv = m in (*a.key.modules(), *a.value.modules())
+                        flops = 2 * m.in_features * m.out_features
+                        total += round(flops * kr / r.chunk_size) if kv else flops
+                total += 4 * kr * a.dh * a.heads_out
         total += 2 * self.lm_head.in_features * self.lm_head.out_features
         return total
 

@@ -406,6 +406,15 @@ class _Pretraining(TrainTask):
             "deterministic": t.deterministic,
             "torch_version": torch.__version__,
         }
+        if self.database is not None:  # the database is data, not parameters: recorded here
+            db = self.database.meta
+            meta["retrieval_database"] = {
+                "directory": str(self.database.directory),
+                "chunks": db["database_chunks"],
+                "tokens": db["database_tokens"],
+                "embedder": db["embedder"],
+                "sha256": db["files"],
+            }
         loop = Loop(
             self,
             settings,
