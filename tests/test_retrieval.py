@@ -227,6 +227,11 @@ def test_cli_data_retrieval_and_generate(runs, planted, capsys):
     assert "retrievals took" in cap.err and "the model" in cap.err
     assert main([*args, "--temperature", "0", "--no-retrieval"]) == 0
     assert "retrievals" not in capsys.readouterr().err
+    assert main(["eval", run, "--tasks", "retrieval", "--limit", "2", "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert "loss with retrieval" in out and "overlap with neighbours" in out
+    saved = json.loads((root / "full" / "eval" / "results.json").read_text())
+    assert saved["tasks"]["retrieval"]["metrics"]["windows"] == 2
     # a bad setting is one line naming the fix, not a traceback
     assert main(["data", "retrieval", "--data", str(planted), "--chunk-size", "1"]) == 2
 

@@ -41,8 +41,10 @@ def retrieval_losses(
         overlap,
         sequence_neighbours,
     )
+    from attnlab.runs.device import resolve_device
     from attnlab.runs.load import load_run_model
 
+    device = str(resolve_device(device, setting="--device"))
     model, cfg, _ = load_run_model(run_dir, device=device)
     model.eval()
     data = TokenData.open(cfg.data.dir)
