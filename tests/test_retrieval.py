@@ -248,3 +248,29 @@ def test_declared_flops_match_the_counted_matmuls():
     with FlopCounterMode(display=False) as fc, torch.no_grad():
         model(ids, neighbours=nb)
     assert fc.get_total_flops() / T == model.flops_per_token(T)
+
+
+def test_export_runs_without_attnlab_and_reads_neighbours(runs, tmp_path):
+    """The folder loads where attnlab cannot be imported (as the decoder without retrieval: same
+    logits and greedy tokens); loaded here, ``forward(neighbours=)`` equals attnlab's model with
+    the same neighbours; the card says what the model expects."""
+    pytest.importorskip("transformers")
+    from transformers import AutoModelForCausalLM
+
+    from attnlab.hf.export import export
+    from attnlab.hf.verify import check_exports
+    from attnlab.runs.load import load_run_model
+
+    _, root, _, _ = runs
+    res = export(root / "full", tmp_path / "hf")
+    card = (res.out / "README.md").read_text()
+    assert "## Retrieval (not in this folder)" in card and "neighbours=" in card
+    model, _, tok = load_run_model(root / "full")
+    (check,) = check_exports([(res.out, model, tok)], pipeline=False)
+    assert check.max_abs_logits < 1e-4 and check.greedy_equal and check.tokens_equal
+    hf = AutoModelForCausalLM.from_pretrained(res.out, trust_remote_code=True).eval()
+    ids, nb = torch.randint(0, 256, (1, 32)), torch.randint(0, 256, (1, 4, 2, 16))
+    with torch.no_grad():
+        want = model.eval()(ids, neighbours=nb).logits
+        got = hf(input_ids=ids, neighbours=nb, use_cache=False).logits
+    assert torch.allclose(got, want, atol=1e-5)
