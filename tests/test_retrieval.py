@@ -166,6 +166,8 @@ def test_train_resume_bit_for_bit(runs):
     b = load_latest(root / "resumed", with_optim=False).model
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert resumed.final_val_loss == full.final_val_loss
+    status = json.loads((root / "full" / "status.json").read_text())
+    assert status["retrieval_database"]["chunks"] > 0  # the database is recorded with the run
 
 
 def test_eval_with_and_without_retrieval(runs):
