@@ -92,13 +92,15 @@ def main() -> int:
         "# Retrieval decoder vs parameter-matched decoder (configs/experiments/retrieval.toml)",
         "",
         f"Written by `python benchmarks/retrieval_experiment.py` ({time.strftime('%Y-%m-%d')}); "
-        f"compare took {compare_s / 60:.1f} min. Machine: {mach['cpu']}, {mach['cores']} cores "
+        f"its compare step took {compare_s / 60:.1f} min (runs already trained are skipped; each "
+        "run's own wall time is in the compare report). Machine: {mach['cpu']}, {mach['cores']} cores "
         f"(shared; load average {mach['load_average']:.1f} at the end), Python {mach['python']}, "
         f"torch {mach['torch']}. The compare report (training curves, significance) is "
         f"[compare-report.md](compare-report.md).",
         "",
-        f"Validation loss (nats/byte) on the first {args.windows} windows of 128 bytes of the "
-        "validation split (the same windows for every run).",
+        f"Validation loss (nats/byte) on {rows[0]['windows'] if rows else 0} consecutive windows "
+        "of 128 bytes from the start of the validation split (the same windows for every run; "
+        f"{rows[0]['tokens'] if rows else 0:,} tokens).",
         "",
         "| variant | seed | loss without retrieval | loss with retrieval | gain | overlap |",
         "|---|---|---|---|---|---|",
