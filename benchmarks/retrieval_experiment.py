@@ -93,7 +93,7 @@ def main() -> int:
         "",
         f"Written by `python benchmarks/retrieval_experiment.py` ({time.strftime('%Y-%m-%d')}); "
         f"its compare step took {compare_s / 60:.1f} min (runs already trained are skipped; each "
-        "run's own wall time is in the compare report). Machine: {mach['cpu']}, {mach['cores']} cores "
+        f"run's own wall time is in the compare report). Machine: {mach['cpu']}, {mach['cores']} cores "
         f"(shared; load average {mach['load_average']:.1f} at the end), Python {mach['python']}, "
         f"torch {mach['torch']}. The compare report (training curves, significance) is "
         f"[compare-report.md](compare-report.md).",
