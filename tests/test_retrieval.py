@@ -276,3 +276,17 @@ def test_export_runs_without_attnlab_and_reads_neighbours(runs, tmp_path):
         want = model.eval()(ids, neighbours=nb).logits
         got = hf(input_ids=ids, neighbours=nb, use_cache=False).logits
     assert torch.allclose(got, want, atol=1e-5)
+
+
+def test_config_refuses_impossible_retrieval_settings(planted):
+    from attnlab.base.errors import UserError
+    from attnlab.config import ConfigError
+    from attnlab.train import train
+
+    with pytest.raises(ConfigError, match="cca_layers"):
+        load_config("tiny", ["model.family=retrieval", "model.retrieval.cca_layers=[5]"])
+    with pytest.raises(ConfigError, match="causal LM"):
+        load_config("tiny", ["model.family=retrieval", "model.attention.mask=bidirectional"])
+    cfg = tiny_run_config(planted, "model.family=retrieval", "model.retrieval.chunk_size=5")
+    with pytest.raises(UserError, match=r"not a multiple of model\.retrieval\.chunk_size=5"):
+        train(cfg, planted.parent / "bad-run")
