@@ -277,7 +277,7 @@ def test_export_refuses_bad_input(tmp_path, exported):
     with pytest.raises(UserError, match="not empty"):
         export(run, exported["baseline_unfused"])
     enc = fake_run(tmp_path / "enc", ["model.family=encoder", "model.attention.mask=bidirectional"])
-    with pytest.raises(UserError, match="only decoder-only models"):
+    with pytest.raises(UserError, match="only decoder-only and retrieval models"):
         export(enc, tmp_path / "enc-hf")
     assert not (tmp_path / "enc-hf").exists()
 

@@ -96,6 +96,36 @@ SLOT_FIELDS = (
 )
 
 
+class RetrievalConfig(Section):
+    """``model.family = "retrieval"`` (RETRO, Borgeaud et al. 2022): chunked cross-attention from
+    the chosen decoder layers to an encoder over k retrieved neighbours per chunk of m tokens.
+    Neighbours are built by ``attnlab data retrieval`` with the same ``chunk_size``, ``neighbours``
+    and ``continuation`` (``attnlab.data.retrieval``)."""
+
+    chunk_size: int = Field(16, ge=2, description="m: tokens per chunk (data.seq_len % m == 0)")
+    neighbours: int = Field(2, ge=1, description="k: neighbours retrieved per chunk")
+    continuation: int | None = Field(
+        None, ge=0, description="tokens kept after each neighbour chunk (None: m, as in RETRO)"
+    )
+    encoder_layers: int = Field(1, ge=1, description="bidirectional layers over each neighbour")
+    cca_layers: list[int] | None = Field(
+        None, description="0-based decoder layers with CCA (None: every 3rd from layer 1, RETRO)"
+    )
+
+    @property
+    def neighbour_len(self) -> int:
+        """r = m + continuation: tokens in one retrieved neighbour."""
+        return self.chunk_size + (
+            self.chunk_size if self.continuation is None else self.continuation
+        )
+
+    def layers(self, n_layers: int) -> list[int]:
+        """The decoder layers that read the neighbours."""
+        if self.cca_layers is not None:
+            return sorted(set(self.cca_layers))
+        return list(range(min(1, n_layers - 1), n_layers, 3))
+
+
 class ModelConfig(Section):
     """The whole network: family, widths, structure, and the part in every slot of the block.
 
@@ -103,7 +133,7 @@ class ModelConfig(Section):
     ``[model.query] kind = "nonlinear"; ratio = 0.5``. ``attnlab parts`` lists what can go where.
     """
 
-    family: Literal["decoder", "encoder", "encoder_decoder"] = "decoder"
+    family: Literal["decoder", "encoder", "encoder_decoder", "retrieval"] = "decoder"
     vocab_size: int = Field(50304, ge=2)
     d_model: int = Field(768, ge=1)
     n_layers: int = Field(12, ge=1)
@@ -122,6 +152,7 @@ class ModelConfig(Section):
     norm: NormConfig = NormConfig()
     position: PositionConfig = PositionConfig()
     attention: AttentionConfig = AttentionConfig()
+    retrieval: RetrievalConfig = RetrievalConfig()
     feature_map: FeatureMapSlot = default_options("feature_map")
     query: QuerySlot = default_options("query")
     key: KeySlot = default_options("key")
@@ -251,6 +282,22 @@ class ModelConfig(Section):
                 "model.family='decoder' is a causal LM; model.attention.mask='bidirectional' would "
                 "let it see the tokens it predicts. Use family='encoder' for a bidirectional model"
             )
+        if self.family == "retrieval":
+            bad = [i for i in self.retrieval.layers(self.n_layers) if not 0 <= i < self.n_layers]
+            if bad:
+                problems.append(
+                    f"model.retrieval.cca_layers={bad} are not layers of a {self.n_layers}-layer "
+                    f"decoder; use indices 0..{self.n_layers - 1}"
+                )
+            if a.mask == "bidirectional":
+                problems.append(
+                    "model.family='retrieval' is a causal LM; use model.attention.mask='causal'"
+                )
+            if self.loops != 1 or self.residual_kind == "parallel" or not self.residual:
+                problems.append(
+                    "model.family='retrieval' is built for loops=1, residual=true and "
+                    "residual_kind='sequential'"
+                )
         if self.family == "encoder_decoder" and a.mask == "prefix":
             problems.append(
                 "model.attention.mask='prefix' is for decoder-only prefix LMs; an encoder-decoder "

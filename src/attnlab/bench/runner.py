@@ -65,6 +65,11 @@ class BenchSpec:
         dtype = self.dtype or resolve_precision("auto", dev).name  # the trainer's default
         if dtype not in DTYPES:
             raise UserError(f"--dtype {dtype}: choose one of {', '.join(DTYPES)}")
+        if cfg.model.family == "retrieval":
+            raise UserError(
+                "attnlab bench does not time model.family='retrieval' yet; `attnlab generate "
+                "RUN_DIR` reports a retrieval run's retrieval time apart from its model time"
+            )
         if cfg.model.family != "decoder":
             raise UserError(
                 f"attnlab bench times causal LMs; model.family={cfg.model.family!r}. "

@@ -72,6 +72,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     sub.add_parser("sources", help="list the named corpora and tokenizers")
 
+    r = sub.add_parser(
+        "retrieval",
+        help="build the retrieval database (BM25 neighbours of every chunk) of a prepared "
+        "data directory, for model.family='retrieval'",
+    )
+    r.add_argument("--data", required=True, metavar="DIR", help="a prepared data directory")
+    r.add_argument("--chunk-size", type=int, default=16, help="m: tokens per chunk (16)")
+    r.add_argument("--neighbours", type=int, default=2, help="k: neighbours per chunk (2)")
+    r.add_argument(
+        "--continuation", type=int, default=None, help="tokens after a neighbour chunk (m)"
+    )
+    r.add_argument("--workers", type=int, default=None, help="scoring processes (every core)")
+    r.add_argument("--restart", action="store_true", help="rebuild from scratch")
+
 
 def _fmt(n: int) -> str:
     return f"{n:,}"
@@ -162,5 +176,35 @@ def _sources(args: argparse.Namespace) -> int:
     return 0
 
 
+def _retrieval(args: argparse.Namespace) -> int:
+    import time
+
+    from attnlab.data.retrieval import build_database
+
+    t0 = time.perf_counter()
+    db = build_database(
+        args.data,
+        chunk_size=args.chunk_size,
+        neighbours=args.neighbours,
+        continuation=args.continuation,
+        workers=args.workers,
+        restart=args.restart,
+    )
+    m = db.meta
+    print(f"retrieval database: {db.directory}")
+    print(f"  embedder        {m['embedder']}")
+    print(
+        f"  database        {m['database_chunks']:,} chunks of {m['chunk_size']} tokens "
+        f"({m['database_tokens']:,} tokens), neighbours of {db.neighbour_len} tokens"
+    )
+    q = m["query_chunks"]
+    print(
+        f"  neighbours      k={m['neighbours']} for {q['train']:,} train, {q['val']:,} val chunks"
+    )
+    print(f"  took            {time.perf_counter() - t0:.1f} s")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
-    return {"prepare": _prepare, "info": _info, "sources": _sources}[args.data_command](args)
+    commands = {"prepare": _prepare, "info": _info, "sources": _sources, "retrieval": _retrieval}
+    return commands[args.data_command](args)

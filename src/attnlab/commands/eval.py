@@ -178,6 +178,34 @@ def _build_cloze(args: argparse.Namespace) -> int:
     return 0
 
 
+def _retrieval(args: argparse.Namespace) -> int:
+    """``--tasks retrieval``: a run's validation loss with and without its neighbours
+    (``attnlab.eval.retrieval``; a decoder run has the "without" number on the same windows)."""
+    from pathlib import Path
+
+    from attnlab.eval.results import merge_results, results_path
+    from attnlab.eval.retrieval import retrieval_losses
+    from attnlab.runs.load import is_run_dir
+
+    if not is_run_dir(args.target):
+        raise UserError(f"--tasks retrieval needs an attnlab run directory; {args.target} is not")
+    res = retrieval_losses(args.target, max_windows=args.limit, device=args.device)
+    res.pop("chunks", None)
+    if not args.no_save:
+        merge_results(results_path(Path(args.target)), {"retrieval": {"metrics": res}})
+    if args.json:
+        print(json.dumps(res, indent=2))
+        return 0
+    print(
+        f"attnlab eval: {args.target}: {res['windows']} validation windows, {res['tokens']} tokens"
+    )
+    print(f"  loss without retrieval  {res['loss_without']:.4f}  (ppl {res['ppl_without']:.3f})")
+    if "loss_with" in res:
+        print(f"  loss with retrieval     {res['loss_with']:.4f}  (ppl {res['ppl_with']:.3f})")
+        print(f"  overlap with neighbours {res['overlap']:.3f}  (share of 8-token n-grams)")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     if args.build_cloze:
         return _build_cloze(args)
@@ -191,6 +219,8 @@ def run(args: argparse.Namespace) -> int:
     tasks = args.tasks or defaults.get("tasks")
     if not tasks:
         raise UserError("give --tasks, e.g. --tasks perplexity:DATA_DIR,cloze:FILE.jsonl")
+    if [t.strip() for t in ",".join(tasks).split(",")] == ["retrieval"]:
+        return _retrieval(args)
     import torch
 
     import attnlab.probe  # noqa: F401 (registers probe directories as evaluation targets)

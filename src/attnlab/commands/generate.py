@@ -20,6 +20,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="sampling seed")
     p.add_argument("--no-cache", action="store_true", help="recompute the prefix every token")
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, mps or auto (default cpu)")
+    p.add_argument(
+        "--no-retrieval",
+        action="store_true",
+        help="model.family='retrieval': decode without neighbours (default: live retrieval from "
+        "the run's database every chunk)",
+    )
 
 
 def _check_flags(args: argparse.Namespace) -> None:
@@ -66,10 +72,10 @@ def run(args: argparse.Namespace) -> int:
     _preflight(args)
     require_weights(args.run_dir)
     model, cfg, tok = load_run_model(args.run_dir, device=device)
-    if cfg.model.family != "decoder":
+    if cfg.model.family not in ("decoder", "retrieval"):
         raise UserError(
             f"{args.run_dir} holds a model.family={cfg.model.family!r} model; `generate` continues "
-            "text with decoders only"
+            "text with decoders and retrieval decoders only"
         )
     check_weights(model, str(args.run_dir))
     ids = list(tok.encode(prompt_text))
@@ -93,16 +99,19 @@ def run(args: argparse.Namespace) -> int:
         )
     gen = torch.Generator(device=device).manual_seed(args.seed)
     prompt = torch.tensor([ids], dtype=torch.long, device=device)
-    out = generate(
-        model,
-        prompt,
-        args.max_new_tokens,
-        temperature=args.temperature,
-        top_k=args.top_k,
-        use_cache=not args.no_cache,
-        eos_id=tok.eos_id,
-        generator=gen,
-    )
+    if cfg.model.family == "retrieval":
+        out = _generate_retrieval(args, model, cfg, prompt, tok, gen)
+    else:
+        out = generate(
+            model,
+            prompt,
+            args.max_new_tokens,
+            temperature=args.temperature,
+            top_k=args.top_k,
+            use_cache=not args.no_cache,
+            eos_id=tok.eos_id,
+            generator=gen,
+        )
     new = out[0, len(ids) :].tolist()
     if tok.eos_id is not None and tok.eos_id in new:
         new = new[: new.index(tok.eos_id)]
@@ -110,6 +119,56 @@ def run(args: argparse.Namespace) -> int:
     new = [i for i in new if i < tok.vocab_size]
     print(prompt_text + tok.decode(new))
     return 0
+
+
+def _generate_retrieval(args, model, cfg, prompt, tok, gen):
+    """Live retrieval (RETRO §2.6): each completed chunk of m tokens is scored against the
+    training database, and every later token reads its neighbours. Retrieval time is reported
+    apart from model time on stderr."""
+    import sys
+    import time
+
+    from attnlab.data import TokenData
+    from attnlab.data.retrieval import Database, database_dir
+    from attnlab.model.retrieval import generate_with_retrieval
+
+    retrieve = None
+    spent = [0.0]
+    if not args.no_retrieval:
+        r = cfg.model.retrieval
+        data = TokenData.open(cfg.data.dir)
+        cont = r.neighbour_len - r.chunk_size
+        db = Database.open(database_dir(cfg.data.dir, r.chunk_size, r.neighbours, cont))
+        t = time.perf_counter()
+        live = db.retriever(data)
+        index_s = time.perf_counter() - t
+
+        def retrieve(chunk):
+            t0 = time.perf_counter()
+            try:
+                return live(chunk)
+            finally:
+                spent[0] += time.perf_counter() - t0
+
+    t = time.perf_counter()
+    out, calls = generate_with_retrieval(
+        model,
+        prompt,
+        args.max_new_tokens,
+        retrieve,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        generator=gen,
+        eos_id=tok.eos_id,
+    )
+    total = time.perf_counter() - t
+    if retrieve is not None:
+        print(
+            f"attnlab generate: {calls} retrievals took {spent[0]:.3f} s (index loaded in "
+            f"{index_s:.2f} s); the model {total - spent[0]:.3f} s",
+            file=sys.stderr,
+        )
+    return out
 
 
 def _preflight(args: argparse.Namespace) -> None:

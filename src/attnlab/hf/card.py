@@ -247,6 +247,22 @@ def model_card(
             for p in plugins
         ]
         lines.append("")
+    if cfg.model.family == "retrieval":
+        r = cfg.model.retrieval
+        lines += [
+            "## Retrieval (not in this folder)",
+            "",
+            f"A RETRO-style decoder: chunked cross-attention after decoder layers "
+            f"{r.layers(cfg.model.n_layers)} reads, for every chunk of {r.chunk_size} tokens, "
+            f"{r.neighbours} neighbours of {r.neighbour_len} tokens (a retrieved chunk and its "
+            f"continuation) through a {r.encoder_layers}-layer encoder. The retrieval database "
+            "is not exported: pass `neighbours=` (token ids [batch, chunks, "
+            f"{r.neighbours}, {r.neighbour_len}]) to `forward`, chunk j's neighbours retrieved "
+            "with chunk j's tokens (attnlab builds them with `attnlab data retrieval`: BM25 "
+            "over the training split's chunks). Without `neighbours` (and so in `generate()` "
+            "and pipelines) the model runs as its decoder without retrieval.",
+            "",
+        ]
     lines += ["## Data", ""]
     d = cfg.data
     lines.append(f"- corpus `{d.corpus}`, tokenizer `{d.tokenizer}`, sequence length {d.seq_len}")

@@ -164,10 +164,10 @@ def export_model(
 
     out = Path(out)
     m = cfg.model
-    if m.family != "decoder":
+    if m.family not in ("decoder", "retrieval"):
         raise UserError(
             f"{source or 'the model'} is a model.family={m.family!r} model; only decoder-only "
-            "models export as a transformers causal LM (AutoModelForCausalLM)"
+            "and retrieval models export as a transformers causal LM (AutoModelForCausalLM)"
         )
     modules, plugins = plugin_modules(cfg)
     vendored = flatten(modules)

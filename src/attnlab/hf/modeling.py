@@ -91,9 +91,10 @@ class AttnlabForCausalLM(AttnlabPreTrainedModel, GenerationMixin):
         super().__init__(config)
         load_export_plugins(config)
         cfg = ModelConfig.model_validate(config.attnlab_model)
-        if cfg.family != "decoder":
+        if cfg.family not in ("decoder", "retrieval"):
             raise ValueError(
-                f"attnlab_model.family={cfg.family!r}: only decoder-only models are causal LMs"
+                f"attnlab_model.family={cfg.family!r}: only decoder-only and retrieval models "
+                "are causal LMs"
             )
         self.model = Transformer(cfg)
         self.post_init()
@@ -122,9 +123,12 @@ class AttnlabForCausalLM(AttnlabPreTrainedModel, GenerationMixin):
         logits_to_keep: int = 0,
         position_ids: Tensor | None = None,
         return_dict: bool | None = None,
+        neighbours: Tensor | None = None,
         **kwargs,
     ) -> CausalLMOutputWithPast:
         """Logits [B, T, V] (the last ``logits_to_keep`` positions when > 0); loss with labels.
+        A retrieval model (``family = "retrieval"``) reads ``neighbours`` [B, C, k, r] token ids
+        when given (no cache then); without them it is its decoder without retrieval.
 
         ``cache`` and ``past_key_values`` are the same argument under its 5.x and 4.x names."""
         if cache is not None and past_key_values is not None and cache is not past_key_values:
@@ -145,7 +149,10 @@ class AttnlabForCausalLM(AttnlabPreTrainedModel, GenerationMixin):
             raise ValueError(
                 "this attnlab model has a part without KV-cache support; call with use_cache=False"
             )
-        out = self.model(input_ids, cache=view, last_logits_only=logits_to_keep == 1)
+        if neighbours is not None:
+            out = self.model(input_ids, neighbours=neighbours, last_logits_only=logits_to_keep == 1)
+        else:
+            out = self.model(input_ids, cache=view, last_logits_only=logits_to_keep == 1)
         logits = out.logits
         if isinstance(logits_to_keep, int) and logits_to_keep > 1:
             logits = logits[:, -logits_to_keep:]

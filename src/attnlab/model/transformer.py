@@ -1,5 +1,6 @@
-"""The three families assembled from blocks: decoder-only (causal LM), encoder-only (masked LM) and
-encoder-decoder (seq2seq). With ``loops > 1`` a stack is a universal transformer: its blocks are
+"""The four families assembled from blocks: decoder-only (causal LM), encoder-only (masked LM),
+encoder-decoder (seq2seq) and retrieval (a decoder whose chosen layers read retrieved neighbours
+through chunked cross-attention, ``model/retrieval/``). With ``loops > 1`` a stack is a universal transformer: its blocks are
 looped ``loops`` times with shared weights and a fixed sinusoidal per-loop step signal (seed 004's
 MoE-values layer is one block looped, with ``model.value.kind = "moe"``).
 
@@ -12,7 +13,7 @@ identity-head weights, virtual-head identity kernel, anchored query's zeroed fin
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -35,6 +36,7 @@ from attnlab.model.positions import (
     SinusoidalPositions,
     T5RelativeBias,
 )
+from attnlab.model.retrieval.cca import ChunkedCrossAttention, encode_neighbours
 from attnlab.parts import Init, Part, default_init
 
 
@@ -117,9 +119,11 @@ class Stack(nn.Module):
         *,
         cache: KVCache | None = None,
         memory: Tensor | None = None,
+        after: dict[int, Callable[[Tensor], Tensor]] | None = None,
     ) -> tuple[Tensor, list[Tensor]]:
         """Run the blocks (``loops`` times when looped). Auxiliary losses of routed parts are
-        summed over every pass into ``self.aux_loss`` (each loop counts as its own layer)."""
+        summed over every pass into ``self.aux_loss`` (each loop counts as its own layer).
+        ``after[i](x)`` is added to the residual stream after block i (retrieval's CCA)."""
         maps: list[Tensor] = []
         aux: list[Tensor] = []
         slot = 0
@@ -129,6 +133,8 @@ class Stack(nn.Module):
                 x = x + self.step_signal(step_t).to(x.dtype)[0]
             for block in self.blocks:
                 x, probs = block(x, ctx, cache=cache, slot=slot, memory=memory)
+                if after is not None and slot in after:
+                    x = x + after[slot](x)
                 slot += 1
                 if probs is not None:
                     maps.append(probs)
@@ -161,7 +167,13 @@ class Transformer(nn.Module):
             if fam in ("encoder", "encoder_decoder")
             else None
         )
-        if fam == "decoder":
+        self.cca: nn.ModuleDict | None = None
+        if fam == "retrieval":  # the neighbour encoder and one CCA per chosen decoder layer
+            self.encoder = Stack(cfg, cfg.retrieval.encoder_layers, causal=False, cross=False)
+            self.cca = nn.ModuleDict(
+                {str(i): ChunkedCrossAttention(cfg) for i in cfg.retrieval.layers(cfg.n_layers)}
+            )
+        if fam in ("decoder", "retrieval"):
             self.decoder = Stack(cfg, cfg.n_layers, causal=True, cross=False)
         elif fam == "encoder_decoder":
             self.decoder = Stack(cfg, cfg.n_decoder_layers or cfg.n_layers, causal=True, cross=True)
@@ -175,9 +187,12 @@ class Transformer(nn.Module):
     # -------------------------------------------------------------------------------- properties
     @property
     def supports_cache(self) -> bool:
-        """A decoder whose every part declares cached decoding exact."""
-        return self.decoder is not None and all(
-            type(p).supports_kv_cache for p in parts_of(self.decoder)
+        """A decoder whose every part declares cached decoding exact (retrieval decodes
+        without the cache: ``model.retrieval.generate_with_retrieval``)."""
+        return (
+            self.decoder is not None
+            and self.cca is None
+            and all(type(p).supports_kv_cache for p in parts_of(self.decoder))
         )
 
     @property
@@ -187,7 +202,8 @@ class Transformer(nn.Module):
 
     @property
     def depth(self) -> int:
-        stacks = [s for s in (self.encoder, self.decoder) if s is not None]
+        stacks = [s for s in (self.decoder,) if s is not None] if self.cca is not None else []
+        stacks = stacks or [s for s in (self.encoder, self.decoder) if s is not None]
         return max(len(s.blocks) * s.loops for s in stacks)
 
     # -------------------------------------------------------------------------------------- init
@@ -282,6 +298,7 @@ class Transformer(nn.Module):
         last_logits_only: bool = False,
         return_logits: bool = True,
         padding_mask: Tensor | None = None,
+        neighbours: Tensor | None = None,
     ) -> ModelOutput:
         """Logits over the vocabulary for every position of ``input_ids`` [B, T].
 
@@ -294,6 +311,9 @@ class Transformer(nn.Module):
         ``padding_mask`` [B, T] (encoder family only; 1/True at real tokens, rows right-padded)
         masks the padded keys, so a row's real positions come out as if it were alone; a causal
         model needs none (right padding never reaches an earlier position).
+        Retrieval: ``neighbours`` [B, C, k, r] token ids, the k neighbours of each chunk of
+        ``model.retrieval.chunk_size`` tokens (``model/retrieval/cca.py``); None reads none (the
+        CCA layers add nothing: the decoder "without retrieval").
         """
         if cache is not None:
             start_pos = cache.length
@@ -318,9 +338,18 @@ class Transformer(nn.Module):
                     if encoder_input_ids is None:
                         raise ValueError("an encoder-decoder model needs encoder_input_ids")
                     memory = self.encode(encoder_input_ids)
+            after = None
+            if neighbours is not None and self.cca is not None:
+                if cache is not None or start_pos:
+                    raise InvalidRequestError(
+                        "a retrieval model reads its neighbours over the whole sequence; call "
+                        "it without a cache (model.retrieval.generate_with_retrieval does)"
+                    )
+                enc = encode_neighbours(self, neighbours)
+                after = {int(i): (lambda h, c=c: c(h, enc)) for i, c in self.cca.items()}
             x = self._embed(input_ids, start_pos)
             ctx = self.decoder.context(T, start_pos, x.device, return_attn, x.dtype)
-            h, maps = self.decoder(x, ctx, cache=cache, memory=memory)
+            h, maps = self.decoder(x, ctx, cache=cache, memory=memory, after=after)
         if cache is not None:
             cache.length = start_pos + T
         fused_loss = targets is not None and not return_logits  # also under torch.compile
@@ -359,6 +388,12 @@ class Transformer(nn.Module):
         for stack in (self.encoder, self.decoder):
             if stack is None:
                 continue
+            scale, T = 1.0, seq_len
+            if self.cca is not None and stack is self.encoder:
+                # retrieval: k neighbours of r tokens are encoded per chunk of m decoder tokens
+                r = self.cfg.retrieval
+                scale, T = r.neighbours * r.neighbour_len / r.chunk_size, r.neighbour_len
+            stack_total = 0
             for block in stack.blocks:
                 per_block, done = 0, set()
                 for m in block.modules():
@@ -370,8 +405,20 @@ class Transformer(nn.Module):
                     elif isinstance(m, nn.Linear):
                         per_block += 2 * m.in_features * m.out_features
                     if isinstance(m, Attention):
-                        per_block += 4 * seq_len * m.dh * m.heads_out
-                total += per_block * stack.loops
+                        per_block += 4 * T * m.dh * m.heads_out
+                stack_total += per_block * stack.loops
+            total += round(stack_total * scale)
+        if self.cca is not None:  # q and W_O per token; K, V per neighbour token; the scores
+            r = self.cfg.retrieval
+            kr = r.neighbours * r.neighbour_len
+            for c in self.cca.values():
+                a = c.cross_attention
+                for m in a.modules():
+                    if isinstance(m, nn.Linear):
+                        kv = m in (*a.key.modules(), *a.value.modules())
+                        flops = 2 * m.in_features * m.out_features
+                        total += round(flops * kr / r.chunk_size) if kv else flops
+                total += 4 * kr * a.dh * a.heads_out
         total += 2 * self.lm_head.in_features * self.lm_head.out_features
         return total
 

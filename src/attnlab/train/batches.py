@@ -10,6 +10,7 @@ world size ``W``: the recipe's :meth:`~attnlab.recipe.TrainRecipe.batch_plan`) a
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -50,3 +51,29 @@ def prepare_if_missing(cfg: Config, data_dir: Path) -> None:
 def micro_offsets(offsets: np.ndarray, step: int, slice_index: int, batch_size: int) -> np.ndarray:
     """Row offsets of micro-batch ``slice_index`` (``k = rank * accum + micro``) of ``step``."""
     return offsets[step, slice_index * batch_size : (slice_index + 1) * batch_size]
+
+
+def open_database(cfg: Config, data_dir: Path, dist: Any):
+    """``model.family = "retrieval"``: the retrieval database of ``data_dir`` for the model's
+    chunk size, neighbours and continuation, built (rank 0) when missing."""
+    from attnlab.data.retrieval import Database, build_database, database_dir
+
+    r = cfg.model.retrieval
+    m, cont = r.chunk_size, r.neighbour_len - r.chunk_size
+    if cfg.data.seq_len % m:
+        raise UserError(
+            f"data.seq_len={cfg.data.seq_len} is not a multiple of model.retrieval.chunk_size={m}"
+        )
+    if dist.is_main:
+        build_database(data_dir, chunk_size=m, neighbours=r.neighbours, continuation=cont)
+    dist.barrier()
+    return Database.open(database_dir(data_dir, m, r.neighbours, cont))
+
+
+def chunk_neighbours(
+    db: Any, data: Any, split: str, offsets: np.ndarray, cfg: Config
+) -> tuple[np.ndarray, np.ndarray]:
+    """Offsets moved down to the chunk grid and the neighbours of each sequence's chunks."""
+    from attnlab.data.retrieval import sequence_neighbours
+
+    return sequence_neighbours(db, data, split, offsets, cfg.data.seq_len)

@@ -27,6 +27,7 @@ FAMILY_OBJECTIVE: dict[str, Objective] = {
     "decoder": "causal_lm",
     "encoder": "masked_lm",
     "encoder_decoder": "span_corruption",
+    "retrieval": "causal_lm",
 }
 MEAN_SPAN_LENGTH = 3.0  # T5's default mean noise-span length
 
@@ -70,6 +71,8 @@ class Batch:
     input_ids: torch.Tensor
     targets: torch.Tensor
     encoder_input_ids: torch.Tensor | None = None
+    #: model.family = "retrieval": the neighbours [B, C, k, r] of each chunk (model/retrieval/)
+    neighbours: torch.Tensor | None = None
 
     @property
     def n_targets(self) -> int:
@@ -77,11 +80,12 @@ class Batch:
 
     def to(self, device: torch.device) -> Batch:
         nb = device.type == "cuda"
-        enc = self.encoder_input_ids
+        enc, nbr = self.encoder_input_ids, self.neighbours
         return Batch(
             self.input_ids.to(device, non_blocking=nb),
             self.targets.to(device, non_blocking=nb),
             None if enc is None else enc.to(device, non_blocking=nb),
+            None if nbr is None else nbr.to(device, non_blocking=nb),
         )
 
 

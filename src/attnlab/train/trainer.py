@@ -86,6 +86,8 @@ def _forward(model: nn.Module, batch: Batch):
     kw = {"return_logits": False}
     if batch.encoder_input_ids is not None:
         kw["encoder_input_ids"] = batch.encoder_input_ids
+    if batch.neighbours is not None:
+        kw["neighbours"] = batch.neighbours
     return model(batch.input_ids, batch.targets, **kw)
 
 
@@ -266,6 +268,9 @@ class _Pretraining(TrainTask):
         self.schedule_hash = self.schedule.hash
         self.offsets = np.asarray(self.schedule.offsets)
         self.val_offsets = np.asarray(self.val_schedule.offsets)
+        self.database = None
+        if cfg.model.family == "retrieval":
+            self.database = batches.open_database(cfg, self.data_dir, dist)
 
     def _setup_model(self) -> None:
         from attnlab.model import build_model
@@ -305,6 +310,10 @@ class _Pretraining(TrainTask):
     def _batch(self, tokens, off: np.ndarray, step: int, k: int, seed: int) -> Batch:
         from attnlab.data import batch_tokens
 
+        nbr = None
+        if self.database is not None:  # chunks start at multiples of m (RETRO's chunk grid)
+            split = "val" if tokens is self.data.val else "train"
+            off, nbr = batches.chunk_neighbours(self.database, self.data, split, off, self.cfg)
         x, y = batch_tokens(tokens, off, self.cfg.data.seq_len)
         rng = None if self.objective == "causal_lm" else corruption_rng(seed, step, k)
         batch = make_batch(
@@ -316,6 +325,8 @@ class _Pretraining(TrainTask):
             mask_prob=self.cfg.train.mask_prob,
             eos_id=self.eos_id,
         )
+        if nbr is not None:
+            batch.neighbours = torch.from_numpy(nbr)
         return batch.to(self.device)
 
     def micro_loss(self, step: int, micro: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -395,6 +406,15 @@ class _Pretraining(TrainTask):
             "deterministic": t.deterministic,
             "torch_version": torch.__version__,
         }
+        if self.database is not None:  # the database is data, not parameters: recorded here
+            db = self.database.meta
+            meta["retrieval_database"] = {
+                "directory": str(self.database.directory),
+                "chunks": db["database_chunks"],
+                "tokens": db["database_tokens"],
+                "embedder": db["embedder"],
+                "sha256": db["files"],
+            }
         loop = Loop(
             self,
             settings,

@@ -1,0 +1,372 @@
+"""The retrieval database of a prepared data directory (RETRO, Borgeaud et al. 2022, §2.3).
+
+``attnlab data retrieval --data DIR --chunk-size m --neighbours k``:
+
+1. The training split is cut into chunks of m tokens (chunk c = tokens [c m, (c+1) m)); these are
+   the database. A neighbour of chunk c is its m tokens plus the ``continuation`` tokens after it
+   (r = m + continuation tokens; past the end of the split: eos).
+2. The frozen embedder is BM25 (Robertson & Zaragoza 2009) through the maintained ``bm25s``
+   library (``pip install 'attnlab[retrieval]'``): the terms of a chunk are its token bigrams and
+   trigrams (``"a_b"``, ``"a_b_c"`` of token ids, so it works for any tokenizer, byte-level
+   included, with nothing to download); bm25s' defaults k1 = 1.5, b = 0.75 ("lucene"). BM25 is the
+   lexical retriever RETRO's own ablations compare against; it needs no model, so the database is
+   the same on every machine. bm25s precomputes each (term, chunk) score in a sparse matrix S
+   [terms, chunks]; a block of queries is scored exactly by one sparse product Q S (Q: the
+   queries' term counts, which is what ``BM25.get_scores`` sums one query at a time).
+3. Every training and validation chunk retrieves its k best database chunks (ties: the lower
+   chunk index first). **No leakage** (RETRO's rule): a training chunk never retrieves a chunk
+   whose tokens (with its continuation) share a document with it, itself included; validation
+   chunks retrieve from the training database only (their documents are not in it).
+
+Output ``DIR/retrieval/m{m}-k{k}-c{continuation}/``: ``train.npy``, ``val.npy`` (int64 [chunks,
+k]: database chunk indices, -1 where fewer than k chunks qualify) and ``meta.json`` (the settings,
+the data's content hash, the embedder and each file's sha256). Queries are scored in blocks on
+``workers`` processes (default: every core); each block is written atomically to
+``.NAME.partial/`` and a rerun after a kill (SIGKILL included) reuses the finished blocks. The
+bytes do not depend on the number of workers (each query row is scored and ranked alone).
+Cost: building S is one pass over the tokens; scoring is O(query terms x postings) per query, a
+dense [block, chunks] float32 buffer per worker.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import multiprocessing as mp
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from attnlab.base.atomic import atomic_write_json, sha256_file
+from attnlab.base.errors import UserError
+from attnlab.base.extras import require
+from attnlab.data.encoding import default_workers
+from attnlab.data.staging import output_lock
+from attnlab.data.tokendata import TokenData
+
+FORMAT = "attnlab-retrieval"
+FORMAT_VERSION = 1
+BLOCK = 256  # queries per work unit (and per resumable file)
+EMBEDDER = "bm25 over token 2- and 3-grams (bm25s, method lucene, k1=1.5, b=0.75)"
+
+
+def database_name(chunk_size: int, neighbours: int, continuation: int) -> str:
+    return f"m{chunk_size}-k{neighbours}-c{continuation}"
+
+
+def database_dir(data_dir: str | Path, chunk_size: int, neighbours: int, continuation: int) -> Path:
+    """Where ``build_database`` writes the database of these settings."""
+    return Path(data_dir) / "retrieval" / database_name(chunk_size, neighbours, continuation)
+
+
+def chunk_terms(chunk: np.ndarray) -> list[str]:
+    """The BM25 terms of one chunk: its token bigrams and trigrams."""
+    t = [str(int(x)) for x in chunk]
+    return [f"{a}_{b}" for a, b in itertools.pairwise(t)] + [
+        f"{a}_{b}_{c}" for a, b, c in zip(t, t[1:], t[2:], strict=False)
+    ]
+
+
+def document_ids(tokens: np.ndarray, eos_id: int) -> np.ndarray:
+    """Document number of every token (documents end with eos; the eos belongs to its document)."""
+    ends = np.asarray(tokens) == eos_id
+    return np.concatenate([[0], np.cumsum(ends)[:-1]]).astype(np.int64)
+
+
+def neighbour_tokens(
+    train: np.ndarray, index: np.ndarray, chunk_size: int, length: int, pad: int
+) -> np.ndarray:
+    """Token ids [..., k, r] of the database chunks ``index`` [..., k] (-1: all ``pad``)."""
+    idx = np.asarray(index, dtype=np.int64)
+    pos = idx[..., None] * chunk_size + np.arange(length)
+    ok = (idx[..., None] >= 0) & (pos < len(train))
+    out = np.full(pos.shape, pad, dtype=np.int64)
+    out[ok] = np.asarray(train[pos[ok]], dtype=np.int64)
+    return out
+
+
+# ---------------------------------------------------------------------------------- the scorer
+_STATE: dict[str, Any] = {}
+
+
+def _score_matrix(train: np.ndarray, m: int) -> tuple[Any, dict[str, int]]:
+    """bm25s's precomputed scores of the database chunks as a CSR matrix [terms, chunks]."""
+    import bm25s
+    import scipy.sparse as sp
+
+    n = len(train) // m
+    corpus = [chunk_terms(train[c * m : (c + 1) * m]) for c in range(n)]
+    bm = bm25s.BM25(method="lucene", k1=1.5, b=0.75)
+    bm.index(corpus, show_progress=False)
+    s = bm.scores
+    mat = sp.csr_matrix(
+        (s["data"], s["indices"], s["indptr"]), shape=(len(s["indptr"]) - 1, s["num_docs"])
+    )
+    return mat, bm.vocab_dict
+
+
+def _query_matrix(chunks: list[np.ndarray], vocab: dict[str, int], n_terms: int) -> Any:
+    import scipy.sparse as sp
+
+    rows, cols = [], []
+    for i, ch in enumerate(chunks):
+        for term in chunk_terms(ch):
+            j = vocab.get(term)
+            if j is not None and j < n_terms:
+                rows.append(i)
+                cols.append(j)
+    data = np.ones(len(rows), dtype=np.float32)
+    return sp.csr_matrix((data, (rows, cols)), shape=(len(chunks), n_terms), dtype=np.float32)
+
+
+def _top_k(scores: np.ndarray, k: int) -> np.ndarray:
+    """The k best columns of one row, ties to the lower index; -1 where fewer are allowed."""
+    out = np.full(k, -1, dtype=np.int64)
+    valid = np.isfinite(scores)
+    n = int(valid.sum())
+    if n == 0:
+        return out
+    kk = min(k, n)
+    kth = np.partition(np.where(valid, scores, -np.inf), -kk)[-kk]
+    cand = np.nonzero(valid & (scores >= kth))[0]
+    order = cand[np.lexsort((cand, -scores[cand]))][:kk]
+    out[:kk] = order
+    return out
+
+
+def _score_block(job: tuple[str, int]) -> tuple[str, int, np.ndarray]:
+    split, b = job
+    st = _STATE
+    m, k = st["m"], st["k"]
+    tokens = st["tokens"][split]
+    n_q = len(tokens) // m
+    lo, hi = b * BLOCK, min((b + 1) * BLOCK, n_q)
+    chunks = [tokens[c * m : (c + 1) * m] for c in range(lo, hi)]
+    q = _query_matrix(chunks, st["vocab"], st["S"].shape[0])
+    scores = np.asarray((q @ st["S"]).todense(), dtype=np.float32)
+    out = np.empty((hi - lo, k), dtype=np.int64)
+    for i, c in enumerate(range(lo, hi)):
+        row = scores[i]
+        if split == "train":  # RETRO: nothing from the query chunk's own documents
+            d_lo, d_hi = st["q_lo"][c], st["q_hi"][c]
+            clash = (st["db_lo"] <= d_hi) & (st["db_hi"] >= d_lo)
+            row = np.where(clash, -np.inf, row)
+        out[i] = _top_k(row, k)
+    return split, b, out
+
+
+@dataclass(frozen=True)
+class Database:
+    """A built retrieval database, opened for reading."""
+
+    directory: Path
+    meta: dict[str, Any]
+    train: np.ndarray  # [train chunks, k] database indices
+    val: np.ndarray  # [val chunks, k]
+
+    @property
+    def chunk_size(self) -> int:
+        return int(self.meta["chunk_size"])
+
+    @property
+    def neighbour_len(self) -> int:
+        return int(self.meta["chunk_size"] + self.meta["continuation"])
+
+    def split(self, name: str) -> np.ndarray:
+        return self.train if name == "train" else self.val
+
+    @classmethod
+    def open(cls, directory: str | Path, *, verify: bool = False) -> Database:
+        directory = Path(directory)
+        path = directory / "meta.json"
+        if not path.is_file():
+            raise UserError(
+                f"{directory} holds no retrieval database; build it with `attnlab data retrieval "
+                "--data DATA_DIR --chunk-size M --neighbours K`"
+            )
+        try:
+            meta = json.loads(path.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise UserError(f"{path} is damaged ({e}); rebuild with --restart") from None
+        if meta.get("format") != FORMAT or meta.get("version") != FORMAT_VERSION:
+            raise UserError(f"{path} is not an attnlab retrieval database v{FORMAT_VERSION}")
+        arrays = {}
+        for split in ("train", "val"):
+            f = directory / f"{split}.npy"
+            if verify and sha256_file(f) != meta["files"][f"{split}.npy"]:
+                raise UserError(f"{f} does not match meta.json; rebuild with --restart")
+            arrays[split] = np.load(f, mmap_mode="r")
+        return cls(directory, meta, arrays["train"], arrays["val"])
+
+    def retriever(self, data: TokenData, *, live: bool = True):
+        """A callable chunk [m] -> neighbours [k, r] that scores the chunk against the training
+        database now (decoding with live retrieval)."""
+        S, vocab = _score_matrix(np.asarray(data.train), self.chunk_size)
+        k, m, r = int(self.meta["neighbours"]), self.chunk_size, self.neighbour_len
+
+        def retrieve(chunk: np.ndarray) -> np.ndarray:
+            q = _query_matrix([np.asarray(chunk)], vocab, S.shape[0])
+            row = np.asarray((q @ S).todense(), dtype=np.float32)[0]
+            return neighbour_tokens(data.train, _top_k(row, k), m, r, data.eos_id)
+
+        return retrieve
+
+
+def _key(data: TokenData, m: int, k: int, cont: int) -> dict[str, Any]:
+    return {
+        "format": FORMAT,
+        "version": FORMAT_VERSION,
+        "content_hash": data.content_hash,
+        "chunk_size": m,
+        "neighbours": k,
+        "continuation": cont,
+        "embedder": EMBEDDER,
+        "block": BLOCK,
+    }
+
+
+def build_database(
+    data_dir: str | Path,
+    *,
+    chunk_size: int,
+    neighbours: int,
+    continuation: int | None = None,
+    workers: int | None = None,
+    restart: bool = False,
+) -> Database:
+    """Build (or reuse, or resume) the database of ``data_dir`` for these settings."""
+    require("retrieval", "bm25s", "scipy", what="attnlab data retrieval")
+    m, k = int(chunk_size), int(neighbours)
+    cont = m if continuation is None else int(continuation)
+    if m < 2 or k < 1 or cont < 0:
+        raise UserError("--chunk-size must be >= 2, --neighbours >= 1, --continuation >= 0")
+    workers = default_workers() if workers is None else workers
+    if workers < 1:
+        raise UserError(f"workers={workers} must be >= 1")
+    data = TokenData.open(data_dir)
+    out = database_dir(data_dir, m, k, cont)
+    with output_lock(out, wait=True):  # concurrent runs of an experiment build it once
+        return _build(data, out, m, k, cont, workers, restart)
+
+
+def _build(
+    data: TokenData, out: Path, m: int, k: int, cont: int, workers: int, restart: bool
+) -> Database:
+    key = _key(data, m, k, cont)
+    if out.exists() and not restart:
+        db = Database.open(out)
+        if {x: db.meta.get(x) for x in key} == key:
+            return db
+        raise UserError(f"{out} was built from other data or settings; rerun with --restart")
+    if out.exists():
+        shutil.rmtree(out)
+    partial = out.parent / f".{out.name}.partial"
+    if restart and partial.exists():
+        shutil.rmtree(partial)
+    partial.mkdir(parents=True, exist_ok=True)
+    key_file = partial / "key.json"
+    if key_file.exists() and json.loads(key_file.read_text()) != key:
+        shutil.rmtree(partial)
+        partial.mkdir(parents=True)
+    atomic_write_json(key_file, key)
+
+    train, val = np.asarray(data.train), np.asarray(data.val)
+    n_db = len(train) // m
+    if n_db <= k:
+        raise UserError(
+            f"the training split has {n_db} chunks of {m} tokens, too few for {k} neighbours; "
+            "use a smaller --chunk-size or more data"
+        )
+    docs = document_ids(train, data.eos_id)
+    starts = np.arange(n_db) * m
+    db_end = np.minimum(starts + m + cont, len(train)) - 1
+    S, vocab = _score_matrix(train, m)
+    _STATE.clear()
+    _STATE.update(
+        m=m,
+        k=k,
+        S=S,
+        vocab=vocab,
+        tokens={"train": train, "val": val},
+        q_lo=docs[starts],
+        q_hi=docs[starts + m - 1],
+        db_lo=docs[starts],
+        db_hi=docs[db_end],
+    )
+    jobs = []
+    for split, toks in (("train", train), ("val", val)):
+        n_q = len(toks) // m
+        for b in range(-(-n_q // BLOCK)):
+            if not (partial / f"{split}-{b:06d}.npy").exists():
+                jobs.append((split, b))
+
+    def save(result: tuple[str, int, np.ndarray]) -> None:
+        split, b, arr = result
+        tmp = partial / f".{split}-{b:06d}.tmp.npy"
+        np.save(tmp, arr)
+        tmp.replace(partial / f"{split}-{b:06d}.npy")
+
+    if workers == 1 or len(jobs) <= 1:
+        for j in jobs:
+            save(_score_block(j))
+    else:
+        with mp.get_context("fork").Pool(workers) as pool:
+            for res in pool.imap_unordered(_score_block, jobs):
+                save(res)
+    files = {}
+    out_tmp = partial / "out"
+    if out_tmp.exists():
+        shutil.rmtree(out_tmp)
+    out_tmp.mkdir()
+    for split, toks in (("train", train), ("val", val)):
+        n_q = len(toks) // m
+        parts = [np.load(partial / f"{split}-{b:06d}.npy") for b in range(-(-n_q // BLOCK))]
+        arr = np.concatenate(parts) if parts else np.zeros((0, k), dtype=np.int64)
+        np.save(out_tmp / f"{split}.npy", arr)
+        files[f"{split}.npy"] = sha256_file(out_tmp / f"{split}.npy")
+    meta = {
+        **key,
+        "database_chunks": n_db,
+        "database_tokens": n_db * m,
+        "query_chunks": {"train": len(train) // m, "val": len(val) // m},
+        "files": files,
+    }
+    atomic_write_json(out_tmp / "meta.json", meta)
+    out_tmp.replace(out)
+    shutil.rmtree(partial)
+    _STATE.clear()
+    return Database.open(out)
+
+
+def sequence_neighbours(
+    db: Database, data: TokenData, split: str, offsets: np.ndarray, seq_len: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Offsets moved down to the chunk grid (a multiple of m: RETRO's chunks are fixed in the
+    token stream) and the neighbours [n, C, k, r] of the C = ceil(seq_len / m) chunks of each
+    sequence of ``split`` starting there."""
+    m = db.chunk_size
+    off = np.asarray(offsets, dtype=np.int64)
+    off = off - off % m
+    C = -(-seq_len // m)
+    idx = np.asarray(db.split(split))
+    rows = np.minimum(off[:, None] // m + np.arange(C), len(idx) - 1)
+    nbr = neighbour_tokens(data.train, idx[rows], m, db.neighbour_len, data.eos_id)
+    return off, nbr
+
+
+def overlap(query: np.ndarray, neighbours: np.ndarray, n: int = 8) -> float:
+    """Fraction of the query chunk's token n-grams that occur in any of its neighbours (RETRO's
+    "eval/train overlap" measured per chunk, with n-grams instead of its 8-token spans)."""
+    q = {tuple(query[i : i + n]) for i in range(len(query) - n + 1)}
+    if not q:
+        return 0.0
+    seen = {tuple(nb[i : i + n]) for nb in neighbours for i in range(len(nb) - n + 1)}
+    return len(q & seen) / len(q)
+
+
+def digest(arr: np.ndarray) -> str:
+    return hashlib.sha256(np.ascontiguousarray(arr).tobytes()).hexdigest()
