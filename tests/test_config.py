@@ -228,7 +228,7 @@ IMPOSSIBLE = {
         ],
         "cross-attention",
     ),
-    "learned_positions_too_short": (["data.seq_len=128"], "exceeds model.max_seq_len"),
+    "learned_positions_too_short": (["data.seq_len=128"], "exceeds the 64 positions"),
     "min_lr_above_lr": (["train.lr=1e-4", "train.min_lr=1e-3"], "train.min_lr"),
     "warmup_beyond_steps": (["train.max_steps=10", "train.warmup_steps=20"], "warmup_steps"),
 }
@@ -359,7 +359,7 @@ def test_preset_extends_its_parent() -> None:
     assert nl.train.tokens_per_step == base.train.tokens_per_step
     p410 = load_config("pythia-410m-preproj-skip")  # two levels: -> pythia-410m -> pythia-160m
     assert (p410.model.d_model, p410.model.n_layers, p410.model.attention.n_heads) == (1024, 24, 16)
-    assert p410.model.residual_kind == "parallel" and p410.model.position.rope_fraction == 0.25
+    assert p410.model.residual_kind == "parallel" and p410.model.position.fraction == 0.25
     assert p410.model.feature_map.kind == "pre_projection"
     assert p410.model.side_branch.kind == "content_skip"
     assert "extends" not in source_dict("pythia-410m-preproj-skip")
