@@ -316,6 +316,11 @@ class EvalConfig(Section):
     tasks: list[str] = Field(default_factory=lambda: ["perplexity"])
     limit: int | None = Field(None, ge=1)
     stride: int | None = Field(None, ge=1, description="perplexity sliding-window stride")
+    lengths: list[int] | None = Field(
+        None,
+        description="perplexity at each of these lengths (train short, test long); `attnlab "
+        "eval --lengths` and compare reports read it",
+    )
     batch_size: int = Field(8, ge=1)
 
 

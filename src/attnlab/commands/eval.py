@@ -27,6 +27,8 @@ tasks (comma-separated; --limit caps the items, or documents, of each):
                                   other tokenizers re-tokenize the text, compare bits_per_byte;
                                   windows of the run's data.seq_len unless --max-length
   perplexity:FILE.jsonl|FILE.txt  documents of a local file ("text" per line / whole file)
+  perplexity --lengths 64,256,1024  at each length (train short, test long): keys perplexity@L,
+                                  each with loss_by_position; --limit = windows per length
   wikitext                        WikiText-2 test documents (hub, online only)
   cloze:FILE.jsonl                LAMBADA-format cloze: greedy exact match of the last word
   lambada                         LAMBADA OpenAI test set (hub, online only)
@@ -74,6 +76,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="feed at most L tokens (default: the model's context; perplexity of an attnlab "
         "run: its training length, data.seq_len)",
     )
+    parser.add_argument(
+        "--lengths",
+        default=None,
+        metavar="L1,L2,...",
+        help="perplexity at each length (non-overlapping windows, --limit windows at most), "
+        "past the training length where the run's position part allows it; the result holds "
+        "the loss by token position (default: the run config's eval.lengths)",
+    )
     parser.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:1, mps")
     parser.add_argument(
         "--dtype",
@@ -118,6 +128,7 @@ def _run_defaults(target: str) -> dict:
         "limit": ev.limit,
         "stride": ev.stride,
         "batch_size": ev.batch_size,
+        "lengths": ev.lengths,
         "config": cfg,
     }
 
@@ -148,7 +159,7 @@ def _preflight(cfg, args: argparse.Namespace, batch_size: int) -> None:
     est = inference_estimate(
         m,
         batch_size=batch_size,
-        seq_len=min(args.max_length or m.max_seq_len, m.max_seq_len),
+        seq_len=max(min(args.max_length or m.max_seq_len, m.max_seq_len), *(args.lengths or [0])),
         device=resolve_device(args.device),
         weights_bytes=weights,
     )
@@ -185,7 +196,10 @@ def run(args: argparse.Namespace) -> int:
     check_device(args.device)
     if args.out:
         check_out_file(args.out)
+    from attnlab.eval.lengths import parse_lengths
+
     defaults = _run_defaults(args.target)
+    args.lengths = parse_lengths(args.lengths) or defaults.get("lengths")
     tasks = args.tasks or defaults.get("tasks")
     if not tasks:
         raise UserError("give --tasks, e.g. --tasks perplexity:DATA_DIR,cloze:FILE.jsonl")
@@ -216,6 +230,7 @@ def run(args: argparse.Namespace) -> int:
         limit,
         batch_size=batch_size,
         stride=args.stride if args.stride is not None else defaults.get("stride"),
+        lengths=args.lengths,
         save=not args.no_save,
         out=args.out,
         progress=not args.no_progress,

@@ -56,6 +56,15 @@ class AttnlabLM(LanguageModel):
         self.data_dir = data_dir
         self.config: Any = None  # the run's Config when loaded from a run
         self.step: int | None = None  # the checkpoint's step when one was chosen
+        cfg = getattr(model, "cfg", None)
+        if hasattr(cfg, "position_limit"):  # an attnlab model: its position part says
+            self.extrapolates = cfg.position_limit is None
+            if not self.extrapolates:
+                from attnlab.parts import registry
+
+                kind = cfg.position.kind
+                reason = registry.get("position", kind).cls.limit_reason or "a length limit"
+                self.limit_reason = f" (model.position.kind={kind!r}: {reason})"
 
     @classmethod
     def from_run(
@@ -98,6 +107,7 @@ class AttnlabLM(LanguageModel):
         )
         lm.config, lm.step = cfg, step
         lm.trained_length = cfg.data.seq_len  # the perplexity tasks' default window
+
         return lm
 
     @property
