@@ -31,7 +31,9 @@ POSITIONS = list(registry.kinds("position"))
 
 def _model(kind: str):
     torch.manual_seed(0)
-    cfg = tiny(f"model.position.kind={kind}", f"model.max_seq_len={TRAINED}", "model.vocab_size=288")
+    cfg = tiny(
+        f"model.position.kind={kind}", f"model.max_seq_len={TRAINED}", "model.vocab_size=288"
+    )
     return build_model(cfg).eval()
 
 
@@ -165,7 +167,7 @@ def test_a_position_plugin_runs_through_params_train_eval_lengths_generate_expor
     _attnlab("eval", "run", "--tasks", "perplexity", "--lengths", "32,128", "--limit", "2",
              "--no-progress", cwd=tmp_path)  # fmt: skip
     results = json.loads((tmp_path / "run" / "eval" / "results.json").read_text())
-    long = results["perplexity@128"]
+    long = results["tasks"]["perplexity@128"]
     assert long["metrics"]["windows"] == 2 and len(long["loss_by_position"]) == 128
     out = _attnlab("generate", "run", "--prompt", "the", "--max-new-tokens", "60",
                    "--temperature", "0", cwd=tmp_path)  # fmt: skip

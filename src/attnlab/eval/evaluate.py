@@ -11,10 +11,16 @@ from typing import Any
 import torch
 
 from attnlab.base.safepath import inside
-from attnlab.eval.lm import LanguageModel
 from attnlab.eval.lengths import check_lengths, length_loss, token_stream
-from attnlab.eval.registry import TaskRun, parse_task, perplexity_documents, run_task, split_tasks
-from attnlab.eval.registry import task_key
+from attnlab.eval.lm import LanguageModel
+from attnlab.eval.registry import (
+    TaskRun,
+    parse_task,
+    perplexity_documents,
+    run_task,
+    split_tasks,
+    task_key,
+)
 from attnlab.eval.results import merge_results, results_path
 from attnlab.eval.targets import load_language_model
 

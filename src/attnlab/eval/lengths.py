@@ -64,8 +64,9 @@ def parse_lengths(text: str | Sequence[int] | None) -> list[int] | None:
     try:
         lengths = [int(str(x).strip()) for x in items if str(x).strip()]
     except ValueError:
-        raise UserError(f"--lengths {text!r} must be comma-separated token counts, e.g. "
-                        "64,128,256") from None
+        raise UserError(
+            f"--lengths {text!r} must be comma-separated token counts, e.g. 64,128,256"
+        ) from None
     if not lengths or any(n < 2 for n in lengths):
         raise UserError(f"--lengths {text!r}: every length must be at least 2 tokens")
     return sorted(set(lengths))
