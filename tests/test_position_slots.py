@@ -101,3 +101,51 @@ def test_an_old_t5_checkpoint_loads_into_the_position_slot() -> None:
     fresh = build_model(tiny("model.position.kind=t5"))
     fresh.load_state_dict(old, strict=True)
     assert torch.equal(fresh.decoder.position.table.weight, model.decoder.position.table.weight)
+
+
+def _rope(*sets: str):
+    model = build_model(tiny("model.position.kind=rope", "model.max_seq_len=64", *sets))
+    return model.decoder.position
+
+
+def test_rope_scalings_change_the_angles_as_their_papers_define() -> None:
+    pos = torch.arange(0, 200, dtype=torch.float64)
+    plain = _rope()
+    inv, m = plain.inv_freq(pos.device)
+    assert m == 1.0 and plain.rot == 8
+    # position interpolation (Chen et al. 2023): position t at factor s is position t / s
+    pi = _rope("model.position.scaling=linear", "model.position.factor=4")
+    cos, sin = pi.rotation(pos, torch.float64)
+    want = plain.rotation(pos / 4, torch.float64)
+    torch.testing.assert_close(cos, want[0]) and torch.testing.assert_close(sin, want[1])
+    # NTK-aware: base * s^(rot / (rot - 2)): the highest frequency kept, the lowest divided by s
+    ntk, _ = _rope("model.position.scaling=ntk", "model.position.factor=4").inv_freq(pos.device)
+    assert float(ntk[0]) == pytest.approx(float(inv[0]))
+    assert float(ntk[-1]) == pytest.approx(float(inv[-1]) / 4)
+    # YaRN: dims turning > beta_fast times in the original 1,024 tokens kept, < beta_slow
+    # times interpolated by s, a ramp between; logits scaled by (0.1 ln s + 1)^2 (cos and sin)
+    yarn = _rope(
+        "model.position.scaling=yarn",
+        "model.position.factor=4",
+        "model.position.original_length=1024",
+    )
+    y, mscale = yarn.inv_freq(pos.device)
+    turns = 1024 * inv / (2 * torch.pi)
+    assert [int((turns >= 32).sum()), int(((turns > 1) & (turns < 32)).sum())] == [1, 2]
+    assert mscale == pytest.approx(0.1 * torch.log(torch.tensor(4.0)).item() + 1)
+    torch.testing.assert_close(y[turns >= 32], inv[turns >= 32])
+    torch.testing.assert_close(y[turns <= 1], inv[turns <= 1] / 4)
+    mid = (turns > 1) & (turns < 32)
+    assert mid.any() and bool(((y[mid] < inv[mid]) & (y[mid] > inv[mid] / 4)).all())
+    c, s = yarn.rotation(pos[:3], torch.float64)
+    torch.testing.assert_close(c[0], torch.full((8,), mscale, dtype=torch.float64))
+
+
+def test_rope_scaling_keeps_the_weights_so_a_run_can_take_it_at_evaluation() -> None:
+    model = build_model(tiny("model.position.kind=rope"))
+    scaled = build_model(
+        tiny("model.position.kind=rope", "model.position.scaling=yarn", "model.position.factor=8")
+    )
+    scaled.load_state_dict(model.state_dict(), strict=True)
+    x = torch.randint(0, 64, (1, 40))
+    assert not torch.allclose(model(x).logits, scaled(x).logits)

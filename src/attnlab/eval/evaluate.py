@@ -54,6 +54,7 @@ def evaluate(
     specs = split_tasks(list(tasks) if not isinstance(tasks, str) else tasks)
     keys = [task_key(s) for s in specs]  # validate every name before loading anything
     lm = load_language_model(target, device=device, dtype=dtype, max_length=max_length)
+    keys = [k + lm.tag for k in keys]
     if lengths:
         check_lengths(lm, lengths)
     if save and lm.results_dir is not None:  # a received run may hold links out of it
@@ -68,7 +69,7 @@ def evaluate(
     results: dict[str, dict[str, Any]] = {}
     for spec, key in zip(specs, keys):
         if lengths and parse_task(spec)[0] == "perplexity":
-            results |= _at_lengths(lm, spec, key, lengths, limit, batch_size)
+            results |= _at_lengths(lm, spec, key.removesuffix(lm.tag), lengths, limit, batch_size)
             continue
         t0 = time.perf_counter()
         outcome = run_task(spec, settings)
@@ -105,7 +106,7 @@ def _at_lengths(
     for n in lengths:
         t0 = time.perf_counter()
         result = length_loss(lm, stream, n, limit, batch_size)
-        out[f"{key}@{n}"] = {
+        out[f"{key}@{n}{lm.tag}"] = {
             "metrics": result.metrics(),
             "task": spec,
             "source": source,
@@ -115,6 +116,7 @@ def _at_lengths(
             "length": n,
             "trained_length": lm.trained_length,
             "retokenized": retokenized,
+            "overrides": lm.tag.removeprefix("+").split("+") if lm.tag else [],
             "loss_by_position": result.loss_by_position,
             "timestamp": datetime.now(UTC).isoformat(timespec="seconds"),
             "seconds": round(time.perf_counter() - t0, 3),

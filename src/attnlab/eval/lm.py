@@ -47,6 +47,9 @@ class LanguageModel(ABC):
     #: training length is possible; ``limit_reason`` says why a limited model stops
     extrapolates: bool = False
     limit_reason: str = ""
+    #: appended to every result key (an evaluation-time change of the model, e.g.
+    #: ``+position.scaling=yarn``), so it never overwrites the results of the model as trained
+    tag: str = ""
 
     @property
     def context_limit(self) -> int | None:
