@@ -137,7 +137,7 @@ def test_rope_scalings_change_the_angles_as_their_papers_define() -> None:
     torch.testing.assert_close(y[turns <= 1], inv[turns <= 1] / 4)
     mid = (turns > 1) & (turns < 32)
     assert mid.any() and bool(((y[mid] < inv[mid]) & (y[mid] > inv[mid] / 4)).all())
-    c, s = yarn.rotation(pos[:3], torch.float64)
+    c, _ = yarn.rotation(pos[:3], torch.float64)
     torch.testing.assert_close(c[0], torch.full((8,), mscale, dtype=torch.float64))
 
 

@@ -37,11 +37,20 @@ class AttentionConfig(Section):
     n_heads: int = Field(12, ge=1)
     n_kv_heads: int | None = Field(None, ge=1, description="None = n_heads (MHA); 1 = MQA")
     head_dim: int | None = Field(None, ge=1, description="None = d_model // n_heads")
-    mask: Literal["causal", "bidirectional", "prefix", "sliding", "local_global"] = "causal"
+    mask: Literal["causal", "bidirectional", "prefix", "sliding", "local_global", "bigbird"] = (
+        "causal"
+    )
     window: int = Field(0, ge=0, description="sliding / local window: keys within this distance")
     global_every: int = Field(0, ge=0, description="local_global: every k-th token is global")
     n_global: int = Field(0, ge=0, description="local_global: the first n tokens are global")
     prefix_len: int = Field(0, ge=0, description="prefix: bidirectional over the first n tokens")
+    block_size: int = Field(16, ge=1, description="bigbird: tokens per block of the random pattern")
+    random_blocks: int = Field(0, ge=0, description="bigbird: random key blocks per query block")
+    random_seed: int = Field(
+        0,
+        ge=0,
+        description="bigbird: seed of the random blocks (stored: run, resume, export agree)",
+    )
     backend: Literal["auto", "sdpa", "flash", "math"] = Field(
         "auto",
         description="auto: torch picks the SDPA kernel; flash: FlashAttention only; sdpa: any "
@@ -233,6 +242,11 @@ class ModelConfig(Section):
             problems.append(
                 "model.attention.mask='local_global' needs model.attention.window >= 1 and "
                 "model.attention.global_every or model.attention.n_global > 0"
+            )
+        if a.mask == "bigbird" and (a.window < 1 or a.random_blocks < 1):
+            problems.append(
+                "model.attention.mask='bigbird' needs model.attention.window >= 1 and "
+                "model.attention.random_blocks >= 1 (global tokens: n_global / global_every)"
             )
         if a.mask == "prefix" and a.prefix_len < 1:
             problems.append("model.attention.mask='prefix' needs model.attention.prefix_len >= 1")
