@@ -176,3 +176,36 @@ def test_a_position_plugin_runs_through_params_train_eval_lengths_generate_expor
     assert (tmp_path / "hf" / "config.json").is_file()
     assert any(p.name == "dist.py" or "distance_bias" in p.read_text() for p in
                (tmp_path / "hf").glob("*.py"))  # fmt: skip
+
+
+def test_the_report_section_tables_and_draws_perplexity_by_length(tmp_path: Path) -> None:
+    """Each arm's mean perplexity [min, max over seeds] per length, an evaluation-time change
+    (``+position.scaling=...``) as an arm of its own, and both figures written."""
+    from types import SimpleNamespace
+
+    from attnlab.experiments.reports.lengths import collect, is_length_column, lengths_section
+
+    rows = []
+    for seed, scale in ((0, 1.0), (1, 2.0)):
+        run = tmp_path / f"rope{seed}"
+        (run / "eval").mkdir(parents=True)
+        tasks = {}
+        for n in (8, 16):
+            for tag, extra in (("", 0.0), ("+position.scaling=yarn", 1.0)):
+                tasks[f"perplexity@{n}{tag}"] = {
+                    "metrics": {"perplexity": n * scale + extra, "loss": 1.0},
+                    "loss_by_position": [1.0] * n,
+                    "trained_length": 8,
+                }
+        tasks["perplexity"] = {"metrics": {"perplexity": 3.0}}
+        (run / "eval" / "results.json").write_text(json.dumps({"tasks": tasks}))
+        rows.append(SimpleNamespace(variant="rope", run_dir=str(run)))
+    arms = collect(rows)
+    assert set(arms) == {"rope", "rope+position.scaling=yarn"} and set(arms["rope"]) == {8, 16}
+    lines = lengths_section(tmp_path, rows)
+    text = "\n".join(lines)
+    assert "| rope | 12.00 [8.00, 16.00] | 24.00 [16.00, 32.00] |" in text
+    assert "| rope+position.scaling=yarn | 13.00 [9.00, 17.00] |" in text
+    assert (tmp_path / "plots" / "perplexity_by_length.png").stat().st_size > 1000
+    assert (tmp_path / "plots" / "loss_by_position.png").stat().st_size > 1000
+    assert is_length_column("perplexity@64/loss") and not is_length_column("perplexity/loss")
