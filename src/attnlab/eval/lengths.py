@@ -80,7 +80,7 @@ def check_lengths(lm: LanguageModel, lengths: Sequence[int]) -> None:
             f"cannot evaluate {lm.name} at {', '.join(map(str, too_long))} tokens: its context "
             f"is {lm.context_limit} tokens{lm.limit_reason}. Choose lengths up to "
             f"{lm.context_limit}, or train with a position part that has no length limit "
-            "(`attnlab parts --slot position` lists them)"
+            "(`attnlab parts position` lists them)"
         )
 
 
