@@ -10,6 +10,7 @@ from pathlib import Path
 from attnlab.base.devices import check_device
 from attnlab.base.errors import UserError
 from attnlab.base.safepath import check_out_file
+from attnlab.commands._common import add_set_argument
 
 NAME = "eval"
 HELP = "evaluate a run, checkpoint, probe or Hugging Face/GGUF model (perplexity, cloze, choice)"
@@ -84,14 +85,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "past the training length where the run's position part allows it; the result holds "
         "the loss by token position (default: the run config's eval.lengths)",
     )
-    parser.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="model.KEY=VALUE",
-        help="evaluate an attnlab run with a model setting changed that keeps its weights, e.g. "
-        "RoPE scaling at evaluation time: --set model.position.scaling=yarn --set "
-        "model.position.factor=16 (repeatable; result keys get +position.scaling=yarn...)",
+    add_set_argument(
+        parser,
+        "a model setting of an attnlab run that keeps its weights (result keys get "
+        "+position.scaling=yarn...), e.g. RoPE scaling at evaluation time",
+        "model.position.scaling=yarn --set model.position.factor=16",
     )
     parser.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:1, mps")
     parser.add_argument(
@@ -231,10 +229,10 @@ def run(args: argparse.Namespace) -> int:
     lm = load_language_model(
         args.target, device=args.device, dtype=args.dtype, max_length=args.max_length
     )
-    if args.set:
+    if args.overrides:
         if not hasattr(lm, "reconfigure"):
             raise UserError(f"--set changes an attnlab run's model; {lm.name} is not one")
-        lm.reconfigure(args.set)
+        lm.reconfigure(args.overrides)
     if isinstance(getattr(lm, "model", None), torch.nn.Module):
         check_weights(lm.model, lm.name)
     results = evaluate(

@@ -89,7 +89,7 @@ def lengths_plot(arms: dict[str, dict[int, list[dict[str, Any]]]], trained: int 
     ax.set_yscale("log")
     ax.set_xlabel("evaluation length (tokens)")
     ax.set_ylabel("perplexity (mean over seeds, band: min-max)")
-    ax.legend(fontsize=7, ncol=2)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.grid(alpha=0.3)
     return save(fig, path)
 
@@ -106,16 +106,16 @@ def position_plot(arms: dict[str, dict[int, list[dict[str, Any]]]], trained: int
         if not curves:
             continue
         mean = np.mean(np.array(curves, dtype=float), axis=0)
-        width = max(1, n // 64)  # a running mean over windows of positions: readable lines
+        width = max(1, n // 32)  # a running mean over nearby positions: readable lines
         smooth = np.convolve(mean, np.ones(width) / width, mode="valid")
-        ax.plot(np.arange(len(smooth)) + width / 2, smooth, label=f"{arm} (L={n})",
+        ax.plot(np.arange(len(smooth)) + (width + 1) / 2, smooth, label=f"{arm} (L={n})",
                 color=colours[arm])  # fmt: skip
     if trained:
         ax.axvline(trained, color="grey", linestyle=":", label=f"training length {trained}")
-    ax.set_xscale("symlog", linthresh=16)
+    ax.set_xscale("log", base=2)
     ax.set_xlabel("token position in the window")
-    ax.set_ylabel("loss (nats, mean over windows and seeds)")
-    ax.legend(fontsize=7, ncol=2)
+    ax.set_ylabel("loss (nats), running mean over L/32 positions")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.grid(alpha=0.3)
     return save(fig, path)
 
