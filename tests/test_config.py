@@ -228,7 +228,7 @@ IMPOSSIBLE = {
         ],
         "cross-attention",
     ),
-    "learned_positions_too_short": (["data.seq_len=128"], "exceeds the 64 positions"),
+    "learned_positions_too_short": (["data.seq_len=128"], "exceeds model.max_seq_len"),
     "min_lr_above_lr": (["train.lr=1e-4", "train.min_lr=1e-3"], "train.min_lr"),
     "warmup_beyond_steps": (["train.max_steps=10", "train.warmup_steps=20"], "warmup_steps"),
 }

@@ -50,7 +50,9 @@ def test_every_position_decodes_past_the_training_length_with_the_cache_exact(ki
     prompt = torch.randint(0, 64, (2, 8), generator=torch.Generator().manual_seed(1))
     new = TRAINED - 8 + 12  # 12 tokens past the training length
     if model.cfg.position_limit is not None:
-        with pytest.raises(InvalidRequestError, match=r"positions of model\.position\.kind"):
+        with pytest.raises(
+            InvalidRequestError, match=r"of learned positions \(model\.position\.kind="
+        ):
             generate(model, prompt, new, temperature=0)
         return
     cached = generate(model, prompt, new, temperature=0, use_cache=True)

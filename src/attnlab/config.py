@@ -197,6 +197,12 @@ class ModelConfig(Section):
         return None if cls is None else cls.length_limit(self.position, self)
 
     @property
+    def position_limit_noun(self) -> str:
+        """What the position part's limit counts, for messages (e.g. "learned positions")."""
+        cls = self.part_classes()["position"]
+        return "positions" if cls is None else cls.limit_noun
+
+    @property
     def needs_attention_matrix(self) -> bool:
         """True when a part reads the T x T probabilities, so no fused (flash) kernel is used."""
         return any(c is not None and c.needs_attention_matrix for c in self.part_classes().values())
@@ -367,9 +373,9 @@ class Config(Section):
         limit = m.position_limit
         if limit is not None and d.seq_len > limit:
             raise ValueError(
-                f"data.seq_len={d.seq_len} exceeds the {limit} positions of "
-                f"model.position.kind={m.position.kind!r}; raise model.max_seq_len or lower "
-                "data.seq_len"
+                f"data.seq_len={d.seq_len} exceeds model.max_seq_len={m.max_seq_len} with "
+                f"{limit} {m.position_limit_noun} (model.position.kind={m.position.kind!r}); "
+                "raise model.max_seq_len or lower data.seq_len"
             )
         return self
 

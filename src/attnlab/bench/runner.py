@@ -93,7 +93,7 @@ class BenchSpec:
         if limit is not None and self.prompt_len + new > limit:
             raise UserError(
                 f"--prompt-len {self.prompt_len} + --new-tokens {new} exceeds the model's {limit} "
-                f"positions (model.position.kind={cfg.model.position.kind!r}); lower --new-tokens or --set model.max_seq_len="
+                f"{cfg.model.position_limit_noun}; lower --new-tokens or --set model.max_seq_len="
                 f"{self.prompt_len + new}"
             )
         out = BenchSpec(**{**self.__dict__, "device": str(dev)})

@@ -89,8 +89,7 @@ def run(args: argparse.Namespace) -> int:
             fix = f"use --max-new-tokens {limit - len(ids)} or a shorter prompt"
         raise UserError(
             f"the prompt has {len(ids)} tokens; with --max-new-tokens {args.max_new_tokens} that "
-            f"exceeds the {limit} positions of model.position.kind={cfg.model.position.kind!r}; "
-            f"{fix}"
+            f"exceeds the model's {limit} {cfg.model.position_limit_noun}; {fix}"
         )
     gen = torch.Generator(device=device).manual_seed(args.seed)
     prompt = torch.tensor([ids], dtype=torch.long, device=device)

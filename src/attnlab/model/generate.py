@@ -94,8 +94,9 @@ def _generate(
     limit = cfg.position_limit
     if limit is not None and ids.shape[1] + max_new_tokens > limit:
         raise InvalidRequestError(
-            f"prompt ({ids.shape[1]}) + max_new_tokens ({max_new_tokens}) exceeds the {limit} "
-            f"positions of model.position.kind={cfg.position.kind!r}"
+            f"prompt ({ids.shape[1]}) + max_new_tokens ({max_new_tokens}) exceeds "
+            f"model.max_seq_len={limit} of {cfg.position_limit_noun} "
+            f"(model.position.kind={cfg.position.kind!r})"
         )
     cache = None
     if use_cache and model.supports_cache:

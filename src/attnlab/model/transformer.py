@@ -252,10 +252,10 @@ class Transformer(nn.Module):
         limit = self.cfg.position_limit
         if limit is not None and end > limit:
             raise InvalidRequestError(
-                f"positions up to {end - 1} exceed the {limit} positions of "
-                f"model.position.kind={self.cfg.position.kind!r} "
-                f"({type(self.abs_pos).limit_reason or 'its declared limit'}); shorten the input "
-                "or use a position part without a length limit"
+                f"positions up to {end - 1} exceed model.max_seq_len={limit} of "
+                f"{self.cfg.position_limit_noun} (model.position.kind="
+                f"{self.cfg.position.kind!r}); shorten the input, raise model.max_seq_len, or "
+                "use a position part without a length limit"
             )
         if self.abs_pos is not None:
             pos = torch.arange(start, start + ids.shape[1], device=ids.device)

@@ -221,7 +221,7 @@ class PositionPart(Part):
     Other declarations read: ``length_limit(opts, model) -> int | None`` (a classmethod: the
     longest sequence it can place, e.g. a learned table's ``model.max_seq_len``; None: no
     limit, so evaluation and generation may run past the training length) with
-    ``limit_reason`` (the sentence a refusal quotes); ``key_fold`` (a function ``(q, k, scale,
+    ``limit_reason`` (the sentence a refusal quotes) and ``limit_noun`` (what it counts); ``key_fold`` (a function ``(q, k, scale,
     offset) -> (q', k')`` whose scaled dot products carry this part's bias in a causal stack,
     with ``key_fold_width`` extra columns: how ``score.virtual_heads_fused`` convolves a bias
     with the keys; None: the bias cannot be folded). A part adds nothing to the KV cache beyond
@@ -232,6 +232,8 @@ class PositionPart(Part):
     logit_bias: ClassVar[bool] = False
     rotary: ClassVar[bool] = False
     limit_reason: ClassVar[str] = ""
+    #: what the limit counts, for messages ("the model's 128 learned positions")
+    limit_noun: ClassVar[str] = "positions"
     key_fold: ClassVar[Callable[..., tuple[Tensor, Tensor]] | None] = None
     key_fold_width: ClassVar[int] = 0
 

@@ -17,6 +17,7 @@ class LearnedPosition(PositionPart):
     """A trained vector per absolute position, up to ``model.max_seq_len``."""
 
     absolute = True
+    limit_noun = "learned positions"
     cost = "params max_seq_len*d; FLOPs 0; cache 0"
     limit_reason = (
         "learned positions have one trained vector per position up to model.max_seq_len and "
