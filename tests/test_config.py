@@ -359,7 +359,7 @@ def test_preset_extends_its_parent() -> None:
     assert nl.train.tokens_per_step == base.train.tokens_per_step
     p410 = load_config("pythia-410m-preproj-skip")  # two levels: -> pythia-410m -> pythia-160m
     assert (p410.model.d_model, p410.model.n_layers, p410.model.attention.n_heads) == (1024, 24, 16)
-    assert p410.model.residual_kind == "parallel" and p410.model.position.rope_fraction == 0.25
+    assert p410.model.residual_kind == "parallel" and p410.model.position.fraction == 0.25
     assert p410.model.feature_map.kind == "pre_projection"
     assert p410.model.side_branch.kind == "content_skip"
     assert "extends" not in source_dict("pythia-410m-preproj-skip")

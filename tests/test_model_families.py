@@ -104,7 +104,7 @@ def test_encoder_decoder_memory_argument_equals_encoding_inside() -> None:
 
 def test_t5_bias_direction_per_stack() -> None:
     model = perturbed(*ENC_DEC, "model.position.kind=t5")
-    assert model.encoder.t5_bias.bidirectional and not model.decoder.t5_bias.bidirectional
+    assert model.encoder.position.bidirectional and not model.decoder.position.bidirectional
 
 
 # --------------------------------------------------------------------------- universal looping

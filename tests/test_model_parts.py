@@ -10,11 +10,10 @@ import pytest
 import torch
 
 from attnlab.model import build_model
-from attnlab.model.norms import LayerNorm, RMSNorm, ScaleNorm, make_norm
+from attnlab.model.norms import LayerNorm, RMSNorm, ScaleNorm
 from attnlab.model.parts.ffn import GLU, MLP
 from attnlab.model.positions import (
     ALiBi,
-    LearnedPositions,
     Rotary,
     SinusoidalPositions,
     T5RelativeBias,
@@ -75,10 +74,18 @@ def test_scalenorm_matches_formula() -> None:
 @pytest.mark.parametrize(
     "kind,cls", [("layernorm", LayerNorm), ("rmsnorm", RMSNorm), ("scalenorm", ScaleNorm)]
 )
-def test_make_norm_picks_the_configured_kind(kind: str, cls: type) -> None:
+def test_the_norm_slot_builds_the_configured_kind(kind: str, cls: type) -> None:
+    """Every norm of the stack is the ``model.norm`` part, computing what the math class does."""
     cfg = tiny(f"model.norm.kind={kind}", "model.norm.eps=1e-3")
-    norm = make_norm(cfg.norm, cfg.d_model)
-    assert type(norm) is cls and norm.eps == 1e-3
+    model = build_model(cfg)
+    block = model.decoder.blocks[0]
+    for norm in (block.norm1, block.norm2, model.decoder.final_norm):
+        assert norm.kind == kind and norm.eps == 1e-3
+    ref = cls(cfg.d_model, eps=1e-3)
+    _randomise(block.norm1)
+    ref.load_state_dict(block.norm1.state_dict())
+    x = torch.randn(2, 3, cfg.d_model)
+    torch.testing.assert_close(block.norm1(x), ref(x), atol=0, rtol=0)
 
 
 # ------------------------------------------------------------------------------------------- ffn
@@ -153,7 +160,7 @@ def test_sinusoidal_model_adds_the_table_to_token_embeddings() -> None:
 
 def test_learned_positions_are_a_table_indexed_by_absolute_position() -> None:
     model = build_model(tiny("model.position.kind=learned"))
-    assert isinstance(model.abs_pos, LearnedPositions)
+    assert model.abs_pos.kind == "learned"
     ids = torch.randint(0, 64, (2, 5))
     table = model.abs_pos.table.weight
     assert table.shape == (32, 32)
@@ -265,9 +272,9 @@ def test_t5_buckets_match_transformers(bidirectional: bool, buckets: int, max_di
 
 def test_t5_bias_table_is_shared_by_the_layers_of_a_stack() -> None:
     model = build_model(tiny("model.position.kind=t5", "model.n_layers=3"))
-    tables = [n for n, _ in model.named_parameters() if "t5_bias" in n]
-    assert tables == ["decoder.t5_bias.table.weight"]
-    assert model.decoder.t5_bias.table.weight.shape == (32, 4)  # buckets x heads
+    tables = [n for n, _ in model.named_parameters() if "position" in n]
+    assert tables == ["decoder.position.table.weight"]
+    assert model.decoder.position.table.weight.shape == (32, 4)  # buckets x heads
 
 
 def test_t5_bias_looks_up_the_bucket_of_key_minus_query() -> None:
@@ -295,7 +302,7 @@ def test_logit_bias_reaches_the_attention_probabilities(kind: str) -> None:
     T = 7
     out = model(torch.randint(0, 64, (1, T)), return_attn=True)
     pos = torch.arange(T)
-    bias = model.decoder.alibi(pos, pos) if kind == "alibi" else model.decoder.t5_bias(pos, pos)
+    bias = model.decoder.position.bias(pos, pos)
     causal = torch.ones(T, T, dtype=torch.bool).tril()
     want = torch.softmax(bias.masked_fill(~causal, float("-inf")), dim=-1)
     torch.testing.assert_close(out.attn[0][0], want, atol=1e-12, rtol=0)

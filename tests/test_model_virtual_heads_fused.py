@@ -347,7 +347,7 @@ def test_part_declares_no_attention_matrix_and_its_costs() -> None:
     ("flags", "needle"),
     [
         (["model.position.kind=t5"], "not bilinear"),
-        ([*ENCODER, "model.position.kind=alibi"], "-m|i - j|"),
+        ([*ENCODER, "model.position.kind=alibi"], "causal stack only"),
         (["model.attention.mask=sliding", "model.attention.window=3"], "causal or bidirectional"),
         (["model.score.on=probs", "model.attention.dropout=0.1"], "dropout=0"),
         ([*ENCODER, "model.score.conv=2d", "model.score.kernel_size=4"], "odd"),

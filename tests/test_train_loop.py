@@ -75,6 +75,25 @@ def test_resume_restores_the_dropout_rng(data_dir, tmp_path):
     assert losses(tmp_path / "a") == losses(tmp_path / "b")
 
 
+def test_gradient_noise_is_annealed_recorded_and_resumes_exactly(data_dir, reference, tmp_path):
+    """Annealed gradient noise (variance eta / (1 + t)^gamma) changes the run, is recorded per
+    row, and a stopped and resumed run adds exactly the noise of an uninterrupted one."""
+    sets = ("train.grad_noise=0.01", "train.grad_noise_decay=0.55", "train.max_steps=6")
+    cfg = tiny(data_dir, *sets)
+    train(cfg, tmp_path / "a")
+    train(cfg, tmp_path / "b", _stop_after=3)
+    train(cfg, tmp_path / "b")
+    assert losses(tmp_path / "a") == losses(tmp_path / "b")
+    rows = read_metrics(tmp_path / "a")
+    for r in rows:  # the row of step n logs the noise added at its update (t = n - 1)
+        assert r["grad_noise_std"] == pytest.approx(math.sqrt(0.01 / r["step"] ** 0.55))
+    train(tiny(data_dir, "train.max_steps=6"), tmp_path / "quiet")
+    plain = losses(tmp_path / "quiet")
+    assert plain[0] == losses(tmp_path / "a")[0]  # step 1's loss is read before any update
+    assert all(x != y for x, y in zip(plain[1:], losses(tmp_path / "a")[1:]))
+    assert "grad_noise_std" not in read_metrics(tmp_path / "quiet")[0]
+
+
 def test_finished_run_is_not_retrained(data_dir, reference):
     before = (reference / "metrics.jsonl").read_text()
     again = train(tiny(data_dir), reference)

@@ -31,35 +31,26 @@ class ConfigError(UserError, ValueError):
 # --------------------------------------------------------------------------------------------- model
 
 
-class NormConfig(Section):
-    """Which normalisation every norm of the stack uses (LayerNorm, RMSNorm or ScaleNorm)."""
-
-    kind: Literal["layernorm", "rmsnorm", "scalenorm"] = "layernorm"
-    bias: bool = True
-    eps: float = Field(1e-5, gt=0)
-
-
-class PositionConfig(Section):
-    """Positional scheme: absolute (learned, sinusoidal), rotary, or a logit bias (ALiBi, T5)."""
-
-    kind: Literal["none", "learned", "sinusoidal", "rope", "alibi", "t5"] = "learned"
-    rope_fraction: float = Field(1.0, gt=0, le=1)
-    rope_base: float = Field(10000.0, gt=0)
-    t5_buckets: int = Field(32, ge=2)
-    t5_max_distance: int = Field(128, ge=2)
-
-
 class AttentionConfig(Section):
     """Heads, mask and kernel of the attention core."""
 
     n_heads: int = Field(12, ge=1)
     n_kv_heads: int | None = Field(None, ge=1, description="None = n_heads (MHA); 1 = MQA")
     head_dim: int | None = Field(None, ge=1, description="None = d_model // n_heads")
-    mask: Literal["causal", "bidirectional", "prefix", "sliding", "local_global"] = "causal"
+    mask: Literal["causal", "bidirectional", "prefix", "sliding", "local_global", "bigbird"] = (
+        "causal"
+    )
     window: int = Field(0, ge=0, description="sliding / local window: keys within this distance")
     global_every: int = Field(0, ge=0, description="local_global: every k-th token is global")
     n_global: int = Field(0, ge=0, description="local_global: the first n tokens are global")
     prefix_len: int = Field(0, ge=0, description="prefix: bidirectional over the first n tokens")
+    block_size: int = Field(16, ge=1, description="bigbird: tokens per block of the random pattern")
+    random_blocks: int = Field(0, ge=0, description="bigbird: random key blocks per query block")
+    random_seed: int = Field(
+        0,
+        ge=0,
+        description="bigbird: seed of the random blocks (stored: run, resume, export agree)",
+    )
     backend: Literal["auto", "sdpa", "flash", "math"] = Field(
         "auto",
         description="auto: torch picks the SDPA kernel; flash: FlashAttention only; sdpa: any "
@@ -81,6 +72,8 @@ ReadoutSlot = slot_field("readout")
 MixerSlot = slot_field("mixer")
 SideBranchSlot = slot_field("side_branch")
 FFNSlot = slot_field("ffn")
+PositionSlot = slot_field("position")
+NormSlot = slot_field("norm")
 
 #: the slot tables of a model config, in block order (see ``attnlab.parts.slots``)
 SLOT_FIELDS = (
@@ -93,7 +86,30 @@ SLOT_FIELDS = (
     "mixer",
     "side_branch",
     "ffn",
+    "position",
+    "norm",
 )
+
+#: option keys of ``[model.position]`` before positions were a slot -> (kind, the new key); a
+#: recorded config held all of them whatever its kind, so the other kinds' ones are dropped
+LEGACY_POSITION_KEYS = {
+    "rope_fraction": ("rope", "fraction"),
+    "rope_base": ("rope", "base"),
+    "t5_buckets": ("t5", "buckets"),
+    "t5_max_distance": ("t5", "max_distance"),
+}
+
+
+def _legacy_position(table: Any) -> Any:
+    """An old ``[model.position]`` table in the slot's form (new key names, no stray keys)."""
+    if not isinstance(table, Mapping) or not any(k in table for k in LEGACY_POSITION_KEYS):
+        return table
+    kind = table.get("kind", "learned")
+    out = {k: v for k, v in table.items() if k not in LEGACY_POSITION_KEYS}
+    for old, (owner, new) in LEGACY_POSITION_KEYS.items():
+        if old in table and owner == kind:
+            out.setdefault(new, table[old])
+    return out
 
 
 class RetrievalConfig(Section):
@@ -149,8 +165,8 @@ class ModelConfig(Section):
     dropout: float = Field(0.0, ge=0, lt=1)
     stochastic_depth: float = Field(0.0, ge=0, lt=1)
     init_std: float = Field(0.02, gt=0)
-    norm: NormConfig = NormConfig()
-    position: PositionConfig = PositionConfig()
+    norm: NormSlot = default_options("norm")
+    position: PositionSlot = default_options("position")
     attention: AttentionConfig = AttentionConfig()
     retrieval: RetrievalConfig = RetrievalConfig()
     feature_map: FeatureMapSlot = default_options("feature_map")
@@ -170,6 +186,8 @@ class ModelConfig(Section):
         table is validated or a default part is made."""
         from attnlab.parts import registry  # noqa: F401
 
+        if isinstance(data, Mapping) and "position" in data:
+            data = {**data, "position": _legacy_position(data["position"])}
         return data
 
     @property
@@ -203,6 +221,19 @@ class ModelConfig(Section):
         return out
 
     @property
+    def position_limit(self) -> int | None:
+        """The longest sequence the position part can place (e.g. a learned table's
+        ``max_seq_len``); None: no limit, evaluation and generation may go past training."""
+        cls = self.part_classes()["position"]
+        return None if cls is None else cls.length_limit(self.position, self)
+
+    @property
+    def position_limit_noun(self) -> str:
+        """What the position part's limit counts, for messages (e.g. "learned positions")."""
+        cls = self.part_classes()["position"]
+        return "positions" if cls is None else cls.limit_noun
+
+    @property
     def needs_attention_matrix(self) -> bool:
         """True when a part reads the T x T probabilities, so no fused (flash) kernel is used."""
         return any(c is not None and c.needs_attention_matrix for c in self.part_classes().values())
@@ -231,7 +262,8 @@ class ModelConfig(Section):
                 f"matrix, which a fused kernel never forms; set model.attention.backend='auto' "
                 "or 'math'"
             )
-        if a.backend == "flash" and self.position.kind in ("alibi", "t5"):
+        position = self.part_classes()["position"]
+        if a.backend == "flash" and position is not None and position.logit_bias:
             problems.append(
                 f"model.position.kind='{self.position.kind}' adds a bias to the logits, which the "
                 "flash kernel does not take; set model.attention.backend='auto'"
@@ -248,6 +280,11 @@ class ModelConfig(Section):
                 "model.attention.mask='local_global' needs model.attention.window >= 1 and "
                 "model.attention.global_every or model.attention.n_global > 0"
             )
+        if a.mask == "bigbird" and (a.window < 1 or a.random_blocks < 1):
+            problems.append(
+                "model.attention.mask='bigbird' needs model.attention.window >= 1 and "
+                "model.attention.random_blocks >= 1 (global tokens: n_global / global_every)"
+            )
         if a.mask == "prefix" and a.prefix_len < 1:
             problems.append("model.attention.mask='prefix' needs model.attention.prefix_len >= 1")
         if self.family == "encoder" and a.mask in ("causal", "prefix"):
@@ -255,13 +292,6 @@ class ModelConfig(Section):
                 f"model.family='encoder' is bidirectional; model.attention.mask='{a.mask}' would "
                 "hide the right context. Use 'bidirectional', 'sliding' or 'local_global'"
             )
-        if self.position.kind == "rope":
-            rot = int(self.head_dim * self.position.rope_fraction)
-            if rot < 2 or rot % 2:
-                problems.append(
-                    f"model.position.rope_fraction={self.position.rope_fraction} gives {rot} "
-                    f"rotary dims of head_dim={self.head_dim}; it must be an even number >= 2"
-                )
         if self.family == "encoder_decoder" and self.n_decoder_layers is None:
             problems.append("model.family='encoder_decoder' needs model.n_decoder_layers")
         if self.residual_kind == "parallel" and self.norm_position == "post":
@@ -353,6 +383,11 @@ class EvalConfig(Section):
     tasks: list[str] = Field(default_factory=lambda: ["perplexity"])
     limit: int | None = Field(None, ge=1)
     stride: int | None = Field(None, ge=1, description="perplexity sliding-window stride")
+    lengths: list[int] | None = Field(
+        None,
+        description="perplexity at each of these lengths (train short, test long); `attnlab "
+        "eval --lengths` and compare reports read it",
+    )
     batch_size: int = Field(8, ge=1)
 
 
@@ -382,10 +417,12 @@ class Config(Section):
     @model_validator(mode="after")
     def _check_cross(self) -> Config:
         m, d = self.model, self.data
-        if m.position.kind == "learned" and d.seq_len > m.max_seq_len:
+        limit = m.position_limit
+        if limit is not None and d.seq_len > limit:
             raise ValueError(
-                f"data.seq_len={d.seq_len} exceeds model.max_seq_len={m.max_seq_len} with learned "
-                "positions; raise model.max_seq_len or lower data.seq_len"
+                f"data.seq_len={d.seq_len} exceeds model.max_seq_len={m.max_seq_len} with "
+                f"{limit} {m.position_limit_noun} (model.position.kind={m.position.kind!r}); "
+                "raise model.max_seq_len or lower data.seq_len"
             )
         return self
 

@@ -9,6 +9,8 @@
     lr, min_lr, warmup_steps       linear warmup to lr, then cosine down to min_lr at max_steps
     weight_decay, beta1, beta2     AdamW, decay on >= 2-D weights only
     grad_clip          global gradient-norm clip (0 = none)
+    grad_noise, grad_noise_decay   annealed Gaussian gradient noise (Neelakantan et al. 2015):
+                       after clipping, g += N(0, eta / (1 + t)^gamma) at step t (eta 0 = off)
     dtype, device, deterministic, threads       precision, where and how the steps run
     log_every, eval_every, checkpoint_every     metrics rows, validation loss, checkpoints
     spike_factor       divergence: loss > factor x best smoothed loss (0 = off; NaN/inf always)
@@ -119,6 +121,12 @@ class TrainRecipe(Section):
     beta1: Beta = 0.9
     beta2: Beta = 0.95
     grad_clip: GradClip = 1.0
+    grad_noise: float = Field(
+        0.0, ge=0, description="gradient noise variance eta at step 0 (0 = off; the paper: 0.01-1)"
+    )
+    grad_noise_decay: float = Field(
+        0.55, ge=0, description="gradient noise: the variance decays as eta / (1 + t)^gamma"
+    )
     eval_every: EvalEvery = 100
     checkpoint_every: int = Field(100, ge=1, description="a checkpoint every n steps")
     log_every: int = Field(10, ge=1, description="a metrics.jsonl row every n steps")

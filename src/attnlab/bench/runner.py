@@ -89,7 +89,7 @@ class BenchSpec:
             cfg = validate(apply_overrides(cfg.to_dict(), [f"data.seq_len={seq_len}"]))
         except ConfigError as e:
             raise UserError(f"--seq-len {seq_len} does not fit this config: {e}") from None
-        limit = cfg.model.max_seq_len if cfg.model.position.kind == "learned" else None
+        limit = cfg.model.position_limit
         new = self.new_tokens
         if new is None:
             new = 64 if limit is None else max(1, min(64, limit - self.prompt_len))
@@ -98,7 +98,7 @@ class BenchSpec:
         if limit is not None and self.prompt_len + new > limit:
             raise UserError(
                 f"--prompt-len {self.prompt_len} + --new-tokens {new} exceeds the model's {limit} "
-                f"learned positions; lower --new-tokens or --set model.max_seq_len="
+                f"{cfg.model.position_limit_noun}; lower --new-tokens or --set model.max_seq_len="
                 f"{self.prompt_len + new}"
             )
         out = BenchSpec(**{**self.__dict__, "device": str(dev)})

@@ -11,6 +11,7 @@ from pathlib import Path
 from attnlab.base.devices import check_device
 from attnlab.base.errors import UserError
 from attnlab.base.safepath import check_out_file
+from attnlab.commands._common import add_set_argument
 
 NAME = "eval"
 HELP = "evaluate a run, checkpoint, probe or Hugging Face/GGUF model (perplexity, cloze, choice)"
@@ -28,6 +29,8 @@ tasks (comma-separated; --limit caps the items, or documents, of each):
                                   other tokenizers re-tokenize the text, compare bits_per_byte;
                                   windows of the run's data.seq_len unless --max-length
   perplexity:FILE.jsonl|FILE.txt  documents of a local file ("text" per line / whole file)
+  perplexity --lengths 64,256,1024  at each length (train short, test long): keys perplexity@L,
+                                  each with loss_by_position; --limit = windows per length
   wikitext                        WikiText-2 test documents (hub, online only)
   cloze:FILE.jsonl                LAMBADA-format cloze: greedy exact match of the last word
   lambada                         LAMBADA OpenAI test set (hub, online only)
@@ -76,6 +79,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="feed at most L tokens (default: the model's context; perplexity of an attnlab "
         "run: its training length, data.seq_len)",
     )
+    parser.add_argument(
+        "--lengths",
+        default=None,
+        metavar="L1,L2,...",
+        help="perplexity at each length (non-overlapping windows, --limit windows at most), "
+        "past the training length where the run's position part allows it; the result holds "
+        "the loss by token position (default: the run config's eval.lengths)",
+    )
+    add_set_argument(
+        parser,
+        "a model setting of an attnlab run that keeps its weights (result keys get "
+        "+position.scaling=yarn...), e.g. RoPE scaling at evaluation time",
+        "model.position.scaling=yarn --set model.position.factor=16",
+    )
     parser.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:1, mps")
     parser.add_argument(
         "--dtype",
@@ -120,6 +137,7 @@ def _run_defaults(target: str) -> dict:
         "limit": ev.limit,
         "stride": ev.stride,
         "batch_size": ev.batch_size,
+        "lengths": ev.lengths,
         "config": cfg,
     }
 
@@ -150,7 +168,7 @@ def _preflight(cfg, args: argparse.Namespace, batch_size: int) -> None:
     est = inference_estimate(
         m,
         batch_size=batch_size,
-        seq_len=min(args.max_length or m.max_seq_len, m.max_seq_len),
+        seq_len=max(min(args.max_length or m.max_seq_len, m.max_seq_len), *(args.lengths or [0])),
         device=resolve_device(args.device),
         weights_bytes=weights,
     )
@@ -215,7 +233,10 @@ def run(args: argparse.Namespace) -> int:
     check_device(args.device)
     if args.out:
         check_out_file(args.out)
+    from attnlab.eval.lengths import parse_lengths
+
     defaults = _run_defaults(args.target)
+    args.lengths = parse_lengths(args.lengths) or defaults.get("lengths")
     tasks = args.tasks or defaults.get("tasks")
     if not tasks:
         raise UserError("give --tasks, e.g. --tasks perplexity:DATA_DIR,cloze:FILE.jsonl")
@@ -240,6 +261,10 @@ def run(args: argparse.Namespace) -> int:
     lm = load_language_model(
         args.target, device=args.device, dtype=args.dtype, max_length=args.max_length
     )
+    if args.overrides:
+        if not hasattr(lm, "reconfigure"):
+            raise UserError(f"--set changes an attnlab run's model; {lm.name} is not one")
+        lm.reconfigure(args.overrides)
     if isinstance(getattr(lm, "model", None), torch.nn.Module):
         check_weights(lm.model, lm.name)
     failures: dict[str, str] = {}
@@ -250,6 +275,7 @@ def run(args: argparse.Namespace) -> int:
             limit,
             batch_size=batch_size,
             stride=args.stride if args.stride is not None else defaults.get("stride"),
+            lengths=args.lengths,
             save=not args.no_save,
             out=args.out,
             progress=not args.no_progress,

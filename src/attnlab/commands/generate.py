@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
         if tok.eos_id is None:
             raise UserError("the prompt is empty; give some text with --prompt")
         ids = [tok.eos_id]  # an empty prompt starts a new document
-    limit = cfg.model.max_seq_len if cfg.model.position.kind == "learned" else None
+    limit = cfg.model.position_limit
     if limit is not None and len(ids) + args.max_new_tokens > limit:
         if len(ids) >= limit:
             fix = (
@@ -95,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
             fix = f"use --max-new-tokens {limit - len(ids)} or a shorter prompt"
         raise UserError(
             f"the prompt has {len(ids)} tokens; with --max-new-tokens {args.max_new_tokens} that "
-            f"exceeds the model's {limit} learned positions; {fix}"
+            f"exceeds the model's {limit} {cfg.model.position_limit_noun}; {fix}"
         )
     gen = torch.Generator(device=device).manual_seed(args.seed)
     prompt = torch.tensor([ids], dtype=torch.long, device=device)

@@ -12,8 +12,16 @@ import torch
 
 from attnlab.base.errors import UserError
 from attnlab.base.safepath import inside
+from attnlab.eval.lengths import check_lengths, length_loss, token_stream
 from attnlab.eval.lm import LanguageModel
-from attnlab.eval.registry import run_task, split_tasks, task_key
+from attnlab.eval.registry import (
+    TaskRun,
+    parse_task,
+    perplexity_documents,
+    run_task,
+    split_tasks,
+    task_key,
+)
 from attnlab.eval.results import merge_results, results_path
 from attnlab.eval.targets import load_language_model
 
@@ -43,6 +51,7 @@ def evaluate(
     device: str | torch.device | None = "auto",
     dtype: str | None = None,
     max_length: int | None = None,
+    lengths: Sequence[int] | None = None,
     save: bool = True,
     out: str | Path | None = None,
     progress: bool = False,
@@ -53,12 +62,19 @@ def evaluate(
     Returns ``{task_key: {"metrics": {...}, "source", "limit", "model", "timestamp", ...}}``.
     A task that fails on bad input (e.g. an item whose continuation does not fit the context)
     does not stop the others: they are scored and saved, then :class:`TasksFailedError` is raised with
-    both. With ``save`` the entries are merged into ``<results_dir>/eval/results.json`` of the target
+    both. With ``lengths`` each perplexity task runs at every length instead
+    (:mod:`attnlab.eval.lengths`: non-overlapping windows, ``limit`` windows at most), under the
+    keys ``TASK@LENGTH`` with the loss by token position in ``loss_by_position``; lengths past a
+    model's position limit are refused before anything runs.
+    With ``save`` the entries are merged into ``<results_dir>/eval/results.json`` of the target
     (a run or probe directory; a Hugging Face id has none), and into ``out`` when given.
     """
     specs = split_tasks(list(tasks) if not isinstance(tasks, str) else tasks)
     keys = [task_key(s) for s in specs]  # validate every name before loading anything
     lm = load_language_model(target, device=device, dtype=dtype, max_length=max_length)
+    keys = [k + lm.tag for k in keys]
+    if lengths:
+        check_lengths(lm, lengths)
     if save and lm.results_dir is not None:  # a received run may hold links out of it
         inside(lm.results_dir, results_path(lm.results_dir))
     settings = {
@@ -71,6 +87,9 @@ def evaluate(
     results: dict[str, dict[str, Any]] = {}
     failures: dict[str, str] = {}
     for spec, key in zip(specs, keys):
+        if lengths and parse_task(spec)[0] == "perplexity":
+            results |= _at_lengths(lm, spec, key.removesuffix(lm.tag), lengths, limit, batch_size)
+            continue
         t0 = time.perf_counter()
         try:
             outcome = run_task(spec, settings)
@@ -97,3 +116,36 @@ def evaluate(
     if failures:
         raise TasksFailedError(results, failures)
     return results
+
+
+def _at_lengths(
+    lm: LanguageModel,
+    spec: str,
+    key: str,
+    lengths: Sequence[int],
+    limit: int | None,
+    batch_size: int,
+) -> dict[str, dict[str, Any]]:
+    """One perplexity task at every length: ``{KEY@LENGTH: entry}``."""
+    docs, source, retokenized = perplexity_documents(TaskRun(lm, parse_task(spec)[1]))
+    stream = token_stream(docs, lm.prefix_id)
+    out = {}
+    for n in lengths:
+        t0 = time.perf_counter()
+        result = length_loss(lm, stream, n, limit, batch_size)
+        out[f"{key}@{n}{lm.tag}"] = {
+            "metrics": result.metrics(),
+            "task": spec,
+            "source": source,
+            "limit": limit,
+            "model": lm.name,
+            "max_length": n,
+            "length": n,
+            "trained_length": lm.trained_length,
+            "retokenized": retokenized,
+            "overrides": lm.tag.removeprefix("+").split("+") if lm.tag else [],
+            "loss_by_position": result.loss_by_position,
+            "timestamp": datetime.now(UTC).isoformat(timespec="seconds"),
+            "seconds": round(time.perf_counter() - t0, 3),
+        }
+    return out

@@ -42,6 +42,24 @@ class LanguageModel(ABC):
     #: the context window in tokens; backends set it, :meth:`limit_context` may lower it
     _max_length: int = 0
     _context_chosen: bool = False
+    #: True when the model may be fed more than its context: its positions have no length
+    #: limit (an attnlab model whose position part declares none), so evaluation past the
+    #: training length is possible; ``limit_reason`` says why a limited model stops
+    extrapolates: bool = False
+    limit_reason: str = ""
+    #: appended to every result key (an evaluation-time change of the model, e.g.
+    #: ``+position.scaling=yarn``), so it never overwrites the results of the model as trained
+    tag: str = ""
+
+    @property
+    def context_limit(self) -> int | None:
+        """The longest input the model can be fed at all (None: no limit)."""
+        return None if self.extrapolates else self.__dict__.get("_native_length", self._max_length)
+
+    def can_take(self, length: int) -> bool:
+        """Whether an input of ``length`` tokens can be fed."""
+        limit = self.context_limit
+        return limit is None or length <= limit
 
     @property
     def max_length(self) -> int:
@@ -63,11 +81,12 @@ class LanguageModel(ABC):
         own context). Returns ``self``."""
         if max_length is None:
             return self
-        if not 1 <= max_length <= self._max_length:
+        if max_length < 1 or not self.can_take(max_length):
             raise UserError(
                 f"max_length={max_length} must be between 1 and the context of {self.name} "
-                f"({self._max_length} tokens)"
+                f"({self.context_limit} tokens){self.limit_reason}"
             )
+        self.__dict__.setdefault("_native_length", self._max_length)
         self._max_length = int(max_length)
         self._context_chosen = True
         return self

@@ -56,6 +56,15 @@ class AttnlabLM(LanguageModel):
         self.data_dir = data_dir
         self.config: Any = None  # the run's Config when loaded from a run
         self.step: int | None = None  # the checkpoint's step when one was chosen
+        cfg = getattr(model, "cfg", None)
+        if hasattr(cfg, "position_limit"):  # an attnlab model: its position part says
+            self.extrapolates = cfg.position_limit is None
+            if not self.extrapolates:
+                from attnlab.parts import registry
+
+                kind = cfg.position.kind
+                reason = registry.get("position", kind).cls.limit_reason or "a length limit"
+                self.limit_reason = f" (model.position.kind={kind!r}: {reason})"
 
     @classmethod
     def from_run(
@@ -98,7 +107,44 @@ class AttnlabLM(LanguageModel):
         )
         lm.config, lm.step = cfg, step
         lm.trained_length = cfg.data.seq_len  # the perplexity tasks' default window
+
         return lm
+
+    def reconfigure(self, overrides: Sequence[str]) -> AttnlabLM:
+        """Rebuild the model with ``model.KEY=VALUE`` overrides of its config and the same
+        weights: an evaluation-time change that adds no parameters (RoPE scaling:
+        ``model.position.scaling=yarn``, ``model.position.factor=16``). Result keys get the
+        overrides appended (:attr:`tag`). Returns ``self``."""
+        from attnlab.config import ConfigError, apply_overrides, validate
+        from attnlab.model import build_model
+
+        overrides = list(overrides)
+        if not overrides:
+            return self
+        bad = [o for o in overrides if not o.startswith("model.")]
+        if bad or self.config is None:
+            raise UserError(
+                f"--set {', '.join(bad) or overrides[0]}: evaluation can change only model.* "
+                "keys of an attnlab run (e.g. model.position.scaling=yarn)"
+            )
+        try:
+            cfg = validate(apply_overrides(self.config.to_dict(), overrides))
+        except ConfigError as e:
+            raise UserError(f"--set {' '.join(overrides)}: {e}") from None
+        model = build_model(cfg.model).to(self._device)
+        try:
+            model.load_state_dict(self.model.state_dict(), strict=True)
+        except RuntimeError as e:
+            first = str(e).splitlines()[0]
+            raise UserError(
+                f"--set {' '.join(overrides)} changes the model's weights ({first}); evaluation "
+                "can only change settings that keep them, such as the position part's options"
+            ) from None
+        self.model, self.config = model.eval(), cfg
+        limit = cfg.model.position_limit
+        self.extrapolates = limit is None
+        self.tag = "+" + "+".join(o.removeprefix("model.") for o in overrides)
+        return self
 
     @property
     def device(self) -> torch.device:

@@ -56,7 +56,8 @@ class TaskOutcome:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def _perplexity(run: TaskRun) -> TaskOutcome:
+def perplexity_documents(run: TaskRun) -> tuple[list[Document], str, bool]:
+    """The documents a ``perplexity[:ARG]`` task scores: (documents, source, re-tokenized)."""
     from attnlab.eval.corpus import corpus_documents
 
     arg = run.arg
@@ -72,6 +73,11 @@ def _perplexity(run: TaskRun) -> TaskOutcome:
         docs, retokenized = _text_documents(run.lm, path, run.limit), True
     else:
         docs, retokenized = corpus_documents(run.lm, path, run.limit)
+    return docs, str(path), retokenized
+
+
+def _perplexity(run: TaskRun) -> TaskOutcome:
+    docs, path, retokenized = perplexity_documents(run)
     length = run.lm.perplexity_length
     result = perplexity(run.lm, docs, run.stride, run.batch_size, run.progress, length)
     extra = {

@@ -76,6 +76,9 @@ class EvaluateSpec(_Spec):
     tasks: list[str] = Field(min_length=1)
     limit: int | None = Field(None, ge=1, description="items (or documents) per task")
     batch_size: int = Field(8, ge=1)
+    lengths: list[int] | None = Field(
+        None, description="perplexity tasks at each length (keys TASK@L; --limit = windows)"
+    )
 
 
 class VariantSpec(_Spec):

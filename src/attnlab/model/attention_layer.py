@@ -1,6 +1,7 @@
 """The attention sub-layer, in the order of the seed figures, one slot per step:
 
-    x~ -> query, key, value -> (qk-norm) -> rotary -> [cache] -> score -> readout -> mixer
+    x~ -> query, key, value -> (qk-norm) -> position rotation -> [cache] -> score -> readout
+       -> mixer
 
 Every step is the part its slot names in the config (``model.query``, ``model.key``,
 ``model.value``, ``model.score``, ``model.readout``, ``model.mixer``). When every projection part
@@ -21,7 +22,6 @@ from attnlab.model.context import AttnContext
 from attnlab.model.kv_cache import KVCache
 from attnlab.model.linear import DecodeLayout, matmul_split, param_key, split_columns, uses_layout
 from attnlab.model.norms import RMSNorm
-from attnlab.model.positions import Rotary
 from attnlab.parts import Dims, ScoreContext, registry
 from attnlab.parts.registry import build
 
@@ -29,7 +29,7 @@ from attnlab.parts.registry import build
 class Attention(DecodeLayout, nn.Module):
     """Self- or cross-attention assembled from the configured parts."""
 
-    def __init__(self, cfg: ModelConfig, *, cross: bool = False, rotary: Rotary | None = None):
+    def __init__(self, cfg: ModelConfig, *, cross: bool = False):
         super().__init__()
         dims = Dims.from_config(cfg, cross=cross)
         H, Hkv, dh = dims.n_heads, dims.n_kv_heads, dims.head_dim
@@ -41,7 +41,6 @@ class Attention(DecodeLayout, nn.Module):
         self.fused = cfg.attention.fuse_qkv and not cross and all(r is not None for r in rows)
         self.q_norm = RMSNorm(dh, eps=cfg.norm.eps) if cfg.attention.qk_norm else None
         self.k_norm = RMSNorm(dh, eps=cfg.norm.eps) if cfg.attention.qk_norm else None
-        self.rotary = None if cross else rotary
         # cross-attention reads the encoder as it is: no score transform, plain head readout
         self.score = None if cross else build(cfg.score, dims, "score")
         if self.score is not None:
@@ -138,9 +137,8 @@ class Attention(DecodeLayout, nn.Module):
         q = self._heads(q, self.H)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        if self.rotary is not None:
-            q = self.rotary.apply(q, *ctx.rope)
-            k = self.rotary.apply(k, *ctx.rope)
+        if ctx.rotate is not None and not self.cross:
+            q, k = ctx.rotate(q), ctx.rotate(k)
         if cache is not None and not self.cross:
             k, v = cache.update(slot, k, v, ctx.start)
         if self.score is not None:

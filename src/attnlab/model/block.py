@@ -20,8 +20,6 @@ from attnlab.config import ModelConfig
 from attnlab.model.attention_layer import Attention
 from attnlab.model.context import AttnContext
 from attnlab.model.kv_cache import KVCache
-from attnlab.model.norms import make_norm
-from attnlab.model.positions import Rotary
 from attnlab.parts import Dims
 from attnlab.parts.registry import build
 
@@ -48,23 +46,22 @@ class Block(nn.Module):
         self,
         cfg: ModelConfig,
         *,
-        rotary: Rotary | None = None,
         cross: bool = False,
         drop_path: float = 0.0,
     ) -> None:
         super().__init__()
-        d, dims = cfg.d_model, Dims.from_config(cfg)
+        dims = Dims.from_config(cfg)
         self.post = cfg.norm_position == "post"
         self.parallel = cfg.residual_kind == "parallel"
         self.residual = cfg.residual
-        self.norm1 = make_norm(cfg.norm, d)
+        self.norm1 = build(cfg.norm, dims, "norm")
         self.feature_map = build(cfg.feature_map, dims, "feature_map")
-        self.attention = Attention(cfg, rotary=rotary)
+        self.attention = Attention(cfg)
         self.side_branch = build(cfg.side_branch, dims, "side_branch")
-        self.cross_norm = make_norm(cfg.norm, d) if cross else None
+        self.cross_norm = build(cfg.norm, dims, "norm") if cross else None
         self.cross_attention = Attention(cfg, cross=True) if cross else None
         self.ffn = build(cfg.ffn, dims, "ffn") if cfg.mlp else None
-        self.norm2 = make_norm(cfg.norm, d) if cfg.mlp else None
+        self.norm2 = build(cfg.norm, dims, "norm") if cfg.mlp else None
         self.drop = nn.Dropout(cfg.dropout)
         self.drop_path = DropPath(drop_path)
 

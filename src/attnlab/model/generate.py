@@ -91,11 +91,12 @@ def _generate(
             f"prefix-LM: the prompt ({ids.shape[1]} tokens) must cover "
             f"model.attention.prefix_len={a.prefix_len}; generated tokens are never in the prefix"
         )
-    limit = cfg.max_seq_len if cfg.position.kind == "learned" else None
+    limit = cfg.position_limit
     if limit is not None and ids.shape[1] + max_new_tokens > limit:
         raise InvalidRequestError(
             f"prompt ({ids.shape[1]}) + max_new_tokens ({max_new_tokens}) exceeds "
-            f"model.max_seq_len={limit} of learned positions"
+            f"model.max_seq_len={limit} of {cfg.position_limit_noun} "
+            f"(model.position.kind={cfg.position.kind!r})"
         )
     cache = None
     if use_cache and model.supports_cache:

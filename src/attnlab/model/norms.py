@@ -1,4 +1,5 @@
-"""Normalisations over the last dimension.
+"""Normalisations over the last dimension (the math; the ``norm`` slot's parts in
+``model/parts/norm_*.py`` use it, as do parts with norms of their own).
 
 - LayerNorm: g * (x - mean) / sqrt(var + eps) + b          params: d (+ d bias)
 - RMSNorm:   g * x / sqrt(mean(x^2) + eps)                  params: d
@@ -9,19 +10,10 @@ All cost O(d) FLOPs per token.
 from __future__ import annotations
 
 import math
-from typing import Protocol
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-
-
-class NormSettings(Protocol):
-    """What a norm is built from (``config.NormConfig`` has these fields)."""
-
-    kind: str
-    bias: bool
-    eps: float
 
 
 class LayerNorm(nn.Module):
@@ -76,15 +68,3 @@ class ScaleNorm(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return self.weight * x / x.norm(dim=-1, keepdim=True).clamp_min(self.eps)
-
-
-NORMS: dict[str, type[nn.Module]] = {
-    "layernorm": LayerNorm,
-    "rmsnorm": RMSNorm,
-    "scalenorm": ScaleNorm,
-}
-
-
-def make_norm(cfg: NormSettings, dim: int) -> nn.Module:
-    """The configured norm over ``dim`` features."""
-    return NORMS[cfg.kind](dim, bias=cfg.bias, eps=cfg.eps)

@@ -21,7 +21,6 @@ from attnlab.parts import Part
 _ASSEMBLY = {
     "embed": "embedding",
     "abs_pos": "position",
-    "t5_bias": "position",
     "lm_head": "lm_head",
     "q_norm": "qk_norm",
     "k_norm": "qk_norm",

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -27,17 +28,11 @@ from attnlab.model.kv_cache import KVCache
 from attnlab.model.linear import Linear
 from attnlab.model.linear_cross_entropy import linear_cross_entropy
 from attnlab.model.masks import allowed_keys, stack_mask
-from attnlab.model.norms import make_norm
 from attnlab.model.output import ModelOutput
-from attnlab.model.positions import (
-    ALiBi,
-    LearnedPositions,
-    Rotary,
-    SinusoidalPositions,
-    T5RelativeBias,
-)
+from attnlab.model.positions import SinusoidalPositions
 from attnlab.model.retrieval.cca import ChunkedCrossAttention, encode_neighbours
-from attnlab.parts import Init, Part, default_init
+from attnlab.parts import Dims, Init, Part, PositionPart, default_init, registry
+from attnlab.parts.registry import build
 
 
 def parts_of(module: nn.Module) -> list[Part]:
@@ -45,36 +40,47 @@ def parts_of(module: nn.Module) -> list[Part]:
     return [m for m in module.modules() if isinstance(m, Part)]
 
 
+def position_class(cfg: ModelConfig) -> type[PositionPart] | None:
+    """The class of the configured position part (None: no positions, NoPE)."""
+    spec = registry.get("position", cfg.position.kind)
+    return None if spec.kind == "none" else spec.cls
+
+
+def norm(cfg: ModelConfig, dim: int | None = None) -> nn.Module:
+    """The configured norm (``model.norm``) over ``dim`` features (default d_model)."""
+    dims = Dims.from_config(cfg)
+    return build(cfg.norm, dims if dim is None else dims.with_(d_model=dim), "norm")
+
+
 class Stack(nn.Module):
-    """Blocks of one attention direction (causal or bidirectional), with their position bias."""
+    """Blocks of one attention direction (causal or bidirectional), with the part of the position
+    slot that acts inside attention (a logit bias, a rotation), built for this direction."""
 
     def __init__(self, cfg: ModelConfig, n_layers: int, *, causal: bool, cross: bool) -> None:
         super().__init__()
         self.cfg, self.causal = cfg, causal
-        pos = cfg.position
-        self.rotary = (
-            Rotary(cfg.head_dim, pos.rope_fraction, pos.rope_base) if pos.kind == "rope" else None
-        )
-        self.alibi = ALiBi(cfg.attention.n_heads) if pos.kind == "alibi" else None
-        self.t5_bias = (
-            T5RelativeBias(cfg.attention.n_heads, pos.t5_buckets, pos.t5_max_distance, not causal)
-            if pos.kind == "t5"
-            else None
-        )
+        cls = position_class(cfg)
+        inside = cls is not None and (cls.logit_bias or cls.rotary)
+        dims = Dims.from_config(cfg).with_(causal=causal)
+        self.position = build(cfg.position, dims, "position") if inside else None
         self.loops = cfg.loops
         depth = n_layers * self.loops
         rates = [cfg.stochastic_depth * i / max(depth - 1, 1) for i in range(n_layers)]
-        self.blocks = nn.ModuleList(
-            Block(cfg, rotary=self.rotary, cross=cross, drop_path=r) for r in rates
-        )
+        self.blocks = nn.ModuleList(Block(cfg, cross=cross, drop_path=r) for r in rates)
         # a fixed sinusoidal timestep signal per loop (Universal Transformers): no parameters, so
         # the parameter count does not depend on the number of loops
         sig = math.sqrt(2) * cfg.init_std  # per-dimension RMS = the embeddings' init std
         self.step_signal = SinusoidalPositions(cfg.d_model, scale=sig) if self.loops > 1 else None
-        self.final_norm = make_norm(cfg.norm, cfg.d_model) if cfg.norm_position == "pre" else None
+        self.final_norm = norm(cfg) if cfg.norm_position == "pre" else None
         self._aux_parts = [
             p for p in parts_of(self) if type(p).pop_aux_losses is not Part.pop_aux_losses
         ]
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        # checkpoints written before positions were a slot kept a relative bias as ``t5_bias``
+        for key in [k for k in state_dict if k.startswith(f"{prefix}t5_bias.")]:
+            state_dict[f"{prefix}position.{key[len(prefix) + 8 :]}"] = state_dict.pop(key)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     @property
     def n_slots(self) -> int:
@@ -100,16 +106,15 @@ class Stack(nn.Module):
             allowed, is_causal = None, False
         else:
             allowed, is_causal = allowed_keys(a, q_pos, k_pos, self.causal), False
-        bias = None
-        if self.alibi is not None:
-            bias = self.alibi(q_pos, k_pos)
-        elif self.t5_bias is not None:
-            bias = self.t5_bias(q_pos, k_pos)
-        rope = None
-        if self.rotary is not None:
-            rope = self.rotary.cos_sin(q_pos, dtype)
+        bias = rotate = None
+        pos = self.position
+        if pos is not None and pos.logit_bias:
+            bias = pos.bias(q_pos, k_pos)
+        if pos is not None and pos.rotary:
+            tables = pos.rotation(q_pos, dtype)
+            rotate = partial(pos.rotate, tables=tables)
         return AttnContext(
-            q_pos, k_pos, allowed, is_causal, bias, rope, start, need_weights, padding
+            q_pos, k_pos, allowed, is_causal, bias, rotate, start, need_weights, padding
         )
 
     def forward(
@@ -154,12 +159,11 @@ class Transformer(nn.Module):
         self.cfg = cfg
         d = cfg.d_model
         self.embed = nn.Embedding(cfg.vocab_size, d)
-        kind = cfg.position.kind
-        self.abs_pos: nn.Module | None = None
-        if kind == "learned":
-            self.abs_pos = LearnedPositions(cfg.max_seq_len, d)
-        elif kind == "sinusoidal":
-            self.abs_pos = SinusoidalPositions(d, scale=math.sqrt(2) * cfg.init_std)
+        cls = position_class(cfg)
+        #: the position part's embedding side (absolute positions), None when it has none
+        self.abs_pos: PositionPart | None = None
+        if cls is not None and cls.absolute:
+            self.abs_pos = build(cfg.position, Dims.from_config(cfg), "position")
         self.drop = nn.Dropout(cfg.dropout)
         fam = cfg.family
         self.encoder = (
@@ -261,14 +265,17 @@ class Transformer(nn.Module):
     def _embed(self, ids: Tensor, start: int) -> Tensor:
         x = self.embed(ids)
         end = start + ids.shape[1]
-        if isinstance(self.abs_pos, LearnedPositions) and end > self.abs_pos.max_len:
+        limit = self.cfg.position_limit
+        if limit is not None and end > limit:
             raise InvalidRequestError(
-                f"positions up to {end - 1} exceed model.max_seq_len={self.abs_pos.max_len} of "
-                "the learned position table; shorten the input or raise model.max_seq_len"
+                f"positions up to {end - 1} exceed model.max_seq_len={limit} of "
+                f"{self.cfg.position_limit_noun} (model.position.kind="
+                f"{self.cfg.position.kind!r}); shorten the input, raise model.max_seq_len, or "
+                "use a position part without a length limit"
             )
         if self.abs_pos is not None:
             pos = torch.arange(start, start + ids.shape[1], device=ids.device)
-            x = x + self.abs_pos(pos).to(x.dtype)
+            x = x + self.abs_pos.embed(pos).to(x.dtype)
         return self.drop(x)
 
     def aux_losses(self) -> Iterator[Tensor]:

@@ -70,7 +70,9 @@ class Dims:
     - ``mixer_in``: n_in, the width the readout hands the mixer: H d_h until the readout is
       built, then its ``width(opts, dims)`` for the mixer;
     - ``model``: the whole :class:`~attnlab.config.ModelConfig` in an attnlab model (None in
-      the probe), for anything else a part needs to read.
+      the probe), for anything else a part needs to read;
+    - ``causal``: whether the stack the part is built for reads only earlier tokens (False in an
+      encoder; a position part's bias may differ by direction).
     """
 
     d_model: int
@@ -86,6 +88,7 @@ class Dims:
     heads_out: int = 0
     mixer_in: int = 0
     model: Any = None
+    causal: bool = True
 
     @property
     def d_q(self) -> int:
@@ -111,8 +114,8 @@ class Dims:
             head_dim=cfg.head_dim,
             n_layers=cfg.n_layers,
             bias=cfg.bias,
-            norm_eps=cfg.norm.eps,
-            norm_bias=cfg.norm.bias,
+            norm_eps=getattr(cfg.norm, "eps", 1e-5),
+            norm_bias=getattr(cfg.norm, "bias", True),
             cross=cross,
             heads_out=H,
             mixer_in=H * cfg.head_dim,

@@ -27,10 +27,14 @@ holds these sizes and when each is set), once per layer (a looped model runs its
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
+from pydantic import Field
 from torch import Tensor
 
+from attnlab.base.schema import PartOptions
 from attnlab.parts.part import Part
 
 FusedRows = list[tuple[Tensor, Tensor | None]]
@@ -209,6 +213,79 @@ class FFNPart(Part):
     post-LN); not built when ``model.mlp = false``. Its hidden width comes from its options."""
 
 
+class PositionPart(Part):
+    """``position``: how token positions enter the model. Built once per stack (an
+    encoder-decoder's encoder and decoder each get their own; ``dims.causal`` says which) for
+    what acts inside attention, and once for the embeddings when it adds a vector to them. A
+    part declares which of three ways in it uses, and implements those methods:
+
+    - ``absolute`` (learned, sinusoidal): ``embed(positions [T]) -> [T, d]``, added to the token
+      embeddings (the module is the model's ``abs_pos``);
+    - ``logit_bias`` (ALiBi, T5): ``bias(q_pos [Tq], k_pos [Tk]) -> [H, Tq, Tk]``, added to the
+      attention logits. The flash kernel takes no bias, so the config refuses
+      ``model.attention.backend = "flash"`` with such a part; SDPA takes it as a float mask;
+    - ``rotary`` (RoPE): ``rotation(positions [T], dtype) -> tables`` once per forward, then
+      ``rotate(x [B, h, T, d_h], tables) -> x'`` on q and on the new keys, before the keys enter
+      the KV cache (the cache stores rotated keys; a rotation must depend on the absolute
+      position only, so that cached keys stay valid).
+
+    Other declarations read: ``length_limit(opts, model) -> int | None`` (a classmethod: the
+    longest sequence it can place, e.g. a learned table's ``model.max_seq_len``; None: no
+    limit, so evaluation and generation may run past the training length) with
+    ``limit_reason`` (the sentence a refusal quotes) and ``limit_noun`` (what it counts); ``key_fold`` (a function ``(q, k, scale,
+    offset) -> (q', k')`` whose scaled dot products carry this part's bias in a causal stack,
+    with ``key_fold_width`` extra columns: how ``score.virtual_heads_fused`` convolves a bias
+    with the keys; None: the bias cannot be folded). A part adds nothing to the KV cache beyond
+    the keys it rotates; its parameters and ``extra_flops`` are declared like any part's.
+    """
+
+    absolute: ClassVar[bool] = False
+    logit_bias: ClassVar[bool] = False
+    rotary: ClassVar[bool] = False
+    limit_reason: ClassVar[str] = ""
+    #: what the limit counts, for messages ("the model's 128 learned positions")
+    limit_noun: ClassVar[str] = "positions"
+    key_fold: ClassVar[Callable[..., tuple[Tensor, Tensor]] | None] = None
+    key_fold_width: ClassVar[int] = 0
+
+    @classmethod
+    def length_limit(cls, opts: PartOptions, model: Any) -> int | None:
+        return None
+
+    def embed(self, positions: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def bias(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def rotation(self, positions: Tensor, dtype: Any) -> Any:
+        raise NotImplementedError
+
+    def rotate(self, x: Tensor, tables: Any) -> Tensor:
+        raise NotImplementedError
+
+
+class NormOptions(PartOptions):
+    """What every norm is built from: ``bias`` (a norm that has one), ``eps``."""
+
+    bias: bool = True
+    eps: float = Field(1e-5, gt=0)
+
+
+class NormPart(Part):
+    """``norm``: the normalisation every norm of the stack uses (the block's norms and the final
+    one), ``forward(x [B, T, d]) -> [B, T, d]`` over ``dims.d_model``. ``reset_norm()`` sets it
+    to its identity settings (the default init calls it). Its options derive from
+    :class:`NormOptions` (``bias``, ``eps``: parts with their own norms read them as
+    ``dims.norm_bias``, ``dims.norm_eps``)."""
+
+    Options = NormOptions
+    param_label = "norm"
+
+    def reset_norm(self) -> None:
+        raise NotImplementedError
+
+
 @dataclass(frozen=True)
 class Slot:
     """A named place in the block: the facts the rest of attnlab reads about it.
@@ -253,6 +330,8 @@ SLOTS: dict[str, Slot] = {
         Slot("mixer", MixerPart, "linear", False, "head mixing W_O"),
         Slot("side_branch", SideBranchPart, "none", True, "a branch beside attention", 1),
         Slot("ffn", FFNPart, "gelu", False, "position-wise feed-forward"),
+        Slot("position", PositionPart, "learned", True, "how token positions enter the model"),
+        Slot("norm", NormPart, "layernorm", False, "the normalisation of every norm"),
     )
 }
 NONE = "none"

@@ -68,6 +68,9 @@ class LoopSettings:
     eval_every: int  # 0 = never during training
     eval_at_end: bool = True
     spike_factor: float = 0.0
+    grad_noise: float = 0.0  # eta: gradient noise variance at step 0 (0 = off)
+    grad_noise_decay: float = 0.55  # gamma: variance eta / (1 + t)^gamma
+    seed: int = 0  # the noise of step t is drawn from a generator seeded by (seed, t)
 
     @classmethod
     def from_recipe(
@@ -88,6 +91,9 @@ class LoopSettings:
             eval_every=recipe.eval_every,
             eval_at_end=eval_at_end,
             spike_factor=recipe.spike_factor,
+            grad_noise=recipe.grad_noise,
+            grad_noise_decay=recipe.grad_noise_decay,
+            seed=recipe.seed,
         )
 
 
@@ -267,7 +273,37 @@ class Loop:
             scaler.unscale_(task.optimizer)
         clip = self.s.grad_clip if self.s.grad_clip > 0 else math.inf
         grad_norm = torch.nn.utils.clip_grad_norm_(task.params, clip)
+        self._add_grad_noise(step)
         return float(mean.item()), _as_float(grad_norm)
+
+    def grad_noise_std(self, step: int) -> float:
+        """sigma_t = sqrt(eta / (1 + t)^gamma), the gradient noise of step ``step`` (0: off)."""
+        s = self.s
+        return math.sqrt(s.grad_noise / (1 + step) ** s.grad_noise_decay) if s.grad_noise else 0.0
+
+    @torch.no_grad()
+    def _add_grad_noise(self, step: int) -> None:
+        """g += N(0, sigma_t^2) on every trainable gradient, after clipping (Neelakantan et al.
+        2015). The noise of step t comes from a generator seeded by (train.seed, t): the same on
+        every rank (whose gradients are already reduced) and again after a resume, so a resumed
+        run adds exactly the noise an uninterrupted one does, with no generator state to keep."""
+        std = self.grad_noise_std(step)
+        if not std:
+            return
+        gen: dict[torch.device, torch.Generator] = {}
+        for p in self.task.params:
+            if p.grad is None:
+                continue
+            if p.grad.device not in gen:
+                g = torch.Generator(device=p.grad.device)
+                gen[p.grad.device] = g.manual_seed(self.s.seed * 1_000_003 + step)
+            noise = torch.randn(
+                p.grad.shape,
+                generator=gen[p.grad.device],
+                device=p.grad.device,
+                dtype=torch.float32,
+            )
+            p.grad.add_(noise.to(p.grad.dtype), alpha=std)
 
     def _optimizer_step(self) -> None:
         scaler, opt = self.precision.scaler, self.task.optimizer
@@ -441,6 +477,8 @@ class Loop:
                     "tokens": c.tokens,
                     "tokens_per_s": tps,
                 }
+                if s.grad_noise:
+                    row["grad_noise_std"] = self.grad_noise_std(step)
                 if task.flops_per_token:
                     row["mfu"] = mfu(task.flops_per_token, tps, self.peak_flops, self.dist.world)
                 row["elapsed"] = c.elapsed

@@ -69,7 +69,7 @@ def _case(family: str, mask: str, position: str, *extra: str) -> Case:
     sets = [f"model.family={family}", f"model.attention.mask={mask}"]
     sets.append(f"model.position.kind={position}")
     if position == "rope":
-        sets.append("model.position.rope_fraction=0.5")
+        sets.append("model.position.fraction=0.5")
     if family == "encoder_decoder":
         sets.append("model.n_decoder_layers=2")
     return Case(family, mask, position, (*sets, *extra))
@@ -111,7 +111,9 @@ def config_for(
     spec = registry.get(slot, kind)
     raw = {k: dict(v) for k, v in BASE.items()}
     raw["model"] = {**BASE["model"], slot: part_table(slot, kind, options)}
-    sets = [*case.overrides, *spec.cls.check_config, *extra]
+    own = f"model.{slot}."  # a case's setting of the slot under check gives way to the part
+    sets = [s for s in case.overrides if not s.startswith(own)]
+    sets = [*sets, *spec.cls.check_config, *extra]
     return validate(apply_overrides(raw, sets))
 
 
@@ -119,8 +121,13 @@ def accepted(
     slot: str, kind: str, options: dict[str, Any]
 ) -> tuple[list[tuple[Case, Config]], list[tuple[str, str]]]:
     """(the cases whose config validates, [(case name, why refused)])."""
-    ok, refused = [], []
+    ok, refused, names = [], [], set()
     for case in CASES:
+        if slot == "position":  # the cases' own positions give way to the part under check
+            case = Case(case.family, case.mask, kind, case.overrides)
+            if case.name in names:
+                continue
+            names.add(case.name)
         try:
             ok.append((case, config_for(case, slot, kind, options)))
         except ConfigError as e:

@@ -23,6 +23,7 @@ import numpy as np
 
 from attnlab.experiments.reports import plots
 from attnlab.experiments.reports.curves import Band, band, relative_curve
+from attnlab.experiments.reports.lengths import is_length_column, lengths_section
 from attnlab.experiments.reports.markdown import (
     PLOTS,
     count_statuses,
@@ -112,6 +113,7 @@ def compare_report(out: Path, record: Record, rows: list[RunRow]) -> Path:
         *variants_section(record),
         *runs_section(rows),
         *evaluation_section(rows, summaries),
+        *lengths_section(out, rows),
         *curves_section(out, record, rows, summaries, notes),
         *parts_section(record),
         *layer_stats_section(out, record, rows, notes),
@@ -308,7 +310,7 @@ def runs_section(rows: list[RunRow]) -> list[str]:
 
 def evaluation_section(rows: list[RunRow], summaries: list[VariantSummary]) -> list[str]:
     """Mean ± std over seeds of every ``eval/results.json`` metric; nothing without any."""
-    cols = sorted({k for r in rows for k in r.eval})
+    cols = sorted({k for r in rows for k in r.eval if not is_length_column(k)})
     if not cols:
         return []
     cells = []

@@ -93,7 +93,15 @@ def eval_todo(r: RunPlan, spec: EvaluateSpec) -> list[str]:
         done = set(load_results(results_path(r.run_dir))["tasks"])
     except UserError:
         done = set()
-    return [t for t in spec.tasks if task_key(t) not in done]
+    lengths = spec.lengths or r.config.eval.lengths
+    return [t for t in spec.tasks if not set(_keys(task_key(t), lengths)) <= done]
+
+
+def _keys(key: str, lengths: list[int] | None) -> list[str]:
+    """The result keys of one task: ``perplexity@L`` per length for a perplexity task."""
+    if lengths and key.split(":")[0] == "perplexity":
+        return [f"{key}@{n}" for n in lengths]
+    return [key]
 
 
 def evaluate_run(r: RunPlan, spec: EvaluateSpec, note: Callable[[str], None]) -> None:
@@ -119,6 +127,7 @@ def evaluate_run(r: RunPlan, spec: EvaluateSpec, note: Callable[[str], None]) ->
             spec.limit,
             batch_size=spec.batch_size,
             device=r.config.train.device,
+            lengths=spec.lengths or r.config.eval.lengths,
         )
     except KeyboardInterrupt:
         raise

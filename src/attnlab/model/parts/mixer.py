@@ -37,8 +37,10 @@ def removed_mlp_params(cfg) -> int:
     glu = cfg.ffn.kind in ("swiglu", "geglu")
     mats = (3 if glu else 2) * d * h
     biases = ((2 * h if glu else h) + d) if cfg.bias else 0
-    norm = {"layernorm": d * (2 if cfg.norm.bias else 1), "rmsnorm": d, "scalenorm": 1}
-    return mats + biases + norm[cfg.norm.kind]
+    from attnlab.parts import registry
+
+    norm = registry.get("norm", cfg.norm.kind).cls.param_count(cfg.norm, Dims.from_config(cfg))
+    return mats + biases + (norm or 0)
 
 
 @register("mixer", "linear")

@@ -42,7 +42,6 @@ from pydantic import Field
 from torch import Tensor, nn
 
 from attnlab.base.errors import UserError
-from attnlab.model.virtual_fused.alibi import alibi_columns
 from attnlab.model.virtual_fused.geometry import Geometry
 from attnlab.model.virtual_fused.image import convolve_scores
 from attnlab.model.virtual_fused.keys import convolved_keys, stacked_queries
@@ -96,18 +95,19 @@ class VirtualHeadsFused(ScorePart):
                     f"(n_heads={H} / group size {G}); each group makes the same number of "
                     "virtual heads"
                 )
-            pos = model.position.kind
-            if pos == "t5":
+            pos = _position(model)
+            kind = model.position.kind
+            if pos is not None and pos.logit_bias and pos.key_fold is None:
                 out.append(
-                    "model.position.kind='t5' adds bucketed biases that are not bilinear in the "
-                    "positions, so they cannot be convolved with the keys; use "
+                    f"model.position.kind={kind!r} adds a logit bias that is not bilinear in the "
+                    "positions, so it cannot be convolved with the keys; use "
                     "model.score.kind='virtual_heads' (materialised) or another position kind"
                 )
-            if pos == "alibi" and fam != "decoder":
+            if pos is not None and pos.key_fold is not None and fam != "decoder":
                 out.append(
-                    "model.position.kind='alibi' in a bidirectional stack adds -m|i - j|, which is "
-                    "not bilinear in the positions; kind='virtual_heads_fused' folds only causal "
-                    "ALiBi. Use model.score.kind='virtual_heads' (materialised) or RoPE"
+                    f"model.position.kind={kind!r} folds its bias into the keys in a causal stack "
+                    "only; kind='virtual_heads_fused' cannot convolve it in a bidirectional one. "
+                    "Use model.score.kind='virtual_heads' (materialised) or a rotary position"
                 )
             if model.attention.mask not in ("causal", "bidirectional"):
                 out.append(
@@ -146,7 +146,10 @@ class VirtualHeadsFused(ScorePart):
         )
         self.head_dim = dims.head_dim
         model = dims.model
-        self.alibi = model is not None and model.position.kind == "alibi"
+        pos = _position(model) if model is not None else None
+        #: the position part's bias folded into extra q/k columns (None: no bias to fold)
+        self.fold = pos.key_fold if pos is not None and pos.logit_bias else None
+        self.fold_width = pos.key_fold_width if self.fold is not None else 0
         #: FLOP accounting only: a decoder's (and an encoder-decoder's) stacks are causal
         self.causal = model is None or model.family != "encoder"
         self.weight = nn.Parameter(torch.zeros(self.geo.weight_shape()))
@@ -176,7 +179,7 @@ class VirtualHeadsFused(ScorePart):
     def call_widths(self) -> tuple[int, int, int]:
         """(query/key width, value width, heads) of the one fused attention call per forward."""
         geo, d = self.geo, self.head_dim
-        n_alpha, dq, e = len(geo.alphas), d + (2 if self.alibi else 0), d + 1
+        n_alpha, dq, e = len(geo.alphas), d + self.fold_width, d + 1
         if self.on == "logits":
             return geo.G * n_alpha * dq, d, geo.H_out
         if self.causal:
@@ -223,18 +226,18 @@ class VirtualHeadsFused(ScorePart):
         Tq, Tk = q.shape[2], k.shape[2]
         if ctx.need_weights or core.backend == "math" or Tq == 1 < Tk:
             return core.explicit(q, k, v, ctx, transform=self)
-        if ctx.bias is not None and not self.alibi:
+        if ctx.bias is not None and self.fold is None:
             raise UserError(
-                "virtual_heads_fused was given a logit bias it cannot convolve; only causal "
-                "ALiBi (model.position.kind='alibi') is folded into the keys"
+                "virtual_heads_fused was given a logit bias it cannot convolve; only a position "
+                "part that declares key_fold (causal ALiBi) is folded into the keys"
             )
         offset = Tk - Tq
         causal = ctx.is_causal or ctx.allowed is not None or offset > 0
         if ctx.padding is not None:
             keep = ctx.padding.to(q.dtype)[:, None, :, None]
             q, k = q * keep[:, :, offset:], k * keep
-        if self.alibi:
-            q, k = alibi_columns(q, k, core.scale, offset)
+        if self.fold is not None:
+            q, k = self.fold(q, k, core.scale, offset)
         if self.on == "probs":
             if causal:
                 return causal_probs(q, k, v, self.weight, self.geo, core, offset), None
@@ -243,3 +246,11 @@ class VirtualHeadsFused(ScorePart):
         Khat = convolved_keys(k, self.weight, self.geo)
         sctx = ScoreContext(ctx.allowed, ctx.is_causal, None, False, ctx.padding)
         return attend(core, Q, Khat, self.geo.value_heads(v), sctx, scale=1.0), None
+
+
+def _position(model):
+    """The class of ``model``'s position part (None: no positions)."""
+    from attnlab.parts import registry
+
+    spec = registry.get("position", model.position.kind)
+    return None if spec.kind == "none" else spec.cls

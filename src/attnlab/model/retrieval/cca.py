@@ -27,7 +27,8 @@ from torch import Tensor, nn
 from attnlab.config import ModelConfig
 from attnlab.model.attention_layer import Attention
 from attnlab.model.context import AttnContext
-from attnlab.model.norms import make_norm
+from attnlab.parts import Dims
+from attnlab.parts.registry import build
 
 
 class ChunkedCrossAttention(nn.Module):
@@ -36,7 +37,7 @@ class ChunkedCrossAttention(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.m = cfg.retrieval.chunk_size
-        self.norm = make_norm(cfg.norm, cfg.d_model)
+        self.norm = build(cfg.norm, Dims.from_config(cfg), "norm")
         self.cross_attention = Attention(cfg, cross=True)
 
     def forward(self, h: Tensor, memory: Tensor) -> Tensor:

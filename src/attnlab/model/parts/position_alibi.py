@@ -1,0 +1,38 @@
+"""ALiBi (Press et al. 2022, "Train Short, Test Long"): bias[h, i, j] = -m_h |i - j| on the
+attention logits, head slopes m_h = 2^(-8h/H) (interleaved for H not a power of two).
+
+No params; the bias is O(H Tq Tk) elementwise work (no matmul FLOPs); no length limit, which is
+the point: the paper trains at short lengths and evaluates far past them. It is a logit bias,
+so the flash kernel (no bias input) is refused and SDPA takes it as a float mask. In a causal
+stack the bias m_h (j - i) is bilinear in positions, so ``score.virtual_heads_fused`` folds it
+into two extra query/key columns (``key_fold``).
+"""
+
+from __future__ import annotations
+
+from torch import Tensor
+
+from attnlab.model.positions import ALiBi
+from attnlab.model.virtual_fused.alibi import alibi_columns
+from attnlab.parts import Dims, PositionPart, register
+
+
+@register("position", "alibi")
+class ALiBiPosition(PositionPart):
+    """A per-head linear penalty on the distance between query and key."""
+
+    logit_bias = True
+    key_fold = staticmethod(alibi_columns)
+    key_fold_width = 2
+    cost = "params 0; FLOPs 0 (an H x Tq x Tk bias); cache 0"
+
+    @classmethod
+    def param_count(cls, opts: PositionPart.Options, dims: Dims) -> int:
+        return 0
+
+    def __init__(self, opts: PositionPart.Options, dims: Dims) -> None:
+        super().__init__(opts, dims)
+        self.alibi = ALiBi(dims.n_heads)
+
+    def bias(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        return self.alibi(q_pos, k_pos)
