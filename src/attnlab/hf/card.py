@@ -211,6 +211,35 @@ def model_card(
         f"context {m.max_seq_len}, vocabulary {m.vocab_size}; "
         f"{params['total']:,} parameters ({params['non_embedding']:,} non-embedding).",
         "",
+        *_load_lines(name),
+        "## Block",
+        "",
+        "| slot | part | options |",
+        "| --- | --- | --- |",
+        *_slots(cfg),
+        "",
+    ]
+    lines += _plugin_lines(plugins) + _retrieval_lines(cfg)
+    lines += _data_lines(cfg, data_meta, tokenizer, attribution)
+    lines += ["", "## Training", ""]
+    if status:
+        for key in ("status", "step", "max_steps", "tokens", "final_val_loss", "best_val_loss"):
+            if status.get(key) is not None:
+                lines.append(f"- {key}: {_fmt(status[key])}")
+    else:
+        lines.append("- no status.json in the run directory")
+    table = _results(entries)
+    if table:
+        lines += ["", "## Evaluation (attnlab eval)", "", *table]
+    elif results is not None:
+        lines += ["", "## Evaluation", "", "- eval/results.json holds no task results"]
+    lines += ["", "## The run's config", "", "```toml", dump_toml(cfg).strip(), "```", ""]
+    return "\n".join(lines)
+
+
+def _load_lines(name: str) -> list[str]:
+    """How to load the folder with transformers alone: code that runs as written."""
+    return [
         "## Load it",
         "",
         "From the folder that holds this one (or give its Hub id once uploaded):",
@@ -232,38 +261,51 @@ def model_card(
         "comes with transformers). With attnlab installed, `import attnlab.hf` registers the "
         "classes and `trust_remote_code` is not needed.",
         "",
-        "## Block",
+    ]
+
+
+def _plugin_lines(plugins: list[dict[str, Any]]) -> list[str]:
+    """The plugin files whose parts the model uses (their sources travel in the folder)."""
+    if not plugins:
+        return []
+    lines = ["Plugin parts (their source is in this folder, `plugins/` and flattened):", ""]
+    lines += [
+        f"- `{p['spec']}` (sha256 {p['sha256'][:16] if p.get('sha256') else '?'}): "
+        + ", ".join(f"{s}.{k}" for s, k, _ in p["parts"])
+        for p in plugins
+    ]
+    return [*lines, ""]
+
+
+def _retrieval_lines(cfg: Config) -> list[str]:
+    """What a retrieval model expects at its input (its database is not exported)."""
+    if cfg.model.family != "retrieval":
+        return []
+    r = cfg.model.retrieval
+    return [
+        "## Retrieval (not in this folder)",
         "",
-        "| slot | part | options |",
-        "| --- | --- | --- |",
-        *_slots(cfg),
+        f"A RETRO-style decoder: chunked cross-attention after decoder layers "
+        f"{r.layers(cfg.model.n_layers)} reads, for every chunk of {r.chunk_size} tokens, "
+        f"{r.neighbours} neighbours of {r.neighbour_len} tokens (a retrieved chunk and its "
+        f"continuation) through a {r.encoder_layers}-layer encoder. The retrieval database "
+        "is not exported: pass `neighbours=` (token ids [batch, chunks, "
+        f"{r.neighbours}, {r.neighbour_len}]) to `forward`, chunk j's neighbours retrieved "
+        "with chunk j's tokens (attnlab builds them with `attnlab data retrieval`: BM25 "
+        "over the training split's chunks). Without `neighbours` (and so in `generate()` "
+        "and pipelines) the model runs as its decoder without retrieval.",
         "",
     ]
-    if plugins:
-        lines += ["Plugin parts (their source is in this folder, `plugins/` and flattened):", ""]
-        lines += [
-            f"- `{p['spec']}` (sha256 {p['sha256'][:16] if p.get('sha256') else '?'}): "
-            + ", ".join(f"{s}.{k}" for s, k, _ in p["parts"])
-            for p in plugins
-        ]
-        lines.append("")
-    if cfg.model.family == "retrieval":
-        r = cfg.model.retrieval
-        lines += [
-            "## Retrieval (not in this folder)",
-            "",
-            f"A RETRO-style decoder: chunked cross-attention after decoder layers "
-            f"{r.layers(cfg.model.n_layers)} reads, for every chunk of {r.chunk_size} tokens, "
-            f"{r.neighbours} neighbours of {r.neighbour_len} tokens (a retrieved chunk and its "
-            f"continuation) through a {r.encoder_layers}-layer encoder. The retrieval database "
-            "is not exported: pass `neighbours=` (token ids [batch, chunks, "
-            f"{r.neighbours}, {r.neighbour_len}]) to `forward`, chunk j's neighbours retrieved "
-            "with chunk j's tokens (attnlab builds them with `attnlab data retrieval`: BM25 "
-            "over the training split's chunks). Without `neighbours` (and so in `generate()` "
-            "and pipelines) the model runs as its decoder without retrieval.",
-            "",
-        ]
-    lines += ["## Data", ""]
+
+
+def _data_lines(
+    cfg: Config,
+    data_meta: dict[str, Any] | None,
+    tokenizer: dict[str, Any],
+    attribution: dict[str, Any] | None,
+) -> list[str]:
+    """The corpus, its token counts per split, the tokenizer files and the attribution."""
+    lines = ["## Data", ""]
     d = cfg.data
     lines.append(f"- corpus `{d.corpus}`, tokenizer `{d.tokenizer}`, sequence length {d.seq_len}")
     if data_meta:
@@ -277,20 +319,7 @@ def model_card(
     )
     if attribution:
         lines += ["", "### Attribution", "", *_attribution_lines(attribution)]
-    lines += ["", "## Training", ""]
-    if status:
-        for key in ("status", "step", "max_steps", "tokens", "final_val_loss", "best_val_loss"):
-            if status.get(key) is not None:
-                lines.append(f"- {key}: {_fmt(status[key])}")
-    else:
-        lines.append("- no status.json in the run directory")
-    table = _results(entries)
-    if table:
-        lines += ["", "## Evaluation (attnlab eval)", "", *table]
-    elif results is not None:
-        lines += ["", "## Evaluation", "", "- eval/results.json holds no task results"]
-    lines += ["", "## The run's config", "", "```toml", dump_toml(cfg).strip(), "```", ""]
-    return "\n".join(lines)
+    return lines
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
