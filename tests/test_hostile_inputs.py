@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -30,6 +31,14 @@ HUGE = "1000000000"
 
 #: case id -> (argv builder(lab, tmp), expected exit code, regex the stderr must match)
 Case = tuple[Callable[..., list[str]], int, str]
+
+
+def exp_file(L, T: Path) -> Path:
+    """A small valid experiment file on the lab's data."""
+    from data_helpers import tiny_experiment
+
+    tail = '[[variants]]\nname = "a"\n[[variants]]\nname = "b"\nset = ["train.lr=0.001"]\n'
+    return tiny_experiment(T / "exp.toml", L.data, tail, seeds="[0]")
 
 
 def _cases() -> dict[str, Case]:
@@ -123,6 +132,97 @@ def _cases() -> dict[str, Case]:
     )
     add("train-changed-config", 2, r"train\.max_steps: 6 -> 9")(
         lambda L, T: ["train", str(L.cfg), "--out", str(L.run), "--set", "train.max_steps=9"]
+    )
+
+    # ------------------------------------------ data loss: attnlab deletes only what it wrote
+    def run_copy(L, where: Path) -> str:
+        where.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(L.run, where)
+        return str(where)
+
+    def user_files(d: Path, *names: str) -> Path:
+        for name in names:
+            (d / name).parent.mkdir(parents=True, exist_ok=True)
+            (d / name).write_text(f"the user's own {name}\n")
+        return d
+
+    add("loss-export-onto-its-run", 2, r"--out .*run is the run being exported")(
+        lambda L, T: ["export", run_copy(L, T / "run"), "--out", str(T / "run"), "--force"]
+    )
+    add("loss-export-onto-runs-folder", 2, r"--out .*runs contains the run being exported")(
+        lambda L, T: [
+            "export",
+            (run_copy(L, T / "runs" / "sibling"), run_copy(L, T / "runs" / "ref"))[1],
+            "--out",
+            str(T / "runs"),
+            "--force",
+        ]
+    )
+    add("loss-export-onto-a-parent", 2, r"--out .*/a contains the run being exported")(
+        lambda L, T: [
+            "export",
+            run_copy(L, user_files(T / "a", "mine.txt") / "b" / "run"),
+            "--out",
+            str(T / "a"),
+            "--force",
+        ]
+    )
+    add("loss-export-onto-user-folder", 2, r"not an export of attnlab's: it holds mine\.txt")(
+        lambda L, T: [
+            "export",
+            str(L.run),
+            "--out",
+            str(user_files(T / "folder", "mine.txt")),
+            "--force",
+        ]
+    )
+    add("loss-export-dot", 2, r"--out \. contains the run being exported")(
+        lambda L, T: ["export", (run_copy(L, T / "myrun"), "myrun")[1], "--out", ".", "--force"]
+    )
+    add("loss-export-inside-a-run", 2, r"lies inside the attnlab directory")(
+        lambda L, T: ["export", str(L.run), "--out", run_copy(L, T / "r") + "/hf", "--force"]
+    )
+    for name in ("report.md", "results.csv"):
+        add(f"loss-compare-user-{name}", 2, rf"not written by attnlab.*holds {name}")(
+            lambda L, T, name=name: [
+                "compare",
+                str(exp_file(L, T)),
+                "--out",
+                str(user_files(T / "dir", name)),
+                "--skip-check",
+            ]
+        )
+    user_run = ("config.toml", "metrics.jsonl", "status.json")
+    for restart in ("", "--restart"):
+        add(f"loss-train-user-folder{restart}", 2, r"not written by attnlab.*config\.toml")(
+            lambda L, T, r=restart: [
+                "train",
+                str(L.cfg),
+                "--out",
+                str(user_files(T / "dir", *user_run)),
+                "--quiet",
+                *([r] if r else []),
+            ]
+        )
+    add("loss-train-restart-user-checkpoints", 2, r"not written by attnlab.*checkpoints")(
+        lambda L, T: [
+            "train",
+            str(L.cfg),
+            "--out",
+            str(user_files(T / "dir", "checkpoints/notes.txt", "checkpoints/step_1/mine.bin")),
+            "--quiet",
+            "--restart",
+        ]
+    )
+    add("loss-train-restart-run-with-user-checkpoint", 2, r"--restart would delete .*notes\.txt")(
+        lambda L, T: [
+            "train",
+            str(L.cfg),
+            "--out",
+            str(user_files(Path(run_copy(L, T / "run")), "checkpoints/notes.txt")),
+            "--quiet",
+            "--restart",
+        ]
     )
 
     # ---------------------------------------------------------------------------- generate
@@ -459,6 +559,7 @@ def test_bad_input_is_refused_cleanly(name, hostile_lab, driver, tmp_path):
     work.mkdir()
     argv = build(hostile_lab, work)
     before = tree_digest(hostile_lab.root)
+    before_work = tree_digest(work)  # what the case put there: the user's files
     if name in REAL:
         rc, out, err = run_real(argv, work)
     else:
@@ -472,3 +573,6 @@ def test_bad_input_is_refused_cleanly(name, hostile_lab, driver, tmp_path):
     after = tree_digest(hostile_lab.root)
     changed = sorted(k for k, v in before.items() if after.get(k) != v)
     assert not changed, f"pre-existing files changed or removed: {changed[:10]}\n{shown}"
+    after_work = tree_digest(work)
+    lost = sorted(k for k, v in before_work.items() if after_work.get(k) != v)
+    assert not lost, f"the user's files changed or removed: {lost[:10]}\n{shown}"

@@ -48,7 +48,7 @@ def _say(msg: str) -> None:
 
 def _remove_fresh(out: Path) -> None:
     """Remove the directory the lock just created (it holds the lock file and nothing else)."""
-    if {p.name for p in out.iterdir()} <= {".lock"}:
+    if {p.name for p in out.iterdir()} <= {".lock", ".attnlab.json"}:
         shutil.rmtree(out, ignore_errors=True)
 
 

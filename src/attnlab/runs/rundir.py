@@ -35,6 +35,7 @@ from attnlab.runs.records import (
     read_json_file,
 )
 
+RUN_KIND = "run"  # the kind in a run directory's marker (attnlab.base.owned)
 CONFIG_FILE = "config.toml"
 STATUS_FILE = "status.json"
 METRICS_FILE = "metrics.jsonl"
@@ -375,3 +376,65 @@ def check_plugins(run_dir: str | Path) -> None:
 
     for sentence in changed(recorded_plugins(run_dir)):
         _warn(f"{run_dir}: {sentence}")
+
+
+# --------------------------------------------------------------------------------- ownership
+
+
+def _trained_here(run_dir: Path) -> bool:
+    """An unmarked directory an earlier attnlab trained: it has an intact checkpoint."""
+    from attnlab.runs.checkpoint import newest_state
+
+    return newest_state(run_dir) is not None
+
+
+def claim_run(run_dir: str | Path, what: str = "run directory") -> None:
+    """Mark ``run_dir`` as attnlab's run directory, or refuse a directory that holds anything
+    attnlab did not write there (naming it; see :func:`attnlab.base.owned.claim`)."""
+    from attnlab.base.owned import claim
+
+    claim(run_dir, RUN_KIND, what=what, legacy=_trained_here)
+
+
+def checkpoint_strangers(run_dir: str | Path) -> list[str]:
+    """Paths under ``RUN/checkpoints`` that no checkpoint writer made (a user's file)."""
+    import re
+
+    from attnlab.runs import checkpoint as ck
+
+    root = Path(run_dir) / ck.CHECKPOINTS
+    if root.is_symlink():
+        return [str(root)]
+    if not root.is_dir():
+        return [] if not root.exists() else [str(root)]
+    files = {ck.MODEL_FILE, ck.OPTIM_FILE, ck.STATE_FILE}
+    out: list[str] = []
+    for p in sorted(root.iterdir()):
+        if p.name in (ck.LATEST, f"{ck.LATEST}.tmp") and p.is_file() and not p.is_symlink():
+            continue
+        if re.fullmatch(r"step_\d+(\.tmp)?", p.name) and p.is_dir() and not p.is_symlink():
+            out += [str(q) for q in sorted(p.iterdir()) if q.name not in files or not q.is_file()]
+            continue
+        out.append(str(p))
+    return out
+
+
+def clear_run(run_dir: str | Path, files: Iterable[str] = ()) -> None:
+    """Delete what training wrote into ``run_dir`` (``--restart``): its checkpoints, metrics,
+    status, config and ``files``. Refuses, deleting nothing, when ``checkpoints/`` holds anything
+    a checkpoint writer did not make."""
+    import shutil
+
+    from attnlab.base.owned import shown
+    from attnlab.runs import checkpoint as ck
+
+    run_dir = Path(run_dir)
+    strangers = checkpoint_strangers(run_dir)
+    if strangers:
+        raise UserError(
+            f"--restart would delete {run_dir / ck.CHECKPOINTS}, which holds files attnlab did "
+            f"not write: {shown(strangers)}. Move them out of the run directory and rerun"
+        )
+    shutil.rmtree(run_dir / ck.CHECKPOINTS, ignore_errors=True)
+    for name in (METRICS_FILE, STATUS_FILE, CONFIG_FILE, *files):
+        (run_dir / name).unlink(missing_ok=True)

@@ -10,7 +10,6 @@ rank 0 locks the run directory, checks the config against the checkpoint's and w
 
 from __future__ import annotations
 
-import shutil
 import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -117,13 +116,6 @@ def _run_result(run_dir: Path, status: dict[str, Any], already_done: bool) -> Ru
     )
 
 
-def _clear_run(run_dir: Path) -> None:
-    """Remove this trainer's files from ``run_dir`` (``--restart``); other files are left alone."""
-    shutil.rmtree(run_dir / checkpoint.CHECKPOINTS, ignore_errors=True)
-    for name in (rundir.METRICS_FILE, rundir.STATUS_FILE, rundir.CONFIG_FILE):
-        (run_dir / name).unlink(missing_ok=True)
-
-
 def _on_main(dist: Dist, fn, *args: Any) -> Any:
     """``fn(*args)`` on rank 0; its result (or its UserError, re-raised) on every rank."""
     outcome: tuple[str, Any] = ("ok", None)
@@ -213,8 +205,9 @@ class _Pretraining(TrainTask):
     def _existing(self, resume: bool) -> dict[str, Any] | None:
         """(rank 0) ``--restart`` clean-up, the config check, and the stored status of a run that
         is over."""
+        rundir.claim_run(self.run_dir)  # never a folder attnlab did not write
         if not resume:
-            _clear_run(self.run_dir)
+            rundir.clear_run(self.run_dir)
             return None
         rundir.reconcile_config(self.run_dir, self.config.text)
         status = rundir.read_status(self.run_dir) or {}

@@ -58,8 +58,11 @@ def is_over(r: RunPlan) -> bool:
 
 def record_failure(run_dir: Path, error: BaseException, tb: str) -> str:
     """Write a run's failure into its directory (``status.json``, ``error.txt``); its reason."""
+    from attnlab.base.owned import mark
+
     reason = f"{type(error).__name__}: {error}"
-    run_dir.mkdir(parents=True, exist_ok=True)
+    if not run_dir.exists() or not any(run_dir.iterdir()):
+        mark(run_dir, rundir.RUN_KIND)  # attnlab's own run directory, so a rerun may use it
     (run_dir / "error.txt").write_text(tb, encoding="utf-8")
     status = rundir.read_status(run_dir) or {}
     status.update({"status": "failed", "reason": reason, "updated": time.time()})
