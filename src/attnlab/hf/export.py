@@ -228,12 +228,11 @@ def export_model(
     :func:`export` and by ``attnlab check``, which exports small models that have no run."""
     from transformers import GenerationConfig
 
+    from attnlab.base.owned import MARKER, mark
     from attnlab.hf import AttnlabConfig, AttnlabForCausalLM
     from attnlab.hf.card import model_card, read_json
     from attnlab.hf.tokenizer_files import write_tokenizer
     from attnlab.model.params import count
-
-    from attnlab.base.owned import MARKER, mark
 
     out = Path(os.path.abspath(out))  # `--out .` has no name to put a temporary folder beside
     m = cfg.model
