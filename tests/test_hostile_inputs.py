@@ -41,6 +41,58 @@ def exp_file(L, T: Path) -> Path:
     return tiny_experiment(T / "exp.toml", L.data, tail, seeds="[0]")
 
 
+def first_read(L, split: str = "train") -> int:
+    """The index in ``split``.bin of the first token the lab's config reads (step 1's batch, or
+    the first validation batch)."""
+    import numpy as np
+
+    from attnlab.config import load_config
+    from attnlab.data import get_schedule
+    from attnlab.train.batches import EVAL_SEED
+
+    cfg = load_config(L.cfg)
+    t = cfg.train
+    steps, seed = (t.max_steps, t.seed) if split == "train" else (t.eval_batches, EVAL_SEED)
+    s = get_schedule(L.data, split, cfg.data.seq_len, t.batch_size, steps, seed)
+    return int(np.asarray(s.offsets).reshape(-1)[0])
+
+
+def data_copy(L, T: Path, edit: Callable[[Path], None], *, reseal: bool = False) -> str:
+    """A copy of the lab's data under ``T`` changed by ``edit``; ``reseal`` rewrites meta.json's
+    hashes to match (a directory whose records agree with its damaged content)."""
+    from attnlab.base.atomic import sha256_file
+    from attnlab.data.integrity import seal
+
+    d = T / "data"
+    shutil.copytree(L.data, d)
+    edit(d)
+    if reseal:
+        meta = json.loads((d / "meta.json").read_text())
+        for split in ("train", "val"):
+            meta["splits"][split]["sha256"] = sha256_file(d / f"{split}.bin")
+        meta["sha256"] = seal(meta)
+        (d / "meta.json").write_text(json.dumps(meta))
+    return str(d)
+
+
+def put_token(split: str, index: int, value: int) -> Callable[[Path], None]:
+    def edit(d: Path) -> None:
+        with open(d / f"{split}.bin", "r+b") as f:
+            f.seek(2 * index)
+            f.write(int(value).to_bytes(2, "little"))
+
+    return edit
+
+
+def edit_meta(change: Callable[[dict], None]) -> Callable[[Path], None]:
+    def edit(d: Path) -> None:
+        meta = json.loads((d / "meta.json").read_text())
+        change(meta)
+        (d / "meta.json").write_text(json.dumps(meta))
+
+    return edit
+
+
 def _cases() -> dict[str, Case]:
     c: dict[str, Case] = {}
 
@@ -112,7 +164,7 @@ def _cases() -> dict[str, Case]:
         ("bool-int", "model.n_layers=true", r"model\.n_layers.*boolean"),
         ("warmup", "train.warmup_steps=-1", r"train\.warmup_steps"),
         ("threads", "train.threads=100000", r"train\.threads 100000 must be between 1 and"),
-        ("device", "train.device=nonsense", r"train\.device='nonsense' is not a device"),
+        ("device", "train.device=nonsense", r"train\.device.?'nonsense' is not a device"),
         ("tokens-per-step", "train.tokens_per_step=7", r"tokens_per_step=7 is not a multiple"),
         ("seq-len", "data.seq_len=100000", r"data\.seq_len=100000 exceeds model\.max_seq_len"),
         ("no-data-dir", "data.dir=/nonexistent/data", r"not a prepared data directory"),
@@ -223,6 +275,58 @@ def _cases() -> dict[str, Case]:
             "--quiet",
             "--restart",
         ]
+    )
+
+    # ------------------------------------------------- data integrity: meta.json is the truth
+    def train_on(data: Callable[..., str], *extra: str, out: Callable[..., str] | None = None):
+        return lambda L, T: [
+            "train",
+            str(L.cfg),
+            "--out",
+            out(L, T) if out else str(T / "out"),
+            "--quiet",
+            "--set",
+            f"data.dir={json.dumps(data(L, T))}",
+            *extra,
+        ]
+
+    def one_token_changed(L, T):
+        i = first_read(L)
+        old = int.from_bytes((L.data / "train.bin").read_bytes()[2 * i : 2 * i + 2], "little")
+        return data_copy(L, T, put_token("train", i, (old + 1) % 256))
+
+    add("data-shard-byte-step-1-reads", 2, r"data/train\.bin does not match the sha256")(
+        train_on(one_token_changed)
+    )
+    add("data-shard-byte-then-restart", 2, r"data/train\.bin does not match the sha256")(
+        train_on(one_token_changed, "--restart", out=lambda L, T: run_copy(L, T / "run"))
+    )
+    add("data-id-65535-in-train", 2, r"train\.bin holds token id 65535, outside .* 257 ids")(
+        train_on(
+            lambda L, T: data_copy(L, T, put_token("train", first_read(L), 65535), reseal=True)
+        )
+    )
+    add("data-id-300-in-val", 2, r"val\.bin holds token id 300, outside .* 257 ids")(
+        train_on(
+            lambda L, T: data_copy(L, T, put_token("val", first_read(L, "val"), 300), reseal=True)
+        )
+    )
+    vocab_277 = edit_meta(lambda m: m.update(vocab_size=277))
+    add("data-meta-vocab-edited", 2, r"meta\.json was edited")(
+        train_on(lambda L, T: data_copy(L, T, vocab_277))
+    )
+    add("data-meta-vocab-edited-unsealed", 2, r"vocab_size 277, but its tokenizer has 257")(
+        train_on(
+            lambda L, T: data_copy(
+                L, T, edit_meta(lambda m: (m.pop("sha256"), m.update(vocab_size=277)))
+            )
+        )
+    )
+    add("data-info-verify-shard-byte", 2, r"data/train\.bin does not match the sha256")(
+        lambda L, T: ["data", "info", one_token_changed(L, T), "--verify"]
+    )
+    add("data-info-verify-meta-edited", 2, r"meta\.json was edited")(
+        lambda L, T: ["data", "info", data_copy(L, T, vocab_277), "--verify"]
     )
 
     # ---------------------------------------------------------------------------- generate
@@ -482,7 +586,7 @@ def tree_digest(root: Path) -> dict[str, str]:
         for name in dirnames + filenames:
             p = Path(dirpath, name)
             rel = str(p.relative_to(root))
-            if name == ".lock":  # a lock holder rewrites its pid there; it holds no data
+            if name in (".lock", ".verified.json"):  # a lock holder's pid; a cache of hashes
                 continue
             if p.is_symlink():
                 out[rel] = "link:" + os.readlink(p)

@@ -419,22 +419,30 @@ def checkpoint_strangers(run_dir: str | Path) -> list[str]:
     return out
 
 
+def check_clearable(run_dir: str | Path) -> None:
+    """Refuse ``--restart`` when ``checkpoints/`` holds anything a checkpoint writer did not
+    make (it would be deleted with them), naming it."""
+    from attnlab.base.owned import shown
+    from attnlab.runs import checkpoint as ck
+
+    strangers = checkpoint_strangers(run_dir)
+    if strangers:
+        raise UserError(
+            f"--restart would delete {Path(run_dir) / ck.CHECKPOINTS}, which holds files attnlab "
+            f"did not write: {shown(strangers)}. Move them out of the run directory and rerun"
+        )
+
+
 def clear_run(run_dir: str | Path, files: Iterable[str] = ()) -> None:
     """Delete what training wrote into ``run_dir`` (``--restart``): its checkpoints, metrics,
     status, config and ``files``. Refuses, deleting nothing, when ``checkpoints/`` holds anything
     a checkpoint writer did not make."""
     import shutil
 
-    from attnlab.base.owned import shown
     from attnlab.runs import checkpoint as ck
 
     run_dir = Path(run_dir)
-    strangers = checkpoint_strangers(run_dir)
-    if strangers:
-        raise UserError(
-            f"--restart would delete {run_dir / ck.CHECKPOINTS}, which holds files attnlab did "
-            f"not write: {shown(strangers)}. Move them out of the run directory and rerun"
-        )
+    check_clearable(run_dir)
     shutil.rmtree(run_dir / ck.CHECKPOINTS, ignore_errors=True)
     for name in (METRICS_FILE, STATUS_FILE, CONFIG_FILE, *files):
         (run_dir / name).unlink(missing_ok=True)

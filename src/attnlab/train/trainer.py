@@ -21,6 +21,7 @@ from torch import nn
 
 from attnlab.base.errors import UserError
 from attnlab.config import Config, dump_toml
+from attnlab.data.integrity import check_ids
 from attnlab.runs import checkpoint, lock, rundir
 from attnlab.runs.determinism import deterministic_mode
 from attnlab.runs.device import resolve_device, resolve_precision
@@ -206,8 +207,8 @@ class _Pretraining(TrainTask):
         """(rank 0) ``--restart`` clean-up, the config check, and the stored status of a run that
         is over."""
         rundir.claim_run(self.run_dir)  # never a folder attnlab did not write
-        if not resume:
-            rundir.clear_run(self.run_dir)
+        if not resume:  # --restart: deletes only after every check has passed (run())
+            rundir.check_clearable(self.run_dir)
             return None
         rundir.reconcile_config(self.run_dir, self.config.text)
         status = rundir.read_status(self.run_dir) or {}
@@ -221,6 +222,7 @@ class _Pretraining(TrainTask):
             batches.prepare_if_missing(self.given_cfg, self.data_dir)
         dist.barrier()
         self.data = TokenData.open(self.data_dir)
+        self.data.verify()  # sizes, sha256 when changed (cached), vocab_size vs the tokenizer
         self.tokenizer = self.data.tokenizer
         self.objective: Objective = resolve_objective(cfg.model, cfg.train)
         seq_len = cfg.data.seq_len
@@ -299,6 +301,9 @@ class _Pretraining(TrainTask):
         from attnlab.data import batch_tokens
 
         x, y = batch_tokens(tokens, off, self.cfg.data.seq_len)
+        split = "train.bin" if tokens is self.data.train else "val.bin"
+        check_ids(y, self.vocab, f"{self.data_dir / split}")  # one max() per batch
+        check_ids(x[:, :1], self.vocab, f"{self.data_dir / split}")
         rng = None if self.objective == "causal_lm" else corruption_rng(seed, step, k)
         batch = make_batch(
             self.objective,
@@ -369,6 +374,8 @@ class _Pretraining(TrainTask):
         if done is not None:
             return _run_result(self.run_dir, done, already_done=True)
         self._setup_data()
+        if not resume:
+            _on_main(self.dist, rundir.clear_run, self.run_dir)
         self._setup_model()
         t, dist = self.cfg.train, self.dist
         settings = LoopSettings.from_recipe(t, self.plan)
