@@ -480,3 +480,59 @@ def test_a_damaged_run_file_is_one_warning_line(lab, tmp_path):
     assert line.startswith("attnlab generate: warning: skipping damaged checkpoint step_0000004")
     assert line.endswith("falling back to step_0000002")
     assert "Warning" not in p.stderr and ".py:" not in p.stderr
+
+
+KILLED_RUN = """
+import sys
+from attnlab.config import load_config
+from attnlab.parts.plugins import load_plugins
+from attnlab.train import train
+
+load_plugins(["mine.py"])
+r = train(load_config("run.toml", [sys.argv[1]]), "r", _stop_after=2)
+assert r.status == "running", r
+"""
+
+
+def test_a_changed_plugin_source_is_refused_on_resume_and_allowed_only_by_a_recorded_flag(
+    lab, tmp_path
+):
+    """Issue 24 case 9: sigmoid -> tanh between a kill and the resume."""
+    from attnlab.parts.plugins import source_hash
+
+    plugin = tmp_path / "mine.py"
+    plugin.write_text(EXAMPLE.read_text())
+    cfg = tmp_path / "run.toml"
+    cfg.write_text(lab["cfg"].read_text().replace('"ideas/my_ideas.py"', '"mine.py"'))
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    subprocess.run(
+        [sys.executable, "-c", KILLED_RUN, PARTS[0]], cwd=tmp_path, env=env, check=True, timeout=600
+    )
+    then = source_hash([plugin])
+    plugin.write_text(EXAMPLE.read_text().replace("w_g(u).sigmoid()", "w_g(u).tanh()"))
+    now = source_hash([plugin])
+    run = tmp_path / "r"
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file() and p.name != ".lock"}
+    p = attnlab(
+        "train", str(cfg), "--out", "r", "--quiet", "--set", PARTS[0], cwd=tmp_path, ok=False
+    )
+    assert p.returncode == 2, p.stderr
+    assert f"{plugin}: sha256 {then} (trained) -> {now} (now)" in p.stderr, p.stderr
+    assert "--allow-plugin-change" in p.stderr and "--restart" not in p.stderr
+    assert {q: q.read_bytes() for q in before} == before  # plugins.json and all: untouched
+    p = attnlab(
+        "train",
+        str(cfg),
+        "--out",
+        "r",
+        "--quiet",
+        "--set",
+        PARTS[0],
+        "--allow-plugin-change",
+        cwd=tmp_path,
+    )
+    record = json.loads((run / "plugins.json").read_text())
+    assert [r["sha256"] for r in record["plugins"]] == [now]
+    (old,) = record["history"]
+    assert [r["sha256"] for r in old["plugins"]] == [then]
+    assert old["until_step"] == 2 and old["allowed_by"] == "--allow-plugin-change"

@@ -31,6 +31,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="delete RUN_DIR's checkpoints, metrics and status and train from step 0",
     )
+    p.add_argument(
+        "--allow-plugin-change",
+        action="store_true",
+        help="resume although a plugin's source changed since the run recorded it (the change "
+        "is recorded in RUN_DIR/plugins.json)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar or log lines")
     p.add_argument(
         "--init-from",
@@ -76,6 +82,8 @@ def run(args: argparse.Namespace) -> int:
     # fails at once
     with lock.locked(args.out) if main else contextlib.nullcontext():
         try:
+            if main:  # before anything is written: never a folder of the user's
+                rundir.claim_run(args.out)
             check_training(cfg)
             if main:  # plugin parts are proven before the run uses them (cached per source)
                 from attnlab.testing.gate import model_parts, record, require_checked
@@ -90,7 +98,13 @@ def run(args: argparse.Namespace) -> int:
         from attnlab.train import train
 
         reporter = None if args.quiet or not main else console_reporter(cfg.train.log_every)
-        result = train(cfg, args.out, progress=reporter, resume=not args.restart)
+        result = train(
+            cfg,
+            args.out,
+            progress=reporter,
+            resume=not args.restart,
+            allow_plugin_change=args.allow_plugin_change,
+        )
     if not main:
         return 0
     val = "n/a" if result.final_val_loss is None else f"{result.final_val_loss:.4f}"

@@ -328,14 +328,42 @@ def write_config(run_dir: str | Path, text: str, file: str = CONFIG_FILE) -> Non
 PLUGINS_FILE = "plugins.json"
 
 
-def write_plugins(run_dir: str | Path, specs: list[str]) -> None:
+def write_plugins(
+    run_dir: str | Path, specs: list[str], *, replaced_at: int | None = None, how: str = ""
+) -> None:
     """Record the run's plugins (spec, module, file, sha256 of the source, distribution) in
-    ``plugins.json``; nothing is written for a run without plugins."""
+    ``plugins.json``; nothing is written for a run without plugins. When the recorded sources
+    differ from these (a resume with ``--allow-plugin-change``), the earlier records move to
+    ``history`` with the step they trained up to (``replaced_at``) and ``how`` it was allowed."""
     from attnlab.parts.plugins import manifest
 
     records = manifest(list(specs))
-    if records:
-        atomic_write_json(Path(run_dir) / PLUGINS_FILE, {"plugins": records})
+    path = Path(run_dir) / PLUGINS_FILE
+    old: dict[str, Any] = {}
+    with contextlib.suppress(OSError, ValueError):
+        loaded = json.loads(path.read_text(encoding="utf-8"))
+        old = loaded if isinstance(loaded, dict) else {}
+    history = [h for h in old.get("history", []) if isinstance(h, dict)]
+    before = old.get("plugins")
+    hashes = lambda rs: sorted(str(r.get("sha256")) for r in rs if isinstance(r, dict))  # noqa: E731
+    if isinstance(before, list) and before and hashes(before) != hashes(records):
+        history.append({"plugins": before, "until_step": replaced_at, "allowed_by": how or None})
+    if records or history:
+        body: dict[str, Any] = {"plugins": records}
+        if history:
+            body["history"] = history
+        atomic_write_json(path, body)
+
+
+def plugin_conflicts(run_dir: str | Path) -> list[str]:
+    """``SPEC: sha256 RECORDED (trained) -> NOW (loaded)`` for every plugin whose source changed
+    since ``run_dir`` recorded it in ``plugins.json``; empty when the sources are the same."""
+    from attnlab.parts.plugins import source_changes
+
+    return [
+        f"{spec}: sha256 {then} (trained) -> {now} (now)"
+        for spec, then, now in source_changes(recorded_plugins(run_dir))
+    ]
 
 
 def recorded_plugins(run_dir: str | Path) -> list[dict[str, Any]]:

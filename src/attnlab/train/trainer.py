@@ -142,12 +142,15 @@ def train(
     *,
     progress: ProgressFn | None = None,
     resume: bool = True,
+    allow_plugin_change: bool = False,
     _stop_after: int | None = None,
 ) -> RunResult:
     """Train ``cfg`` into ``run_dir``, resuming from its newest intact checkpoint.
 
     ``progress`` receives :class:`~attnlab.runs.progress.ProgressEvent` on rank 0 (None: silent).
-    ``resume=False`` deletes the run's previous progress first. A finished or diverged run is not
+    ``resume=False`` deletes the run's previous progress first. Resuming with a plugin whose
+    source changed since the run recorded it (``plugins.json``) is refused unless
+    ``allow_plugin_change``, which ``plugins.json`` then records in its ``history``. A finished or diverged run is not
     trained again; its stored result is returned. The run directory is locked for the call: a
     second process on it fails at once (:class:`~attnlab.runs.lock.DirectoryLockedError`). Under
     ``torchrun`` every rank calls this; only rank 0 writes files. The caller's RNG state and thread
@@ -172,7 +175,9 @@ def train(
         ):
             if cfg.train.threads:
                 torch.set_num_threads(cfg.train.threads)
-            return _Pretraining(cfg, run_dir, dist, device, progress).run(resume, _stop_after)
+            task = _Pretraining(cfg, run_dir, dist, device, progress)
+            task.allow_plugin_change = allow_plugin_change
+            return task.run(resume, _stop_after)
     finally:
         if locked:
             lock.release(run_dir)
@@ -200,6 +205,8 @@ class _Pretraining(TrainTask):
         self.cfg.data.dir = str(self.data_dir)
         self.config = ConfigRecord(file=rundir.CONFIG_FILE, text=dump_toml(self.cfg))
         self.fsdp = dist.enabled and cfg.train.parallel == "fsdp"
+        self.allow_plugin_change = False
+        self.plugin_change: tuple[int | None, str] = (None, "")  # (up to step, how allowed)
 
     # ---------------------------------------------------------------------------- run setup
 
@@ -212,7 +219,33 @@ class _Pretraining(TrainTask):
             return None
         rundir.reconcile_config(self.run_dir, self.config.text)
         status = rundir.read_status(self.run_dir) or {}
-        return status if status.get("status") in rundir.FINAL_STATES else None
+        if status.get("status") in rundir.FINAL_STATES:
+            return status
+        self._check_plugin_sources()
+        return None
+
+    def _check_plugin_sources(self) -> None:
+        """Refuse to resume with a plugin whose source changed since the checkpoints were
+        written, unless allowed (then recorded: ``plugins.json``'s history)."""
+        newest = checkpoint.newest_state(self.run_dir)
+        conflicts = rundir.plugin_conflicts(self.run_dir) if newest is not None else []
+        if not conflicts:
+            return
+        step = newest[1].step if newest is not None else None
+        if not self.allow_plugin_change:
+            raise UserError(
+                f"{self.run_dir} was trained to step {step} with other plugin source code; "
+                "resuming would train one model with two different parts:\n  "
+                + "\n  ".join(conflicts)
+                + "\nRestore the plugin's source, or train into another --out; to resume with "
+                "the new source anyway, pass --allow-plugin-change (plugins.json records it)"
+            )
+        warnings.warn(
+            f"{self.run_dir}: resuming at step {step} with changed plugin source "
+            f"(--allow-plugin-change): " + "; ".join(conflicts),
+            stacklevel=1,
+        )
+        self.plugin_change = (step, "--allow-plugin-change")
 
     def _setup_data(self) -> None:
         from attnlab.data import TokenData, get_schedule
@@ -412,7 +445,8 @@ class _Pretraining(TrainTask):
         peak = measure_peak_flops(self.device, self.precision.compute_dtype)
         if dist.is_main:
             rundir.write_config(self.run_dir, self.config.text)
-            rundir.write_plugins(self.run_dir, self.cfg.plugins)
+            step, how = self.plugin_change
+            rundir.write_plugins(self.run_dir, self.cfg.plugins, replaced_at=step, how=how)
         result = loop.run(
             peak_flops=peak,
             stop_after=stop_after,
