@@ -680,3 +680,48 @@ def test_bad_input_is_refused_cleanly(name, hostile_lab, driver, tmp_path):
     after_work = tree_digest(work)
     lost = sorted(k for k, v in before_work.items() if after_work.get(k) != v)
     assert not lost, f"the user's files changed or removed: {lost[:10]}\n{shown}"
+
+
+AS_LIMIT = 6_000_000 * 1024  # `ulimit -v 6000000`, as the trial ran it
+
+
+def _limit_address_space() -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (AS_LIMIT, AS_LIMIT))
+
+
+@pytest.mark.parametrize(
+    "command, size",
+    [
+        ("train", "model.vocab_size=20000000"),
+        ("train", "model.score.kernel_size=1000000"),
+        ("bench", "model.vocab_size=20000000"),
+        ("bench", "model.score.kernel_size=1000000"),
+    ],
+)
+def test_the_preflight_counts_the_address_space_limit(hostile_lab, tmp_path, command, size):
+    """Under ``ulimit -v`` a size that free RAM would allow is refused by the preflight (exit 2,
+    the limit named), not by ``RuntimeError: can't allocate memory``."""
+    sets = ["--set", size]
+    if "kernel_size" in size:
+        sets = ["--set", "model.score.kind=virtual_heads", *sets]
+    if command == "train":
+        argv = ["train", str(hostile_lab.cfg), "--out", str(tmp_path / "o"), "--quiet", *sets]
+    else:
+        argv = ["bench", "--preset", "tiny", "--peers", "none", *sets]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")]))
+    p = subprocess.run(
+        [sys.executable, "-m", "attnlab", *argv],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        preexec_fn=_limit_address_space,
+    )
+    assert p.returncode == 2, p.stderr[-3000:]
+    assert "Traceback" not in p.stderr + p.stdout, p.stderr[-3000:]
+    assert re.search(r"needs at least .* is free \(the address-space limit, ulimit -v\)", p.stderr)
+    assert size in p.stderr or size.split("=")[0] in p.stderr, p.stderr
+    assert not (tmp_path / "o").exists()
