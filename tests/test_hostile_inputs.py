@@ -93,6 +93,29 @@ def edit_meta(change: Callable[[dict], None]) -> Callable[[Path], None]:
     return edit
 
 
+class _Payload:
+    """Unpickling this truncates the file it names: proof that a pickle was (not) loaded."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = str(path)
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def pickled_hf_folder(T: Path) -> str:
+    """A GPT-2 folder whose only weights are a pickle that would empty ``T/victim.txt``."""
+    import pickle
+
+    from eval_doubles import tiny_hf_model
+
+    d = T / "hf"
+    tiny_hf_model("gpt2", max_length=64).config.save_pretrained(d)
+    (T / "victim.txt").write_text("still here\n")
+    (d / "pytorch_model.bin").write_bytes(pickle.dumps({"w": _Payload(T / "victim.txt")}))
+    return str(d)
+
+
 def _cases() -> dict[str, Case]:
     c: dict[str, Case] = {}
 
@@ -327,6 +350,18 @@ def _cases() -> dict[str, Case]:
     )
     add("data-info-verify-meta-edited", 2, r"meta\.json was edited")(
         lambda L, T: ["data", "info", data_copy(L, T, vocab_277), "--verify"]
+    )
+
+    add("train-init-from-a-pickle", 2, r"hf/pytorch_model\.bin is a pickle.*safetensors")(
+        lambda L, T: [
+            "train",
+            str(L.cfg),
+            "--out",
+            str(T / "o"),
+            "--init-from",
+            pickled_hf_folder(T),
+            "--quiet",
+        ]
     )
 
     # ---------------------------------------------------------------------------- generate

@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from attnlab.base.errors import UserError
+from attnlab.base.pickled import refuse_pickled_weights
 
 
 class ArchitectureError(UserError):
@@ -99,9 +100,11 @@ def load_pretrained(spec: str, model: nn.Module) -> InitReport:
     config = _load_config(spec)
     arch = _arch(config)
     source, local = _source(spec)
+    if local:
+        refuse_pickled_weights(source, f"--init-from {spec!r}")
     try:
         hf = AutoModelForCausalLM.from_pretrained(
-            source, local_files_only=local, dtype=torch.float32
+            source, local_files_only=local, dtype=torch.float32, use_safetensors=True
         )
     except (OSError, ValueError) as e:
         raise UserError(f"--init-from {spec!r}: cannot load its weights ({e})") from None
@@ -133,6 +136,9 @@ def config_with_init(
     ``[model]`` replaced by the checkpoint's, ``train.init_from = SPEC``, then ``--set``."""
     from attnlab.config import apply_overrides, source_dict, validate, with_plugins
 
+    source, local = _source(spec)
+    if local:  # before the run directory is touched
+        refuse_pickled_weights(source, f"--init-from {spec!r}")
     raw = source_dict(name_or_path) if name_or_path is not None else {}
     raw = {**raw, "model": model_table(spec)}
     raw["train"] = {**raw.get("train", {}), "init_from": spec}
