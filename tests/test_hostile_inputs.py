@@ -364,6 +364,35 @@ def _cases() -> dict[str, Case]:
         ]
     )
 
+    def linked_checkpoints(L, T) -> str:
+        run = Path(run_copy(L, T / "run"))
+        shutil.rmtree(run / "checkpoints")
+        (run / "checkpoints").symlink_to("/etc", target_is_directory=True)
+        return str(run)
+
+    add("generate-checkpoints-link-to-etc", 2, r"run/checkpoints is a link to /etc")(
+        lambda L, T: [
+            "generate",
+            linked_checkpoints(L, T),
+            "--prompt",
+            "a",
+            "--max-new-tokens",
+            "1",
+        ]
+    )
+    add("export-checkpoints-link-to-etc", 2, r"run/checkpoints is a link to /etc")(
+        lambda L, T: ["export", linked_checkpoints(L, T), "--out", str(T / "hf")]
+    )
+
+    def huge_value(L, T) -> str:
+        path = T / "huge.toml"
+        path.write_text('extends = "tiny"\n[model]\nn_layers = "' + "x" * 10_000_000 + '"\n')
+        return str(path)
+
+    add(
+        "params-huge-toml-string", 2, r"'model\.n_layers' = 'x{80}\.\.\. \(10,000,000 characters\)"
+    )(lambda L, T: ["params", huge_value(L, T)])
+
     # ---------------------------------------------------------------------------- generate
     def gen(*extra: str, run: str = "run"):
         return lambda L, T: ["generate", str(getattr(L, run)), *extra]
@@ -760,3 +789,34 @@ def test_the_preflight_counts_the_address_space_limit(hostile_lab, tmp_path, com
     assert re.search(r"needs at least .* is free \(the address-space limit, ulimit -v\)", p.stderr)
     assert size in p.stderr or size.split("=")[0] in p.stderr, p.stderr
     assert not (tmp_path / "o").exists()
+
+
+def test_a_huge_value_is_not_echoed_back(hostile_lab, driver, tmp_path):
+    path = tmp_path / "huge.toml"
+    path.write_text('extends = "tiny"\n[model]\nn_layers = "' + "x" * 10_000_000 + '"\n')
+    rc, _out, err = driver.run(
+        ["train", str(path), "--out", str(tmp_path / "o")], tmp_path, tmp_path
+    )
+    assert rc == 2 and len(err) < 2000 and "10,000,000 characters" in err, err[:3000]
+
+
+def test_a_closed_output_pipe_after_a_completed_export_exits_0(hostile_lab, tmp_path):
+    """`attnlab export RUN --out DIR | head -1`: the export is done, the pipe closed early."""
+    read, write = os.pipe()
+    os.close(read)  # nobody reads: every write to stdout fails with EPIPE
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")]))
+    try:
+        p = subprocess.run(
+            [sys.executable, "-m", "attnlab", "export", str(hostile_lab.run), "--out", "hf"],
+            cwd=tmp_path,
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            timeout=300,
+        )
+    finally:
+        os.close(write)
+    assert p.returncode == 0, p.stderr
+    assert "Traceback" not in p.stderr and "Broken pipe" not in p.stderr, p.stderr
+    assert (tmp_path / "hf" / "model.safetensors").is_file()

@@ -90,6 +90,18 @@ def _stdout_to_devnull() -> None:
         os.close(null)
 
 
+#: a message line longer than this is cut (a huge value quoted back is no help to anyone)
+MAX_LINE = 2000
+
+
+def _cut_lines(message: str) -> str:
+    """``message`` with each line over :data:`MAX_LINE` characters cut, its length named."""
+    return "\n".join(
+        line if len(line) <= MAX_LINE else f"{line[:MAX_LINE]}... ({len(line):,} characters; cut)"
+        for line in message.split("\n")
+    )
+
+
 def _main(argv: list[str], command: str) -> int:
     try:
         # plugins load before the parser is built and any config is validated
@@ -113,7 +125,7 @@ def _main(argv: list[str], command: str) -> int:
     except BrokenPipeError:
         raise  # the output pipe closed: main() decides (see there)
     except UserError as e:
-        print(f"attnlab {args.command}: error: {e}", file=sys.stderr)
+        print(f"attnlab {args.command}: error: {_cut_lines(str(e))}", file=sys.stderr)
         return int(getattr(e, "exit_code", exitcodes.USER_ERROR))
     except SYSTEM_FAILURES as e:
         print(f"attnlab {args.command}: error: {describe(e)}", file=sys.stderr)
