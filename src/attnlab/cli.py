@@ -73,6 +73,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             code = _main(argv, command)
             sys.stdout.flush()
+        except KeyboardInterrupt:  # Ctrl-C while the command was still starting (imports)
+            print(f"attnlab {command}: interrupted", file=sys.stderr)
+            return exitcodes.INTERRUPTED
         except BrokenPipeError:
             # the reader of our output stopped (`attnlab ... | head -1`): what the command did is
             # done; say nothing more and let the interpreter's last flush go nowhere
