@@ -424,18 +424,23 @@ def test_a_moved_plugin_is_replaced_by_plugin_newpath_in_every_command(lab, tmp_
     assert outs["generate"] == before  # the trained model, greedy: the same continuation
     assert "already finished" in outs["train"]  # the config check saw the same plugin
     assert str(new) in outs["export"] and (tmp_path / "hf" / "plugins" / "my_ideas.py").is_file()
-    # a changed source says so with both hashes; an interrupted run resumes with it
+    # a changed source says so with both hashes; an interrupted run refuses to resume with it
+    # (issue 24) unless --allow-plugin-change, which plugins.json records
     new.write_text(EXAMPLE.read_text() + "\n# edited after the move\n")
     ckpts = tmp_path / "r" / "checkpoints"
     shutil.rmtree(ckpts / "step_0000004")  # as if killed after the step-2 checkpoint
     (ckpts / "latest").write_text("step_0000002")
     (tmp_path / "r" / "status.json").unlink()
-    p = attnlab(*commands["train"], "--plugin", str(new), cwd=tmp_path)
-    assert _stderr_lines(p) == [
+    moved = (
         f"attnlab train: warning: plugin {old} does not exist; using {new} instead (same module "
         f"name 'my_ideas'); sha256 recorded {sha}, now {source_hash([new])[:12]} (a different "
         "source: its parts may not compute what was trained)"
-    ]
+    )
+    p = attnlab(*commands["train"], "--plugin", str(new), cwd=tmp_path, ok=False)
+    assert p.returncode == 2 and _stderr_lines(p)[0] == moved, p.stderr
+    assert f"{source_hash([new])} (now)" in p.stderr and "--allow-plugin-change" in p.stderr
+    p = attnlab(*commands["train"], "--plugin", str(new), "--allow-plugin-change", cwd=tmp_path)
+    assert _stderr_lines(p)[0] == moved and "--allow-plugin-change" in p.stderr
     assert "resumed from step 2" in p.stdout
     assert json.loads((tmp_path / "r" / "plugins.json").read_text())["plugins"][0]["spec"] == str(
         new
