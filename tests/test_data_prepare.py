@@ -222,7 +222,8 @@ def test_cli_prepare_and_info(tmp_path: Path, capsys) -> None:
     assert main(["data", "prepare", "--corpus", str(src), "--out", str(out), "--no-progress"]) == 0
     assert main(["data", "info", str(out), "--verify"]) == 0
     text = capsys.readouterr().out
-    assert "bytes" in text and "train" in text and "match their sha256" in text
+    assert "bytes" in text and "train" in text
+    assert "every file matches meta.json (train.bin, val.bin, meta.json)" in text
     assert main(["data", "info", str(out), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["documents"] == 20
     assert main(["data", "info", str(tmp_path)]) == 2

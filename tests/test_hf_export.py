@@ -274,12 +274,29 @@ def test_export_refuses_bad_input(tmp_path, exported):
     with pytest.raises(UserError, match="not a run directory"):
         export(tmp_path / "plain", tmp_path / "out")
     run = exported["baseline"].parent.parent / "runs" / "baseline"
-    with pytest.raises(UserError, match="not empty"):
+    with pytest.raises(UserError, match="holds an earlier export; pass --force"):
         export(run, exported["baseline_unfused"])
     enc = fake_run(tmp_path / "enc", ["model.family=encoder", "model.attention.mask=bidirectional"])
     with pytest.raises(UserError, match="only decoder-only and retrieval models"):
         export(enc, tmp_path / "enc-hf")
     assert not (tmp_path / "enc-hf").exists()
+
+
+def test_force_replaces_only_an_earlier_export_that_holds_nothing_else(tmp_path):
+    """Issue 24: --force replaces attnlab's own export, never a file it did not write."""
+    run = fake_run(tmp_path / "run", [], step=3)
+    out = tmp_path / "hf"
+    export(run, out)
+    assert export(run, out, force=True).files  # an earlier export: replaced
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(UserError, match=r"files the export did not write: notes\.txt"):
+        export(run, out, force=True)
+    assert (out / "notes.txt").read_text() == "mine"
+    with pytest.raises(UserError, match="lies inside the run being exported"):
+        export(run, run / "checkpoints" / "hf", force=True)
+    other = fake_run(tmp_path / "other", [], step=3)
+    with pytest.raises(UserError, match="lies inside the attnlab directory"):
+        export(run, other / "hf", force=True)
 
 
 def test_export_of_one_checkpoint_and_the_cli(tmp_path, capsys):

@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -30,6 +31,89 @@ HUGE = "1000000000"
 
 #: case id -> (argv builder(lab, tmp), expected exit code, regex the stderr must match)
 Case = tuple[Callable[..., list[str]], int, str]
+
+
+def exp_file(L, T: Path) -> Path:
+    """A small valid experiment file on the lab's data."""
+    from data_helpers import tiny_experiment
+
+    tail = '[[variants]]\nname = "a"\n[[variants]]\nname = "b"\nset = ["train.lr=0.001"]\n'
+    return tiny_experiment(T / "exp.toml", L.data, tail, seeds="[0]")
+
+
+def first_read(L, split: str = "train") -> int:
+    """The index in ``split``.bin of the first token the lab's config reads (step 1's batch, or
+    the first validation batch)."""
+    import numpy as np
+
+    from attnlab.config import load_config
+    from attnlab.data import get_schedule
+    from attnlab.train.batches import EVAL_SEED
+
+    cfg = load_config(L.cfg)
+    t = cfg.train
+    steps, seed = (t.max_steps, t.seed) if split == "train" else (t.eval_batches, EVAL_SEED)
+    s = get_schedule(L.data, split, cfg.data.seq_len, t.batch_size, steps, seed)
+    return int(np.asarray(s.offsets).reshape(-1)[0])
+
+
+def data_copy(L, T: Path, edit: Callable[[Path], None], *, reseal: bool = False) -> str:
+    """A copy of the lab's data under ``T`` changed by ``edit``; ``reseal`` rewrites meta.json's
+    hashes to match (a directory whose records agree with its damaged content)."""
+    from attnlab.base.atomic import sha256_file
+    from attnlab.data.integrity import seal
+
+    d = T / "data"
+    shutil.copytree(L.data, d)
+    edit(d)
+    if reseal:
+        meta = json.loads((d / "meta.json").read_text())
+        for split in ("train", "val"):
+            meta["splits"][split]["sha256"] = sha256_file(d / f"{split}.bin")
+        meta["sha256"] = seal(meta)
+        (d / "meta.json").write_text(json.dumps(meta))
+    return str(d)
+
+
+def put_token(split: str, index: int, value: int) -> Callable[[Path], None]:
+    def edit(d: Path) -> None:
+        with open(d / f"{split}.bin", "r+b") as f:
+            f.seek(2 * index)
+            f.write(int(value).to_bytes(2, "little"))
+
+    return edit
+
+
+def edit_meta(change: Callable[[dict], None]) -> Callable[[Path], None]:
+    def edit(d: Path) -> None:
+        meta = json.loads((d / "meta.json").read_text())
+        change(meta)
+        (d / "meta.json").write_text(json.dumps(meta))
+
+    return edit
+
+
+class _Payload:
+    """Unpickling this truncates the file it names: proof that a pickle was (not) loaded."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = str(path)
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def pickled_hf_folder(T: Path) -> str:
+    """A GPT-2 folder whose only weights are a pickle that would empty ``T/victim.txt``."""
+    import pickle
+
+    from eval_doubles import tiny_hf_model
+
+    d = T / "hf"
+    tiny_hf_model("gpt2", max_length=64).config.save_pretrained(d)
+    (T / "victim.txt").write_text("still here\n")
+    (d / "pytorch_model.bin").write_bytes(pickle.dumps({"w": _Payload(T / "victim.txt")}))
+    return str(d)
 
 
 def _cases() -> dict[str, Case]:
@@ -124,6 +208,190 @@ def _cases() -> dict[str, Case]:
     add("train-changed-config", 2, r"train\.max_steps: 6 -> 9")(
         lambda L, T: ["train", str(L.cfg), "--out", str(L.run), "--set", "train.max_steps=9"]
     )
+
+    # ------------------------------------------ data loss: attnlab deletes only what it wrote
+    def run_copy(L, where: Path) -> str:
+        where.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(L.run, where)
+        return str(where)
+
+    def user_files(d: Path, *names: str) -> Path:
+        for name in names:
+            (d / name).parent.mkdir(parents=True, exist_ok=True)
+            (d / name).write_text(f"the user's own {name}\n")
+        return d
+
+    add("loss-export-onto-its-run", 2, r"--out .*run is the run being exported")(
+        lambda L, T: ["export", run_copy(L, T / "run"), "--out", str(T / "run"), "--force"]
+    )
+    add("loss-export-onto-runs-folder", 2, r"--out .*runs contains the run being exported")(
+        lambda L, T: [
+            "export",
+            (run_copy(L, T / "runs" / "sibling"), run_copy(L, T / "runs" / "ref"))[1],
+            "--out",
+            str(T / "runs"),
+            "--force",
+        ]
+    )
+    add("loss-export-onto-a-parent", 2, r"--out .*/a contains the run being exported")(
+        lambda L, T: [
+            "export",
+            run_copy(L, user_files(T / "a", "mine.txt") / "b" / "run"),
+            "--out",
+            str(T / "a"),
+            "--force",
+        ]
+    )
+    add("loss-export-onto-user-folder", 2, r"not an export of attnlab's: it holds mine\.txt")(
+        lambda L, T: [
+            "export",
+            str(L.run),
+            "--out",
+            str(user_files(T / "folder", "mine.txt")),
+            "--force",
+        ]
+    )
+    add("loss-export-dot", 2, r"--out \. contains the run being exported")(
+        lambda L, T: ["export", (run_copy(L, T / "myrun"), "myrun")[1], "--out", ".", "--force"]
+    )
+    add("loss-export-inside-a-run", 2, r"lies inside the attnlab directory")(
+        lambda L, T: ["export", str(L.run), "--out", run_copy(L, T / "r") + "/hf", "--force"]
+    )
+    for name in ("report.md", "results.csv"):
+        add(f"loss-compare-user-{name}", 2, rf"not written by attnlab.*holds {name}")(
+            lambda L, T, name=name: [
+                "compare",
+                str(exp_file(L, T)),
+                "--out",
+                str(user_files(T / "dir", name)),
+                "--skip-check",
+            ]
+        )
+    user_run = ("config.toml", "metrics.jsonl", "status.json")
+    for restart in ("", "--restart"):
+        add(f"loss-train-user-folder{restart}", 2, r"not written by attnlab.*config\.toml")(
+            lambda L, T, r=restart: [
+                "train",
+                str(L.cfg),
+                "--out",
+                str(user_files(T / "dir", *user_run)),
+                "--quiet",
+                *([r] if r else []),
+            ]
+        )
+    add("loss-train-restart-user-checkpoints", 2, r"not written by attnlab.*checkpoints")(
+        lambda L, T: [
+            "train",
+            str(L.cfg),
+            "--out",
+            str(user_files(T / "dir", "checkpoints/notes.txt", "checkpoints/step_1/mine.bin")),
+            "--quiet",
+            "--restart",
+        ]
+    )
+    add("loss-train-restart-run-with-user-checkpoint", 2, r"--restart would delete .*notes\.txt")(
+        lambda L, T: [
+            "train",
+            str(L.cfg),
+            "--out",
+            str(user_files(Path(run_copy(L, T / "run")), "checkpoints/notes.txt")),
+            "--quiet",
+            "--restart",
+        ]
+    )
+
+    # ------------------------------------------------- data integrity: meta.json is the truth
+    def train_on(data: Callable[..., str], *extra: str, out: Callable[..., str] | None = None):
+        return lambda L, T: [
+            "train",
+            str(L.cfg),
+            "--out",
+            out(L, T) if out else str(T / "out"),
+            "--quiet",
+            "--set",
+            f"data.dir={json.dumps(data(L, T))}",
+            *extra,
+        ]
+
+    def one_token_changed(L, T):
+        i = first_read(L)
+        old = int.from_bytes((L.data / "train.bin").read_bytes()[2 * i : 2 * i + 2], "little")
+        return data_copy(L, T, put_token("train", i, (old + 1) % 256))
+
+    add("data-shard-byte-step-1-reads", 2, r"data/train\.bin does not match the sha256")(
+        train_on(one_token_changed)
+    )
+    add("data-shard-byte-then-restart", 2, r"data/train\.bin does not match the sha256")(
+        train_on(one_token_changed, "--restart", out=lambda L, T: run_copy(L, T / "run"))
+    )
+    add("data-id-65535-in-train", 2, r"train\.bin holds token id 65535, outside .* 257 ids")(
+        train_on(
+            lambda L, T: data_copy(L, T, put_token("train", first_read(L), 65535), reseal=True)
+        )
+    )
+    add("data-id-300-in-val", 2, r"val\.bin holds token id 300, outside .* 257 ids")(
+        train_on(
+            lambda L, T: data_copy(L, T, put_token("val", first_read(L, "val"), 300), reseal=True)
+        )
+    )
+    vocab_277 = edit_meta(lambda m: m.update(vocab_size=277))
+    add("data-meta-vocab-edited", 2, r"meta\.json was edited")(
+        train_on(lambda L, T: data_copy(L, T, vocab_277))
+    )
+    add("data-meta-vocab-edited-unsealed", 2, r"vocab_size 277, but its tokenizer has 257")(
+        train_on(
+            lambda L, T: data_copy(
+                L, T, edit_meta(lambda m: (m.pop("sha256"), m.update(vocab_size=277)))
+            )
+        )
+    )
+    add("data-info-verify-shard-byte", 2, r"data/train\.bin does not match the sha256")(
+        lambda L, T: ["data", "info", one_token_changed(L, T), "--verify"]
+    )
+    add("data-info-verify-meta-edited", 2, r"meta\.json was edited")(
+        lambda L, T: ["data", "info", data_copy(L, T, vocab_277), "--verify"]
+    )
+
+    add("train-init-from-a-pickle", 2, r"hf/pytorch_model\.bin is a pickle.*safetensors")(
+        lambda L, T: [
+            "train",
+            str(L.cfg),
+            "--out",
+            str(T / "o"),
+            "--init-from",
+            pickled_hf_folder(T),
+            "--quiet",
+        ]
+    )
+
+    def linked_checkpoints(L, T) -> str:
+        run = Path(run_copy(L, T / "run"))
+        shutil.rmtree(run / "checkpoints")
+        (run / "checkpoints").symlink_to("/etc", target_is_directory=True)
+        return str(run)
+
+    add("generate-checkpoints-link-to-etc", 2, r"run/checkpoints is a link to /etc")(
+        lambda L, T: [
+            "generate",
+            linked_checkpoints(L, T),
+            "--prompt",
+            "a",
+            "--max-new-tokens",
+            "1",
+        ]
+    )
+    add("export-checkpoints-link-to-etc", 2, r"run/checkpoints is a link to /etc")(
+        lambda L, T: ["export", linked_checkpoints(L, T), "--out", str(T / "hf")]
+    )
+
+    def huge_value(L, T) -> str:
+        path = T / "huge.toml"
+        path.write_text('extends = "tiny"\n[model]\nn_layers = "' + "x" * 10_000_000 + '"\n')
+        return str(path)
+
+    add(
+        "params-huge-toml-string", 2, r"'model\.n_layers' = 'x{80}\.\.\. \(10,000,000 characters\)"
+    )(lambda L, T: ["params", huge_value(L, T)])
 
     # ---------------------------------------------------------------------------- generate
     def gen(*extra: str, run: str = "run"):
@@ -382,7 +650,7 @@ def tree_digest(root: Path) -> dict[str, str]:
         for name in dirnames + filenames:
             p = Path(dirpath, name)
             rel = str(p.relative_to(root))
-            if name == ".lock":  # a lock holder rewrites its pid there; it holds no data
+            if name in (".lock", ".verified.json"):  # a lock holder's pid; a cache of hashes
                 continue
             if p.is_symlink():
                 out[rel] = "link:" + os.readlink(p)
@@ -459,6 +727,7 @@ def test_bad_input_is_refused_cleanly(name, hostile_lab, driver, tmp_path):
     work.mkdir()
     argv = build(hostile_lab, work)
     before = tree_digest(hostile_lab.root)
+    before_work = tree_digest(work)  # what the case put there: the user's files
     if name in REAL:
         rc, out, err = run_real(argv, work)
     else:
@@ -472,3 +741,82 @@ def test_bad_input_is_refused_cleanly(name, hostile_lab, driver, tmp_path):
     after = tree_digest(hostile_lab.root)
     changed = sorted(k for k, v in before.items() if after.get(k) != v)
     assert not changed, f"pre-existing files changed or removed: {changed[:10]}\n{shown}"
+    after_work = tree_digest(work)
+    lost = sorted(k for k, v in before_work.items() if after_work.get(k) != v)
+    assert not lost, f"the user's files changed or removed: {lost[:10]}\n{shown}"
+
+
+AS_LIMIT = 6_000_000 * 1024  # `ulimit -v 6000000`, as the trial ran it
+
+
+def _limit_address_space() -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (AS_LIMIT, AS_LIMIT))
+
+
+@pytest.mark.parametrize(
+    "command, size",
+    [
+        ("train", "model.vocab_size=20000000"),
+        ("train", "model.score.kernel_size=1000000"),
+        ("bench", "model.vocab_size=20000000"),
+        ("bench", "model.score.kernel_size=1000000"),
+    ],
+)
+def test_the_preflight_counts_the_address_space_limit(hostile_lab, tmp_path, command, size):
+    """Under ``ulimit -v`` a size that free RAM would allow is refused by the preflight (exit 2,
+    the limit named), not by ``RuntimeError: can't allocate memory``."""
+    sets = ["--set", size]
+    if "kernel_size" in size:
+        sets = ["--set", "model.score.kind=virtual_heads", *sets]
+    if command == "train":
+        argv = ["train", str(hostile_lab.cfg), "--out", str(tmp_path / "o"), "--quiet", *sets]
+    else:
+        argv = ["bench", "--preset", "tiny", "--peers", "none", *sets]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")]))
+    p = subprocess.run(
+        [sys.executable, "-m", "attnlab", *argv],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        preexec_fn=_limit_address_space,
+    )
+    assert p.returncode == 2, p.stderr[-3000:]
+    assert "Traceback" not in p.stderr + p.stdout, p.stderr[-3000:]
+    assert re.search(r"needs at least .* is free \(the address-space limit, ulimit -v\)", p.stderr)
+    assert size in p.stderr or size.split("=")[0] in p.stderr, p.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_huge_value_is_not_echoed_back(hostile_lab, driver, tmp_path):
+    path = tmp_path / "huge.toml"
+    path.write_text('extends = "tiny"\n[model]\nn_layers = "' + "x" * 10_000_000 + '"\n')
+    rc, _out, err = driver.run(
+        ["train", str(path), "--out", str(tmp_path / "o")], tmp_path, tmp_path
+    )
+    assert rc == 2 and len(err) < 2000 and "10,000,000 characters" in err, err[:3000]
+
+
+def test_a_closed_output_pipe_after_a_completed_export_exits_0(hostile_lab, tmp_path):
+    """`attnlab export RUN --out DIR | head -1`: the export is done, the pipe closed early."""
+    read, write = os.pipe()
+    os.close(read)  # nobody reads: every write to stdout fails with EPIPE
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")]))
+    try:
+        p = subprocess.run(
+            [sys.executable, "-m", "attnlab", "export", str(hostile_lab.run), "--out", "hf"],
+            cwd=tmp_path,
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            timeout=300,
+        )
+    finally:
+        os.close(write)
+    assert p.returncode == 0, p.stderr
+    assert "Traceback" not in p.stderr and "Broken pipe" not in p.stderr, p.stderr
+    assert (tmp_path / "hf" / "model.safetensors").is_file()

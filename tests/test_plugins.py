@@ -424,18 +424,23 @@ def test_a_moved_plugin_is_replaced_by_plugin_newpath_in_every_command(lab, tmp_
     assert outs["generate"] == before  # the trained model, greedy: the same continuation
     assert "already finished" in outs["train"]  # the config check saw the same plugin
     assert str(new) in outs["export"] and (tmp_path / "hf" / "plugins" / "my_ideas.py").is_file()
-    # a changed source says so with both hashes; an interrupted run resumes with it
+    # a changed source says so with both hashes; an interrupted run refuses to resume with it
+    # (issue 24) unless --allow-plugin-change, which plugins.json records
     new.write_text(EXAMPLE.read_text() + "\n# edited after the move\n")
     ckpts = tmp_path / "r" / "checkpoints"
     shutil.rmtree(ckpts / "step_0000004")  # as if killed after the step-2 checkpoint
     (ckpts / "latest").write_text("step_0000002")
     (tmp_path / "r" / "status.json").unlink()
-    p = attnlab(*commands["train"], "--plugin", str(new), cwd=tmp_path)
-    assert _stderr_lines(p) == [
+    moved = (
         f"attnlab train: warning: plugin {old} does not exist; using {new} instead (same module "
         f"name 'my_ideas'); sha256 recorded {sha}, now {source_hash([new])[:12]} (a different "
         "source: its parts may not compute what was trained)"
-    ]
+    )
+    p = attnlab(*commands["train"], "--plugin", str(new), cwd=tmp_path, ok=False)
+    assert p.returncode == 2 and _stderr_lines(p)[0] == moved, p.stderr
+    assert f"{source_hash([new])} (now)" in p.stderr and "--allow-plugin-change" in p.stderr
+    p = attnlab(*commands["train"], "--plugin", str(new), "--allow-plugin-change", cwd=tmp_path)
+    assert _stderr_lines(p)[0] == moved and "--allow-plugin-change" in p.stderr
     assert "resumed from step 2" in p.stdout
     assert json.loads((tmp_path / "r" / "plugins.json").read_text())["plugins"][0]["spec"] == str(
         new
@@ -480,3 +485,59 @@ def test_a_damaged_run_file_is_one_warning_line(lab, tmp_path):
     assert line.startswith("attnlab generate: warning: skipping damaged checkpoint step_0000004")
     assert line.endswith("falling back to step_0000002")
     assert "Warning" not in p.stderr and ".py:" not in p.stderr
+
+
+KILLED_RUN = """
+import sys
+from attnlab.config import load_config
+from attnlab.parts.plugins import load_plugins
+from attnlab.train import train
+
+load_plugins(["mine.py"])
+r = train(load_config("run.toml", [sys.argv[1]]), "r", _stop_after=2)
+assert r.status == "running", r
+"""
+
+
+def test_a_changed_plugin_source_is_refused_on_resume_and_allowed_only_by_a_recorded_flag(
+    lab, tmp_path
+):
+    """Issue 24 case 9: sigmoid -> tanh between a kill and the resume."""
+    from attnlab.parts.plugins import source_hash
+
+    plugin = tmp_path / "mine.py"
+    plugin.write_text(EXAMPLE.read_text())
+    cfg = tmp_path / "run.toml"
+    cfg.write_text(lab["cfg"].read_text().replace('"ideas/my_ideas.py"', '"mine.py"'))
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    subprocess.run(
+        [sys.executable, "-c", KILLED_RUN, PARTS[0]], cwd=tmp_path, env=env, check=True, timeout=600
+    )
+    then = source_hash([plugin])
+    plugin.write_text(EXAMPLE.read_text().replace("w_g(u).sigmoid()", "w_g(u).tanh()"))
+    now = source_hash([plugin])
+    run = tmp_path / "r"
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file() and p.name != ".lock"}
+    p = attnlab(
+        "train", str(cfg), "--out", "r", "--quiet", "--set", PARTS[0], cwd=tmp_path, ok=False
+    )
+    assert p.returncode == 2, p.stderr
+    assert f"{plugin}: sha256 {then} (trained) -> {now} (now)" in p.stderr, p.stderr
+    assert "--allow-plugin-change" in p.stderr and "--restart" not in p.stderr
+    assert {q: q.read_bytes() for q in before} == before  # plugins.json and all: untouched
+    p = attnlab(
+        "train",
+        str(cfg),
+        "--out",
+        "r",
+        "--quiet",
+        "--set",
+        PARTS[0],
+        "--allow-plugin-change",
+        cwd=tmp_path,
+    )
+    record = json.loads((run / "plugins.json").read_text())
+    assert [r["sha256"] for r in record["plugins"]] == [now]
+    (old,) = record["history"]
+    assert [r["sha256"] for r in old["plugins"]] == [then]
+    assert old["until_step"] == 2 and old["allowed_by"] == "--allow-plugin-change"

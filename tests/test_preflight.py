@@ -66,6 +66,9 @@ def test_training_estimate_by_hand():
     scores = training_estimate(load_config("tiny-virtual-heads"), device="cpu")
     m = load_config("tiny-virtual-heads").model
     per_vh = 6 * 64 + count(m).active_non_embedding // 2 // 64 + 2 * 4 * 64  # + scores, probs
+    # + what the part declares: the padded rows H (T + K - 1), twice, and H' T outputs
+    K, H_out = m.score.kernel_size, m.score.n_virtual or 4
+    per_vh += 2 * 4 * (64 + K - 1) + H_out * 64
     assert scores.items["activations"][0] == 16 * 64 * (2 * per_vh + 4 * 64) * 4
 
 

@@ -9,6 +9,7 @@ described the same way, never as a traceback. Exit codes: :mod:`attnlab.base.exi
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import pkgutil
 import signal
@@ -69,7 +70,39 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = _command_name(argv)
     # warnings print as one `attnlab CMD: warning: ...` line, like errors (warning_lines.py)
     with cli_warnings(command):
-        return _main(argv, command)
+        try:
+            code = _main(argv, command)
+            sys.stdout.flush()
+        except KeyboardInterrupt:  # Ctrl-C while the command was still starting (imports)
+            print(f"attnlab {command}: interrupted", file=sys.stderr)
+            return exitcodes.INTERRUPTED
+        except BrokenPipeError:
+            # the reader of our output stopped (`attnlab ... | head -1`): what the command did is
+            # done; say nothing more and let the interpreter's last flush go nowhere
+            _stdout_to_devnull()
+            return exitcodes.OK
+        return code
+
+
+def _stdout_to_devnull() -> None:
+    import os
+
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.close(null)
+
+
+#: a message line longer than this is cut (a huge value quoted back is no help to anyone)
+MAX_LINE = 2000
+
+
+def _cut_lines(message: str) -> str:
+    """``message`` with each line over :data:`MAX_LINE` characters cut, its length named."""
+    return "\n".join(
+        line if len(line) <= MAX_LINE else f"{line[:MAX_LINE]}... ({len(line):,} characters; cut)"
+        for line in message.split("\n")
+    )
 
 
 def _main(argv: list[str], command: str) -> int:
@@ -92,8 +125,10 @@ def _main(argv: list[str], command: str) -> int:
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     try:
         return int(args._run(args) or 0)
+    except BrokenPipeError:
+        raise  # the output pipe closed: main() decides (see there)
     except UserError as e:
-        print(f"attnlab {args.command}: error: {e}", file=sys.stderr)
+        print(f"attnlab {args.command}: error: {_cut_lines(str(e))}", file=sys.stderr)
         return int(getattr(e, "exit_code", exitcodes.USER_ERROR))
     except SYSTEM_FAILURES as e:
         print(f"attnlab {args.command}: error: {describe(e)}", file=sys.stderr)

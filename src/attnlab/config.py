@@ -691,13 +691,29 @@ def explain(
             lines.append(f"'{dotted}.kind': {e['ctx']['problem']}")
         elif kind == "literal_error":
             expected = e.get("ctx", {}).get("expected", "")
-            lines.append(f"'{dotted}' = {e['input']!r} is not allowed; choose one of {expected}")
+            lines.append(
+                f"'{dotted}' = {cut_repr(e['input'])} is not allowed; choose one of {expected}"
+            )
         elif kind == "value_error":
             msg = str(e.get("ctx", {}).get("error", e["msg"]))
             lines.extend(f"impossible combination: {part}" for part in msg.split("\n"))
         else:
-            lines.append(f"'{dotted}' = {e['input']!r}: {e['msg']}")
+            lines.append(f"'{dotted}' = {cut_repr(e['input'])}: {e['msg']}")
     return f"{title}:\n  - " + "\n  - ".join(lines)
+
+
+def cut_repr(value: Any, limit: int = 80) -> str:
+    """``repr(value)``, cut to ``limit`` characters with its full length named (a 100 MB string
+    in a TOML file is not echoed back)."""
+    text = (
+        repr(value)
+        if not isinstance(value, str | bytes) or len(value) <= 4 * limit
+        else (repr(value[:limit]))
+    )
+    size = len(value) if isinstance(value, str | bytes) else len(text)
+    if size <= limit and len(text) <= limit + 2:
+        return text
+    return f"{text[: limit + 1]}... ({size:,} characters)"
 
 
 def raw_kind(raw: Mapping[str, Any] | None, loc: tuple[Any, ...], cls: Any = None) -> str:

@@ -168,6 +168,9 @@ def run(args: argparse.Namespace) -> int:
     check_budget(exp, args.max_runs)
     if args.plan:
         return 0
+    from attnlab.experiments.record import claim_experiment
+
+    claim_experiment(args.out)  # before anything is written: never a folder of the user's
     launcher = None
     if args.launcher != "local":
         from attnlab.experiments.running.launch_submitit import (

@@ -68,7 +68,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     i = sub.add_parser("info", help="print the summary of a prepared data directory")
     i.add_argument("dir", metavar="DIR")
     i.add_argument("--json", action="store_true", help="print meta.json as is")
-    i.add_argument("--verify", action="store_true", help="re-hash the token files")
+    i.add_argument(
+        "--verify",
+        action="store_true",
+        help="re-hash every file (token shards, tokenizer, meta.json) and check the vocabulary",
+    )
 
     sub.add_parser("sources", help="list the named corpora and tokenizers")
 
@@ -148,13 +152,21 @@ def _prepare(args: argparse.Namespace) -> int:
 def _info(args: argparse.Namespace) -> int:
     from attnlab.data import TokenData
 
-    data = TokenData.open(args.dir, verify=args.verify)
+    data = TokenData.open(args.dir)
+    checked = data.verify(full=True) if args.verify else []
     if args.json:
         print(json.dumps(data.meta, indent=2, ensure_ascii=False))
     else:
         _print_summary(data.meta, args.dir)
         if args.verify:
-            print("token files match their sha256")
+            print(
+                f"every file matches meta.json ({', '.join(checked)}); vocab_size matches the tokenizer"
+            )
+            if "meta.json" not in checked:
+                print(
+                    "(this directory was prepared by an older attnlab: its tokenizer files and "
+                    "meta.json carry no sha256; prepare it again to have them checked)"
+                )
     return 0
 
 

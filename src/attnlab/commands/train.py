@@ -31,6 +31,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="delete RUN_DIR's checkpoints, metrics and status and train from step 0",
     )
+    p.add_argument(
+        "--allow-plugin-change",
+        action="store_true",
+        help="resume although a plugin's source changed since the run recorded it (the change "
+        "is recorded in RUN_DIR/plugins.json)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar or log lines")
     p.add_argument(
         "--init-from",
@@ -48,7 +54,7 @@ def _say(msg: str) -> None:
 
 def _remove_fresh(out: Path) -> None:
     """Remove the directory the lock just created (it holds the lock file and nothing else)."""
-    if {p.name for p in out.iterdir()} <= {".lock"}:
+    if {p.name for p in out.iterdir()} <= {".lock", ".attnlab.json"}:
         shutil.rmtree(out, ignore_errors=True)
 
 
@@ -79,6 +85,8 @@ def run(args: argparse.Namespace) -> int:
             from attnlab.runs.trackers import check_clients
 
             check_clients(cfg.train.loggers)
+            if main:  # before anything is written: never a folder of the user's
+                rundir.claim_run(args.out)
             check_training(cfg)
             if main:  # plugin parts are proven before the run uses them (cached per source)
                 from attnlab.testing.gate import model_parts, record, require_checked
@@ -93,7 +101,13 @@ def run(args: argparse.Namespace) -> int:
         from attnlab.train import train
 
         reporter = None if args.quiet or not main else console_reporter(cfg.train.log_every)
-        result = train(cfg, args.out, progress=reporter, resume=not args.restart)
+        result = train(
+            cfg,
+            args.out,
+            progress=reporter,
+            resume=not args.restart,
+            allow_plugin_change=args.allow_plugin_change,
+        )
     if not main:
         return 0
     val = "n/a" if result.final_val_loss is None else f"{result.final_val_loss:.4f}"

@@ -38,6 +38,7 @@ from attnlab.base.errors import UserError
 from attnlab.data.corpus import Corpus
 from attnlab.data.corpus_lookup import open_corpus
 from attnlab.data.encoding import CHUNK_BYTES, chunk_documents, default_workers, encode_chunks
+from attnlab.data.integrity import record_files
 from attnlab.data.shards import token_dtype
 from attnlab.data.split import assign_splits, document_u
 from attnlab.data.split_writer import SplitWriter
@@ -280,6 +281,7 @@ def prepare(
             stage.discard()  # bad input: its fix changes what the progress describes
             raise
         meta["prepare_seconds"] = round(time.perf_counter() - started, 2)
+        meta = record_files(stage.dir, meta)  # the tokenizer files' sha256, meta.json's seal
         atomic_write_json(stage.dir / "meta.json", meta)
         stage.publish(replace=overwrite)
     return meta

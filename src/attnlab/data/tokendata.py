@@ -19,7 +19,6 @@ from typing import Any
 
 import numpy as np
 
-from attnlab.base.atomic import sha256_file
 from attnlab.base.errors import UserError
 from attnlab.data.shards import SPLITS, open_shard, shard_path
 from attnlab.data.tokenizer import Tokenizer
@@ -66,7 +65,8 @@ class TokenData:
 
     @classmethod
     def open(cls, directory: str | Path, *, verify: bool = False) -> TokenData:
-        """Open ``directory``; ``verify`` also re-hashes the token files against meta.json."""
+        """Open ``directory``; ``verify`` also re-hashes every file against meta.json and checks
+        the vocabulary against the tokenizer (:meth:`verify`)."""
         directory = Path(directory)
         meta = read_meta(directory)
         dtype = np.dtype(meta["dtype"])
@@ -75,12 +75,20 @@ class TokenData:
             info = meta["splits"][split]
             path = shard_path(directory, split)
             arrays[split] = open_shard(path, dtype, int(info["tokens"]))
-            if verify and sha256_file(path) != info["sha256"]:
-                raise UserError(
-                    f"{path} does not match the sha256 in meta.json; the file changed after "
-                    "prepare: re-run attnlab data prepare"
-                )
-        return cls(directory, meta, arrays["train"], arrays["val"])
+        data = cls(directory, meta, arrays["train"], arrays["val"])
+        if verify:
+            data.verify(full=True)
+        return data
+
+    def verify(self, *, full: bool = False) -> list[str]:
+        """Check every recorded file against ``meta.json`` (sizes; sha256 on first use and after
+        a change, or always with ``full``) and ``vocab_size`` against the tokenizer; the names
+        checked (:mod:`attnlab.data.integrity`)."""
+        from attnlab.data.integrity import check_vocab, verify_data
+
+        names = verify_data(self.directory, self.meta, full=full)
+        check_vocab(self.directory, self.meta, self.tokenizer.vocab_size)
+        return names
 
     def split(self, name: str) -> np.ndarray:
         if name not in SPLITS:

@@ -12,6 +12,21 @@ from attnlab.base.errors import UserError
 from attnlab.experiments.resolve import Experiment
 
 EXPERIMENT_FILE = "experiment.json"
+EXPERIMENT_KIND = "experiment"  # the kind in an experiment directory's marker
+
+
+def claim_experiment(out_dir: str | Path) -> None:
+    """Mark ``out_dir`` as attnlab's experiment directory, or refuse one that holds files
+    attnlab did not write (a user's ``report.md``), naming them; an unmarked directory an earlier
+    attnlab wrote (it has ``experiment.json``) is accepted."""
+    from attnlab.base.owned import claim
+
+    claim(
+        out_dir,
+        EXPERIMENT_KIND,
+        what="experiment directory",
+        legacy=lambda d: (d / EXPERIMENT_FILE).is_file(),
+    )
 
 
 def write_record(exp: Experiment, out_dir: Path) -> None:

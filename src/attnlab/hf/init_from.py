@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from attnlab.base.errors import UserError
+from attnlab.base.pickled import refuse_pickled_weights
 
 
 class ArchitectureError(UserError):
@@ -101,9 +102,11 @@ def load_pretrained(spec: str, model: nn.Module) -> InitReport:
     config = _load_config(spec)
     arch = _arch(config)
     source, local = _source(spec)
+    if local:
+        refuse_pickled_weights(source, f"--init-from {spec!r}")
     try:
         hf = AutoModelForCausalLM.from_pretrained(
-            source, local_files_only=local, dtype=torch.float32
+            source, local_files_only=local, dtype=torch.float32, use_safetensors=True
         )
     except (OSError, ValueError) as e:
         raise UserError(f"--init-from {spec!r}: cannot load its weights ({e})") from None
@@ -136,13 +139,16 @@ def config_with_init(
     from attnlab.config import apply_overrides, source_dict, validate, with_plugins
     from attnlab.hf import arch_attnlab
 
+    source, local = _source(spec)
+    if local:  # before the run directory is touched
+        refuse_pickled_weights(source, f"--init-from {spec!r}")
     config = _load_config(spec)
     needed = arch_attnlab.plugin_specs(config) if config.model_type == "attnlab" else []
     if needed and not plugins:
         raise UserError(
             f"--init-from {spec}: the export's parts come from plugin file(s) "
             f"{', '.join(needed)}; give them with --plugin FILE (the export keeps a copy in "
-            f"{Path(_source(spec)[0]) / 'plugins'})"
+            f"{Path(source) / 'plugins'})"
         )
     raw = source_dict(name_or_path) if name_or_path is not None else {}
     raw = {**raw, "model": model_table(spec)}

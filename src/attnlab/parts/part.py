@@ -203,6 +203,15 @@ class Part(nn.Module):
         None: not declared (the check says so and skips the comparison)."""
         return None
 
+    @classmethod
+    def activation_elements(cls, opts: PartOptions, dims: Dims, seq_len: int) -> int:
+        """Tensor elements per token and layer a forward of this part holds at once beyond its
+        Linears' outputs and the attention matrix (a padded copy, a convolution's input), at
+        context length ``seq_len``: the memory preflight adds them, so a size option (a kernel
+        size, a window) that would exhaust memory is refused before anything is allocated.
+        Default 0."""
+        return 0
+
     def flops_per_token(self, seq_len: int) -> int:
         """Forward FLOPs per token: 2 x in x out of every Linear inside, plus ``extra_flops``."""
         lin = sum(

@@ -363,3 +363,18 @@ def changed(records: list[dict]) -> list[str]:
                 "not compute what was trained"
             )
     return out
+
+
+def source_changes(records: list[dict]) -> list[tuple[str, str, str]]:
+    """(spec, sha256 recorded, sha256 loaded now) of every recorded plugin whose source differs
+    from the one loaded now (a moved plugin is compared with the file standing in for it);
+    plugins not loaded, or recorded without a sha256, are left out."""
+    out = []
+    for rec in records:
+        if not isinstance(rec, dict) or not isinstance(rec.get("sha256"), str):
+            continue
+        spec = str(rec.get("spec"))
+        now = _moved.get(spec) or _loaded.get(spec)
+        if now is not None and now.sha256 != rec["sha256"]:
+            out.append((spec, rec["sha256"], now.sha256 or "-"))
+    return out

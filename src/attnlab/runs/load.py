@@ -74,6 +74,20 @@ def is_run_dir(path: str | Path) -> bool:
     return (path / rundir.CONFIG_FILE).is_file() or (path / checkpoint.CHECKPOINTS).is_dir()
 
 
+def refuse_linked_checkpoints(run_dir: Path) -> None:
+    """A ``checkpoints`` that is a link is named as the cause: checkpoints are read (and
+    written) only inside the run directory."""
+    import os
+
+    root = run_dir / checkpoint.CHECKPOINTS
+    if root.is_symlink():
+        raise UserError(
+            f"{root} is a link to {os.path.realpath(root)}, not the run's own checkpoints "
+            "directory; attnlab reads checkpoints only from inside the run. Replace the link by "
+            "the real checkpoints directory (copy it in) and rerun"
+        )
+
+
 def load_run_model(run_dir: str | Path, device: str | torch.device = "cpu"):
     """(model in eval mode on ``device``, Config, tokenizer) of a run's newest intact checkpoint."""
     from attnlab.data import load_tokenizer
@@ -85,6 +99,7 @@ def load_run_model(run_dir: str | Path, device: str | torch.device = "cpu"):
             f"{run_dir} is not a run directory (no config.toml, no checkpoints/); give the --out "
             "of `attnlab train`"
         )
+    refuse_linked_checkpoints(run_dir)
     ckpt = checkpoint.load_latest(run_dir, with_optim=False)
     if ckpt is None:
         every = ""

@@ -150,21 +150,57 @@ def _cgroup_free() -> int | None:
     return None
 
 
-def _host_free() -> int:
+def _address_space_free() -> int | None:
+    """Bytes of address space left under ``RLIMIT_AS`` (``ulimit -v``), if the process has one:
+    the soft limit less what the process maps already (``VmSize``). Allocations past it fail
+    however much RAM is free."""
+    try:
+        import resource
+    except ImportError:  # not POSIX
+        return None
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft == resource.RLIM_INFINITY or soft <= 0:
+        return None
+    mapped = 0
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmSize:"):
+                mapped = int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        mapped = 0
+    return max(0, soft - mapped)
+
+
+def _ram_free() -> int:
     try:
         import psutil
 
-        free = int(psutil.virtual_memory().available)
+        return int(psutil.virtual_memory().available)
     except ImportError:
-        free = 0
         try:
             for line in Path("/proc/meminfo").read_text().splitlines():
                 if line.startswith("MemAvailable:"):
-                    free = int(line.split()[1]) * 1024
+                    return int(line.split()[1]) * 1024
         except (OSError, ValueError, IndexError):
-            free = 0
-    group = _cgroup_free()
-    return min(free, group) if group is not None and free else (group or free)
+            pass
+    return 0
+
+
+def host_free() -> tuple[int, str]:
+    """(bytes this process can still allocate on the host, what bounds it): the smallest of the
+    available RAM, the cgroup's memory limit and the address-space limit (``ulimit -v``); 0 when
+    none can be known."""
+    bounds = [
+        (_ram_free(), "available RAM"),
+        (_cgroup_free(), "the cgroup's memory limit"),
+        (_address_space_free(), "the address-space limit, ulimit -v"),
+    ]
+    known = [(n, why) for n, why in bounds if n is not None and (n > 0 or "limit" in why)]
+    return min(known, key=lambda b: b[0]) if known else (0, "")
+
+
+def _host_free() -> int:
+    return host_free()[0]
 
 
 def resolve_device(name: str | None) -> str:
@@ -229,7 +265,38 @@ def _per_token_layer(m: ModelConfig, seq_len: int) -> int:
     ffn = widths - 4 * attn  # beyond the baseline's four d x d projections
     scores = 2 * m.attention.n_heads * seq_len
     materialised = m.needs_attention_matrix or m.attention.backend == "math"
-    return 6 * m.d_model + 4 * attn + ffn + (scores if materialised else 0)
+    parts = sum(_part_elements(m, seq_len).values())
+    return 6 * m.d_model + 4 * attn + ffn + (scores if materialised else 0) + parts
+
+
+def _part_elements(m: ModelConfig, seq_len: int) -> dict[str, int]:
+    """slot -> the elements per token and layer its part declares (non-zero ones only)."""
+    from attnlab.parts import registry
+    from attnlab.parts.part import Dims
+
+    dims = Dims.from_config(m)
+    out = {}
+    for slot, opts in m.slots().items():
+        spec = registry.get(slot, opts.kind)
+        if spec.kind == "none":
+            continue
+        n = int(spec.cls.activation_elements(opts, dims, seq_len))
+        if n:
+            out[slot] = n
+    return out
+
+
+def _part_knobs(m: ModelConfig, seq_len: int) -> str:
+    """``, or model.score.kernel_size=1000000``: the size options of the parts that add
+    activations, for the advice of a refusal."""
+    slots = m.slots()
+    names = [
+        f"model.{slot}.{k}={v}"
+        for slot in _part_elements(m, seq_len)
+        for k, v in slots[slot].model_dump().items()
+        if isinstance(v, int) and not isinstance(v, bool)
+    ]
+    return f", or {', '.join(names)}" if names else ""
 
 
 def _weights_item(m: ModelConfig, bytes_per: int) -> tuple[int, tuple[float, str]]:
@@ -265,7 +332,7 @@ def training_estimate(
         "AdamW moments": _model_knobs(m),
         "activations": (
             "lower train.batch_size (train.tokens_per_step keeps the tokens per step through "
-            "gradient accumulation), data.seq_len or model.n_layers"
+            "gradient accumulation), data.seq_len or model.n_layers" + _part_knobs(m, T)
         ),
         "token batch": "lower train.batch_size or data.seq_len",
     }
@@ -311,7 +378,8 @@ def inference_estimate(
     est.knobs = {
         "parameters": _model_knobs(m),
         "logits": "lower the batch size (--batch-size) or the context (--max-length)",
-        "activations": "lower the batch size (--batch-size) or the context (--max-length)",
+        "activations": "lower the batch size (--batch-size) or the context (--max-length)"
+        + _part_knobs(m, seq_len),
     }
     return est
 
@@ -329,9 +397,10 @@ def check(est: Estimate, free: int | None = None, command: str = "this job") -> 
         free = free_memory(est.device)
     if free is None or est.total <= free:
         return est
+    bound = host_free()[1] if est.device.startswith("cpu") else ""
     lines = [
         f"{command} needs at least {fmt_bytes(est.total)} of memory on {est.device} for "
-        f"{est.what}, but {fmt_bytes(free)} is free:"
+        f"{est.what}, but {fmt_bytes(free)} is free" + (f" ({bound})" if bound else "") + ":"
     ]
     for name, (n, how) in sorted(est.items.items(), key=lambda kv: -kv[1][0]):
         if n >= 0.01 * est.total:

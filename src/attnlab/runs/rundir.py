@@ -35,6 +35,7 @@ from attnlab.runs.records import (
     read_json_file,
 )
 
+RUN_KIND = "run"  # the kind in a run directory's marker (attnlab.base.owned)
 CONFIG_FILE = "config.toml"
 STATUS_FILE = "status.json"
 METRICS_FILE = "metrics.jsonl"
@@ -327,14 +328,42 @@ def write_config(run_dir: str | Path, text: str, file: str = CONFIG_FILE) -> Non
 PLUGINS_FILE = "plugins.json"
 
 
-def write_plugins(run_dir: str | Path, specs: list[str]) -> None:
+def write_plugins(
+    run_dir: str | Path, specs: list[str], *, replaced_at: int | None = None, how: str = ""
+) -> None:
     """Record the run's plugins (spec, module, file, sha256 of the source, distribution) in
-    ``plugins.json``; nothing is written for a run without plugins."""
+    ``plugins.json``; nothing is written for a run without plugins. When the recorded sources
+    differ from these (a resume with ``--allow-plugin-change``), the earlier records move to
+    ``history`` with the step they trained up to (``replaced_at``) and ``how`` it was allowed."""
     from attnlab.parts.plugins import manifest
 
     records = manifest(list(specs))
-    if records:
-        atomic_write_json(Path(run_dir) / PLUGINS_FILE, {"plugins": records})
+    path = Path(run_dir) / PLUGINS_FILE
+    old: dict[str, Any] = {}
+    with contextlib.suppress(OSError, ValueError):
+        loaded = json.loads(path.read_text(encoding="utf-8"))
+        old = loaded if isinstance(loaded, dict) else {}
+    history = [h for h in old.get("history", []) if isinstance(h, dict)]
+    before = old.get("plugins")
+    hashes = lambda rs: sorted(str(r.get("sha256")) for r in rs if isinstance(r, dict))  # noqa: E731
+    if isinstance(before, list) and before and hashes(before) != hashes(records):
+        history.append({"plugins": before, "until_step": replaced_at, "allowed_by": how or None})
+    if records or history:
+        body: dict[str, Any] = {"plugins": records}
+        if history:
+            body["history"] = history
+        atomic_write_json(path, body)
+
+
+def plugin_conflicts(run_dir: str | Path) -> list[str]:
+    """``SPEC: sha256 RECORDED (trained) -> NOW (loaded)`` for every plugin whose source changed
+    since ``run_dir`` recorded it in ``plugins.json``; empty when the sources are the same."""
+    from attnlab.parts.plugins import source_changes
+
+    return [
+        f"{spec}: sha256 {then} (trained) -> {now} (now)"
+        for spec, then, now in source_changes(recorded_plugins(run_dir))
+    ]
 
 
 def recorded_plugins(run_dir: str | Path) -> list[dict[str, Any]]:
@@ -375,3 +404,73 @@ def check_plugins(run_dir: str | Path) -> None:
 
     for sentence in changed(recorded_plugins(run_dir)):
         _warn(f"{run_dir}: {sentence}")
+
+
+# --------------------------------------------------------------------------------- ownership
+
+
+def _trained_here(run_dir: Path) -> bool:
+    """An unmarked directory an earlier attnlab trained: it has an intact checkpoint."""
+    from attnlab.runs.checkpoint import newest_state
+
+    return newest_state(run_dir) is not None
+
+
+def claim_run(run_dir: str | Path, what: str = "run directory") -> None:
+    """Mark ``run_dir`` as attnlab's run directory, or refuse a directory that holds anything
+    attnlab did not write there (naming it; see :func:`attnlab.base.owned.claim`)."""
+    from attnlab.base.owned import claim
+
+    claim(run_dir, RUN_KIND, what=what, legacy=_trained_here)
+
+
+def checkpoint_strangers(run_dir: str | Path) -> list[str]:
+    """Paths under ``RUN/checkpoints`` that no checkpoint writer made (a user's file)."""
+    import re
+
+    from attnlab.runs import checkpoint as ck
+
+    root = Path(run_dir) / ck.CHECKPOINTS
+    if root.is_symlink():
+        return [str(root)]
+    if not root.is_dir():
+        return [] if not root.exists() else [str(root)]
+    files = {ck.MODEL_FILE, ck.OPTIM_FILE, ck.STATE_FILE}
+    out: list[str] = []
+    for p in sorted(root.iterdir()):
+        if p.name in (ck.LATEST, f"{ck.LATEST}.tmp") and p.is_file() and not p.is_symlink():
+            continue
+        if re.fullmatch(r"step_\d+(\.tmp)?", p.name) and p.is_dir() and not p.is_symlink():
+            out += [str(q) for q in sorted(p.iterdir()) if q.name not in files or not q.is_file()]
+            continue
+        out.append(str(p))
+    return out
+
+
+def check_clearable(run_dir: str | Path) -> None:
+    """Refuse ``--restart`` when ``checkpoints/`` holds anything a checkpoint writer did not
+    make (it would be deleted with them), naming it."""
+    from attnlab.base.owned import shown
+    from attnlab.runs import checkpoint as ck
+
+    strangers = checkpoint_strangers(run_dir)
+    if strangers:
+        raise UserError(
+            f"--restart would delete {Path(run_dir) / ck.CHECKPOINTS}, which holds files attnlab "
+            f"did not write: {shown(strangers)}. Move them out of the run directory and rerun"
+        )
+
+
+def clear_run(run_dir: str | Path, files: Iterable[str] = ()) -> None:
+    """Delete what training wrote into ``run_dir`` (``--restart``): its checkpoints, metrics,
+    status, config and ``files``. Refuses, deleting nothing, when ``checkpoints/`` holds anything
+    a checkpoint writer did not make."""
+    import shutil
+
+    from attnlab.runs import checkpoint as ck
+
+    run_dir = Path(run_dir)
+    check_clearable(run_dir)
+    shutil.rmtree(run_dir / ck.CHECKPOINTS, ignore_errors=True)
+    for name in (METRICS_FILE, STATUS_FILE, CONFIG_FILE, *files):
+        (run_dir / name).unlink(missing_ok=True)

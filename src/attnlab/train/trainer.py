@@ -10,7 +10,6 @@ rank 0 locks the run directory, checks the config against the checkpoint's and w
 
 from __future__ import annotations
 
-import shutil
 import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -22,6 +21,7 @@ from torch import nn
 
 from attnlab.base.errors import UserError
 from attnlab.config import Config, dump_toml
+from attnlab.data.integrity import check_ids
 from attnlab.runs import checkpoint, lock, rundir
 from attnlab.runs.determinism import deterministic_mode
 from attnlab.runs.device import resolve_device, resolve_precision
@@ -119,13 +119,6 @@ def _run_result(run_dir: Path, status: dict[str, Any], already_done: bool) -> Ru
     )
 
 
-def _clear_run(run_dir: Path) -> None:
-    """Remove this trainer's files from ``run_dir`` (``--restart``); other files are left alone."""
-    shutil.rmtree(run_dir / checkpoint.CHECKPOINTS, ignore_errors=True)
-    for name in (rundir.METRICS_FILE, rundir.STATUS_FILE, rundir.CONFIG_FILE):
-        (run_dir / name).unlink(missing_ok=True)
-
-
 def _on_main(dist: Dist, fn, *args: Any) -> Any:
     """``fn(*args)`` on rank 0; its result (or its UserError, re-raised) on every rank."""
     outcome: tuple[str, Any] = ("ok", None)
@@ -151,12 +144,15 @@ def train(
     *,
     progress: ProgressFn | None = None,
     resume: bool = True,
+    allow_plugin_change: bool = False,
     _stop_after: int | None = None,
 ) -> RunResult:
     """Train ``cfg`` into ``run_dir``, resuming from its newest intact checkpoint.
 
     ``progress`` receives :class:`~attnlab.runs.progress.ProgressEvent` on rank 0 (None: silent).
-    ``resume=False`` deletes the run's previous progress first. A finished or diverged run is not
+    ``resume=False`` deletes the run's previous progress first. Resuming with a plugin whose
+    source changed since the run recorded it (``plugins.json``) is refused unless
+    ``allow_plugin_change``, which ``plugins.json`` then records in its ``history``. A finished or diverged run is not
     trained again; its stored result is returned. The run directory is locked for the call: a
     second process on it fails at once (:class:`~attnlab.runs.lock.DirectoryLockedError`). Under
     ``torchrun`` every rank calls this; only rank 0 writes files. The caller's RNG state and thread
@@ -181,7 +177,9 @@ def train(
         ):
             if cfg.train.threads:
                 torch.set_num_threads(cfg.train.threads)
-            return _Pretraining(cfg, run_dir, dist, device, progress).run(resume, _stop_after)
+            task = _Pretraining(cfg, run_dir, dist, device, progress)
+            task.allow_plugin_change = allow_plugin_change
+            return task.run(resume, _stop_after)
     finally:
         if locked:
             lock.release(run_dir)
@@ -209,18 +207,47 @@ class _Pretraining(TrainTask):
         self.cfg.data.dir = str(self.data_dir)
         self.config = ConfigRecord(file=rundir.CONFIG_FILE, text=dump_toml(self.cfg))
         self.fsdp = dist.enabled and cfg.train.parallel == "fsdp"
+        self.allow_plugin_change = False
+        self.plugin_change: tuple[int | None, str] = (None, "")  # (up to step, how allowed)
 
     # ---------------------------------------------------------------------------- run setup
 
     def _existing(self, resume: bool) -> dict[str, Any] | None:
         """(rank 0) ``--restart`` clean-up, the config check, and the stored status of a run that
         is over."""
-        if not resume:
-            _clear_run(self.run_dir)
+        rundir.claim_run(self.run_dir)  # never a folder attnlab did not write
+        if not resume:  # --restart: deletes only after every check has passed (run())
+            rundir.check_clearable(self.run_dir)
             return None
         rundir.reconcile_config(self.run_dir, self.config.text)
         status = rundir.read_status(self.run_dir) or {}
-        return status if status.get("status") in rundir.FINAL_STATES else None
+        if status.get("status") in rundir.FINAL_STATES:
+            return status
+        self._check_plugin_sources()
+        return None
+
+    def _check_plugin_sources(self) -> None:
+        """Refuse to resume with a plugin whose source changed since the checkpoints were
+        written, unless allowed (then recorded: ``plugins.json``'s history)."""
+        newest = checkpoint.newest_state(self.run_dir)
+        conflicts = rundir.plugin_conflicts(self.run_dir) if newest is not None else []
+        if not conflicts:
+            return
+        step = newest[1].step if newest is not None else None
+        if not self.allow_plugin_change:
+            raise UserError(
+                f"{self.run_dir} was trained to step {step} with other plugin source code; "
+                "resuming would train one model with two different parts:\n  "
+                + "\n  ".join(conflicts)
+                + "\nRestore the plugin's source, or train into another --out; to resume with "
+                "the new source anyway, pass --allow-plugin-change (plugins.json records it)"
+            )
+        warnings.warn(
+            f"{self.run_dir}: resuming at step {step} with changed plugin source "
+            f"(--allow-plugin-change): " + "; ".join(conflicts),
+            stacklevel=1,
+        )
+        self.plugin_change = (step, "--allow-plugin-change")
 
     def _setup_data(self) -> None:
         from attnlab.data import TokenData, get_schedule
@@ -230,6 +257,7 @@ class _Pretraining(TrainTask):
             batches.prepare_if_missing(self.given_cfg, self.data_dir)
         dist.barrier()
         self.data = TokenData.open(self.data_dir)
+        self.data.verify()  # sizes, sha256 when changed (cached), vocab_size vs the tokenizer
         self.tokenizer = self.data.tokenizer
         self.objective: Objective = resolve_objective(cfg.model, cfg.train)
         seq_len = cfg.data.seq_len
@@ -315,6 +343,9 @@ class _Pretraining(TrainTask):
             split = "val" if tokens is self.data.val else "train"
             off, nbr = batches.chunk_neighbours(self.database, self.data, split, off, self.cfg)
         x, y = batch_tokens(tokens, off, self.cfg.data.seq_len)
+        split = "train.bin" if tokens is self.data.train else "val.bin"
+        check_ids(y, self.vocab, f"{self.data_dir / split}")  # one max() per batch
+        check_ids(x[:, :1], self.vocab, f"{self.data_dir / split}")
         rng = None if self.objective == "causal_lm" else corruption_rng(seed, step, k)
         batch = make_batch(
             self.objective,
@@ -387,6 +418,8 @@ class _Pretraining(TrainTask):
         if done is not None:
             return _run_result(self.run_dir, done, already_done=True)
         self._setup_data()
+        if not resume:
+            _on_main(self.dist, rundir.clear_run, self.run_dir)
         self._setup_model()
         t, dist = self.cfg.train, self.dist
         settings = LoopSettings.from_recipe(t, self.plan)
@@ -433,7 +466,8 @@ class _Pretraining(TrainTask):
         check_clients(t.loggers)  # a missing tracker client: nothing of the run written yet
         if dist.is_main:
             rundir.write_config(self.run_dir, self.config.text)
-            rundir.write_plugins(self.run_dir, self.cfg.plugins)
+            step, how = self.plugin_change
+            rundir.write_plugins(self.run_dir, self.cfg.plugins, replaced_at=step, how=how)
         result = loop.run(
             peak_flops=peak,
             stop_after=stop_after,

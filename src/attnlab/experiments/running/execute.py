@@ -58,8 +58,13 @@ def is_over(r: RunPlan) -> bool:
 
 def record_failure(run_dir: Path, error: BaseException, tb: str) -> str:
     """Write a run's failure into its directory (``status.json``, ``error.txt``); its reason."""
-    reason = f"{type(error).__name__}: {error}"
-    run_dir.mkdir(parents=True, exist_ok=True)
+    from attnlab.base.failures import describe, os_error_of
+    from attnlab.base.owned import mark
+
+    os_error = os_error_of(error)  # a full disk, a file-size limit (EFBIG), ...: with its fix
+    reason = describe(os_error) if os_error is not None else f"{type(error).__name__}: {error}"
+    if not run_dir.exists() or not any(run_dir.iterdir()):
+        mark(run_dir, rundir.RUN_KIND)  # attnlab's own run directory, so a rerun may use it
     (run_dir / "error.txt").write_text(tb, encoding="utf-8")
     status = rundir.read_status(run_dir) or {}
     status.update({"status": "failed", "reason": reason, "updated": time.time()})

@@ -9,11 +9,16 @@ its own fixed schedule, so results equal those of a sequential compare.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 import queue as queue_mod
+import signal
+import threading
 import traceback
+from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from attnlab.experiments.resolve import RunPlan
@@ -33,6 +38,7 @@ _EVENTS: Any = None
 def _init_worker(events: Any, devices: Any, threads: int | None, plugins: list[str]) -> None:
     global _EVENTS
     _EVENTS = events
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     from attnlab.base.warning_lines import install
 
     install("compare")  # a run's warnings as the parent prints them, one line each
@@ -61,12 +67,17 @@ def _work(r: RunPlan, evaluate: EvaluateSpec | None) -> RunOutcome:
     )
 
 
-def _drain(events: Any, progress: ExperimentProgress | None) -> None:
+def _drain(events: Any, progress: ExperimentProgress | None) -> list[tuple[str, Any]]:
+    """Hand the workers' events to ``progress``; (kind, run key) of each."""
+    seen: list[tuple[str, Any]] = []
     while True:
         try:
             kind, key, payload = events.get_nowait()
         except queue_mod.Empty:
-            return
+            return seen
+        except (EOFError, OSError):  # the queue's pipe went with a killed worker
+            return seen
+        seen.append((kind, key))
         if progress is None:
             continue
         if kind == "start":
@@ -89,44 +100,128 @@ def _gpu_ids(jobs: int) -> list[int | None]:
     return [i % n for i in range(jobs)]
 
 
+#: how many times a run whose worker process was killed is started again
+RETRIES = 1
+
+
+def _stop(pool: ProcessPoolExecutor) -> None:
+    """End ``pool`` now: cancel what has not started, terminate the workers (a run resumes from
+    its last checkpoint next time), and wait for them, so no worker prints anything after."""
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for proc in procs:
+        with contextlib.suppress(Exception):
+            proc.terminate()
+    for proc in procs:
+        with contextlib.suppress(Exception):
+            proc.join(timeout=10)
+
+
+@contextlib.contextmanager
+def _no_sigint() -> Iterator[None]:
+    """SIGINT ignored while workers start: a spawned interpreter keeps an ignored SIGINT
+    ignored, so Ctrl-C reaches only this process, which stops the workers itself (no worker
+    ``KeyboardInterrupt`` tracebacks, whenever it comes)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
 def run_parallel(
     runs: list[RunPlan],
     evaluate: EvaluateSpec | None,
     jobs: int,
     progress: ExperimentProgress | None,
 ) -> dict[tuple[str, int], RunOutcome]:
-    """Execute ``runs`` in ``jobs`` worker processes; outcomes by (variant, seed)."""
+    """Execute ``runs`` in ``jobs`` worker processes; outcomes by (variant, seed).
+
+    A worker process that dies (killed, out of memory) breaks the pool: the runs it was
+    training are started again in a fresh pool (they resume from their checkpoints), at most
+    :data:`RETRIES` times each, then reported failed alone; runs that had not started are simply
+    started again. Ctrl-C stops every worker and raises ``KeyboardInterrupt`` here."""
     ctx = mp.get_context("spawn")
     events, devices = ctx.Queue(), ctx.Queue()
     jobs = min(jobs, len(runs))
     gpus = _gpu_ids(jobs)
-    for g in gpus:
-        devices.put(g)
     threads = None if gpus[0] is not None else max(1, (os.cpu_count() or 1) // jobs)
+    plugins = [p.spec for p in loaded() if p.distribution is None]
     outcomes: dict[tuple[str, int], RunOutcome] = {}
-    with ProcessPoolExecutor(
-        jobs,
+    tries: dict[tuple[str, int], int] = {}
+    todo = list(runs)
+    while todo:
+        while not devices.empty():  # a broken pool's workers took theirs with them
+            with contextlib.suppress(queue_mod.Empty):
+                devices.get_nowait()
+        for g in gpus[: min(jobs, len(todo))]:
+            devices.put(g)
+        todo = _one_pool(
+            ctx, todo, evaluate, jobs, progress, events, devices, threads, plugins, outcomes, tries
+        )
+    return outcomes
+
+
+def _one_pool(
+    ctx, runs, evaluate, jobs, progress, events, devices, threads, plugins, outcomes, tries
+) -> list[RunPlan]:
+    """Run ``runs`` in one pool; the runs to start again when a worker died."""
+    started: set[tuple[str, int]] = set()
+
+    def drain() -> None:
+        for kind, key in _drain(events, progress):
+            if kind == "start":
+                started.add(key)
+
+    again: list[RunPlan] = []
+    pool = ProcessPoolExecutor(
+        min(jobs, len(runs)),
         mp_context=ctx,
         initializer=_init_worker,
-        initargs=(events, devices, threads, [p.spec for p in loaded() if p.distribution is None]),
-    ) as pool:
-        futures = {pool.submit(_work, r, evaluate): r for r in runs}
+        initargs=(events, devices, threads, plugins),
+    )
+    try:
+        with _no_sigint():
+            futures = {pool.submit(_work, r, evaluate): r for r in runs}
         pending = set(futures)
-        try:
-            while pending:
-                done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
-                _drain(events, progress)
-                for f in done:
-                    r = futures[f]
-                    try:
-                        out = f.result()
-                    except Exception as e:  # the worker process died (e.g. out of memory)
-                        reason = record_failure(r.run_dir, e, traceback.format_exc())
-                        out = RunOutcome(r.variant, r.seed, "failed", True, reason)
-                    outcomes[(r.variant, r.seed)] = out
-                    report_outcome(progress, r, out)
-        except KeyboardInterrupt:
-            for f in pending:
-                f.cancel()
-            raise
-    return outcomes
+        while pending:
+            done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+            drain()
+            for f in done:
+                r = futures[f]
+                key = (r.variant, r.seed)
+                try:
+                    out = f.result()
+                except BrokenProcessPool as e:  # a worker process died (killed, out of memory)
+                    if key not in started:
+                        again.append(r)  # it never ran: not its fault
+                        continue
+                    tries[key] = tries.get(key, 0) + 1
+                    if tries[key] <= RETRIES:
+                        if progress is not None:
+                            progress.note(
+                                f"{r.variant} seed {r.seed}: its worker process died; "
+                                "starting it again (it resumes from its checkpoint)"
+                            )
+                        again.append(r)
+                        continue
+                    reason = record_failure(
+                        r.run_dir,
+                        RuntimeError(f"its worker process died {tries[key]} times ({e})"),
+                        traceback.format_exc(),
+                    )
+                    out = RunOutcome(r.variant, r.seed, "failed", True, reason)
+                except Exception as e:
+                    reason = record_failure(r.run_dir, e, traceback.format_exc())
+                    out = RunOutcome(r.variant, r.seed, "failed", True, reason)
+                outcomes[key] = out
+                report_outcome(progress, r, out)
+    except KeyboardInterrupt:
+        _stop(pool)
+        raise
+    pool.shutdown(wait=True)
+    drain()
+    return again

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from attnlab.base.errors import UserError
 from attnlab.config import dump_toml
-from attnlab.experiments.record import write_record
+from attnlab.experiments.record import claim_experiment, write_record
 from attnlab.experiments.resolve import Experiment, RunPlan
 from attnlab.experiments.running.execute import RunOutcome, is_over, needs_work
 from attnlab.experiments.running.launch import Launcher, LocalLauncher
@@ -125,6 +125,7 @@ def _run_all(
     jobs: int,
     launcher: Launcher | None,
 ) -> list[RunOutcome]:
+    claim_experiment(out)
     runs = exp.runs(out, only)
     check_resumable(runs)
     say = progress.note if progress is not None else (lambda m: None)

@@ -42,6 +42,15 @@ class VirtualHeads(ScorePart):
         taps = opts.kernel_size ** (1 if opts.conv == "1d" else 2)
         return opts.heads_out(dims) * dims.n_heads * taps
 
+    @classmethod
+    def activation_elements(cls, opts: VirtualHeadsOptions, dims: Dims, seq_len: int) -> int:
+        """The zero-padded score rows the convolution reads, H (T + K - 1) per token (1-D;
+        2-D pads both axes: H (T + K - 1)^2 / T), twice (the padded copy kept for backward and
+        the convolution kernel's working copy of its input), and its H' T outputs."""
+        T, K, H = seq_len, opts.kernel_size, dims.n_heads
+        padded = H * (T + K - 1) if opts.conv == "1d" else H * (T + K - 1) ** 2 // max(T, 1)
+        return 2 * padded + opts.heads_out(dims) * T
+
     def __init__(self, opts: VirtualHeadsOptions, dims: Dims) -> None:
         super().__init__(opts, dims)
         self.on, self.conv, self.k = opts.on, opts.conv, opts.kernel_size
