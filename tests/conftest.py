@@ -36,6 +36,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def part_registry_per_module():
+    """Parts a test module registers in-process (plugins, bad parts for the check) leave with
+    it: the part registry and the plugin loader's records are restored after each module, so a
+    later module in the same process (an xdist worker runs several) never sees them, e.g. as
+    default ``bench`` variants."""
+    from attnlab.parts import plugins, registry
+
+    registry.specs()  # the built-in parts, loaded before the snapshot
+    parts = {slot: dict(specs) for slot, specs in registry._parts.items()}
+    records = [(d, dict(d)) for d in (plugins._loaded, plugins._moved, plugins._recorded)]
+    yield
+    registry._parts.clear()
+    registry._parts.update(parts)
+    for d, saved in records:
+        d.clear()
+        d.update(saved)
+
+
 @pytest.fixture(scope="session")
 def hostile_lab(tmp_path_factory):
     """A trained run, a NaN run, a diverged run, a linked run and damaged files

@@ -367,3 +367,47 @@ def read_metrics_of(run: Path) -> list[dict]:
     from attnlab.runs.rundir import read_metrics
 
     return read_metrics(run)
+
+
+def test_probe_writes_and_deletes_only_in_its_own_directories(env, tmp_path):
+    """A probe run or probe experiment never writes into, or deletes from, a folder attnlab did
+    not create: a user's folder is refused (its files named and kept, ``--restart`` too), user
+    files under a probe run's ``checkpoints/`` stop ``--restart``, and a probe directory an
+    earlier attnlab wrote (no marker) is still accepted."""
+    cfg = load_probe_config(None, _overrides(env, method="preproj+skip"))
+    user = tmp_path / "mine"
+    user.mkdir()
+    (user / "notes.txt").write_text("mine\n")
+    for restart in (False, True):
+        with pytest.raises(UserError, match=r"not written by attnlab.*notes\.txt"):
+            train_probe(cfg, user, restart=restart, data_root=env["data"], log=_quiet)
+    assert (user / "notes.txt").read_text() == "mine\n"
+    assert not (user / "checkpoints").exists() and not (user / "probe.toml").exists()
+
+    run = tmp_path / "run"
+    train_probe(cfg, run, data_root=env["data"], log=_quiet)
+    assert json.loads((run / ".attnlab.json").read_text())["kind"] == "probe"
+    (run / "checkpoints" / "my-notes.txt").write_text("keep\n")
+    with pytest.raises(UserError, match=r"--restart would delete .*my-notes\.txt"):
+        train_probe(cfg, run, restart=True, data_root=env["data"], log=_quiet)
+    assert (run / "checkpoints" / "my-notes.txt").read_text() == "keep\n"
+    assert (run / "probe.toml").is_file() and (run / "adapter.safetensors").is_file()
+    (run / "checkpoints" / "my-notes.txt").unlink()
+    (run / ".attnlab.json").unlink()  # as an earlier attnlab left it: accepted, then marked
+    again = train_probe(cfg, run, data_root=env["data"], log=_quiet)
+    assert again.status == "finished" and (run / ".attnlab.json").is_file()
+
+    exp = tmp_path / "exp.toml"
+    exp.write_text(
+        'name = "tiny"\nmethods = ["frozen"]\n'
+        f'[base]\nmodel = "{env["llama"]}"\n[data]\ncorpus = "{env["corpus"]}"\n'
+        "val_fraction = 0.2\n[train]\nmax_steps = 1\nbatch_size = 2\nseq_len = 16\n"
+        "[eval]\nval_tokens = 64\nbatch_size = 4\n"
+    )
+    out = tmp_path / "exp-out"
+    out.mkdir()
+    (out / "report.md").write_text("my report\n")
+    with pytest.raises(UserError, match=r"probe experiment directory.*report\.md"):
+        run_experiment(exp, out, data_root=env["data"], log=_quiet)
+    assert (out / "report.md").read_text() == "my report\n"
+    assert not (out / "runs").exists()

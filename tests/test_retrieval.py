@@ -5,6 +5,7 @@ with and without retrieval, and decoding with live retrieval. Byte data, tiny mo
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -131,7 +132,9 @@ def test_build_identical_for_workers_and_resumable_after_sigkill(planted, tmp_pa
         "r._score_block = slow\n"
         f"r.build_database({str(planted)!r}, chunk_size=8, neighbours=2, workers=1)\n"
     )
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True)
+    # another string hash seed than this process's (bm25s orders its vocabulary by a set's order)
+    env = {**os.environ, "PYTHONHASHSEED": "12345"}
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, env=env)
     assert p.returncode == -signal.SIGKILL
     done = sorted(x.name for x in partial.glob("train-*.npy"))
     assert done and not out.exists()
@@ -139,6 +142,14 @@ def test_build_identical_for_workers_and_resumable_after_sigkill(planted, tmp_pa
     again = build_database(planted, chunk_size=8, neighbours=2, workers=2)
     assert {f: (again.directory / f).read_bytes() for f in files} == files
     assert not partial.exists() and before  # the kept blocks were reused, then cleaned up
+    # a whole build in processes with other hash seeds writes the same bytes
+    for seed in ("0", "777"):
+        shutil.rmtree(out)
+        code = f"import attnlab.data.retrieval as r; r.build_database({str(planted)!r}, "
+        code += "chunk_size=8, neighbours=2, workers=2)"
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, env=env)
+        assert {f: (out / f).read_bytes() for f in files} == files, seed
 
 
 @pytest.fixture(scope="module")

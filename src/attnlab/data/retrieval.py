@@ -100,8 +100,13 @@ def _score_matrix(train: np.ndarray, m: int) -> tuple[Any, dict[str, int]]:
 
     n = len(train) // m
     corpus = [chunk_terms(train[c * m : (c + 1) * m]) for c in range(n)]
+    # term ids in sorted order, not bm25s's own (a set's order, which follows the process's
+    # string hash seed): the float32 sums of the scores then add in one order in every process,
+    # so a resumed or multi-process build writes the same bytes
+    vocab = {t: i for i, t in enumerate(sorted({t for terms in corpus for t in terms}))}
+    ids = [[vocab[t] for t in terms] for terms in corpus]
     bm = bm25s.BM25(method="lucene", k1=1.5, b=0.75)
-    bm.index(corpus, show_progress=False)
+    bm.index((ids, vocab), show_progress=False)
     s = bm.scores
     mat = sp.csr_matrix(
         (s["data"], s["indices"], s["indptr"]), shape=(len(s["indptr"]) - 1, s["num_docs"])

@@ -216,8 +216,9 @@ class FFNPart(Part):
 class PositionPart(Part):
     """``position``: how token positions enter the model. Built once per stack (an
     encoder-decoder's encoder and decoder each get their own; ``dims.causal`` says which) for
-    what acts inside attention, and once for the embeddings when it adds a vector to them. A
-    part declares which of three ways in it uses, and implements those methods:
+    what acts inside attention, and once for the embeddings when it adds a vector to them. The
+    model never calls its ``forward(...)``: a part declares which of three ways in it uses, and
+    implements those methods:
 
     - ``absolute`` (learned, sinusoidal): ``embed(positions [T]) -> [T, d]``, added to the token
       embeddings (the module is the model's ``abs_pos``);

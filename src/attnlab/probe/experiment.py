@@ -117,7 +117,24 @@ def run_experiment(
     name, configs = load_experiment(path, overrides, plugins)
     out_dir = Path(out_dir)
     with lock.locked(out_dir, "probe experiment directory"):
+        claim_probe_experiment(out_dir)  # before anything is written or deleted
         return _run_methods(name, configs, out_dir, restart, data_root, log)
+
+
+PROBE_EXPERIMENT_KIND = "probe-experiment"  # the kind in a probe experiment directory's marker
+
+
+def claim_probe_experiment(out_dir: Path) -> None:
+    """Mark ``out_dir`` as attnlab's probe experiment directory, or refuse one that holds files
+    attnlab did not write, naming them; an unmarked directory an earlier attnlab wrote (its
+    ``report.md`` beside method directories with a recorded ``probe.toml``) is accepted."""
+    from attnlab.base.owned import claim
+    from attnlab.probe.artifacts import PROBE_TOML
+
+    def legacy(d: Path) -> bool:
+        return (d / "report.md").is_file() and any(d.glob(f"*/{PROBE_TOML}"))
+
+    claim(out_dir, PROBE_EXPERIMENT_KIND, what="probe experiment directory", legacy=legacy)
 
 
 def _run_methods(

@@ -112,8 +112,28 @@ def lm_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 # ----------------------------------------------------------------------------------- run dir
 
 
+PROBE_KIND = "probe"  # the kind in a probe run directory's marker
+
+
+def claim_probe_run(run_dir: Path) -> None:
+    """Mark ``run_dir`` as attnlab's probe run directory, or refuse one that holds files attnlab
+    did not write, naming them; an unmarked directory an earlier attnlab wrote (it has the
+    probe's recorded ``probe.toml``) is accepted (:func:`attnlab.base.owned.claim`)."""
+    from attnlab.base.owned import claim
+
+    claim(
+        run_dir,
+        PROBE_KIND,
+        what="probe run directory",
+        legacy=lambda d: (d / artifacts.PROBE_TOML).is_file(),
+    )
+
+
 def clear_run(run_dir: Path) -> None:
-    """Delete the files a probe run writes (for ``--restart``); nothing else is touched."""
+    """Delete the files a probe run writes (for ``--restart``); nothing else is touched.
+    Refuses, deleting nothing, when ``checkpoints/`` holds anything a checkpoint writer did not
+    make."""
+    rundir.check_clearable(run_dir)
     for name in (
         checkpoint.CHECKPOINTS,
         artifacts.LORA_DIR,
@@ -279,6 +299,7 @@ def train_probe(
     """
     run_dir = Path(run_dir)
     with lock.locked(run_dir, "probe run directory"):
+        claim_probe_run(run_dir)  # before anything is written or deleted
         return _train_probe(cfg, run_dir, base, restart, data_root, log)
 
 

@@ -39,6 +39,8 @@ def _init_worker(events: Any, devices: Any, threads: int | None, plugins: list[s
     global _EVENTS
     _EVENTS = events
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    # started with SIGINT blocked (see _no_sigint): a Ctrl-C that came since is dropped here
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     from attnlab.base.warning_lines import install
 
     install("compare")  # a run's warnings as the parent prints them, one line each
@@ -119,17 +121,19 @@ def _stop(pool: ProcessPoolExecutor) -> None:
 
 @contextlib.contextmanager
 def _no_sigint() -> Iterator[None]:
-    """SIGINT ignored while workers start: a spawned interpreter keeps an ignored SIGINT
-    ignored, so Ctrl-C reaches only this process, which stops the workers itself (no worker
-    ``KeyboardInterrupt`` tracebacks, whenever it comes)."""
+    """SIGINT blocked (held, not lost) while workers start: a spawned interpreter starts with
+    the blocked mask, so a Ctrl-C reaches no worker while it imports (no worker
+    ``KeyboardInterrupt`` traceback; each worker ignores SIGINT and unblocks it in its
+    initializer), and this process receives a Ctrl-C that came meanwhile as soon as the block
+    ends, then stops the workers itself."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, old)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def run_parallel(
