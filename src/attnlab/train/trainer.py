@@ -218,7 +218,7 @@ class _Pretraining(TrainTask):
         if not resume:
             _clear_run(self.run_dir)
             return None
-        rundir.reconcile_config(self.run_dir, self.config.text)
+        rundir.reconcile_config(self.run_dir, self.config.text, upgrade=rundir.in_todays_keys)
         status = rundir.read_status(self.run_dir) or {}
         return status if status.get("status") in rundir.FINAL_STATES else None
 
