@@ -74,3 +74,14 @@ def test_an_old_run_resumes_evaluates_and_exports_with_todays_code(
     config = json.loads((old_run.parent / "hf" / "config.json").read_text())
     assert config["model_type"] == "attnlab"
     assert "exported run at step 8" in capsys.readouterr().out
+
+
+def test_an_old_run_given_another_config_is_still_refused_naming_only_that_key(
+    old_run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["train", "run.toml", "--out", "run", "--quiet", "--set", "train.lr=0.01"])
+    err = capsys.readouterr().err
+    assert code == 2 and "different config" in err
+    assert "train.lr: 0.003 -> 0.01" in err
+    assert "grad_noise" not in err and "rope_base" not in err and "block_size" not in err
+    assert json.loads((old_run / "status.json").read_text())["step"] == 4
