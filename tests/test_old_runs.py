@@ -85,3 +85,20 @@ def test_an_old_run_given_another_config_is_still_refused_naming_only_that_key(
     assert "train.lr: 0.003 -> 0.01" in err
     assert "grad_noise" not in err and "rope_base" not in err and "block_size" not in err
     assert json.loads((old_run / "status.json").read_text())["step"] == 4
+
+
+def test_an_old_run_evaluates_generates_and_exports_without_resuming(
+    old_run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The step-4 checkpoint and the old config files as written, read by today's loaders."""
+    assert main(["eval", "run", "--tasks", "perplexity", "--limit", "2", "--no-progress"]) == 0
+    results = json.loads((old_run / "eval" / "results.json").read_text())
+    assert results["tasks"]["perplexity"]["metrics"]["loss"] > 0
+    capsys.readouterr()
+    args = ["generate", "run", "--prompt", "the", "--max-new-tokens", "8", "--temperature", "0"]
+    assert main(args) == 0
+    assert capsys.readouterr().out.strip()
+    assert "rope_base" in (old_run / "config.toml").read_text()  # nothing rewritten
+    pytest.importorskip("transformers")
+    assert main(["export", "run", "--out", "hf"]) == 0
+    assert "exported run at step 4" in capsys.readouterr().out
