@@ -60,6 +60,15 @@ CASES |= {
         "model.attention.global_every=5",
         "model.position.kind=sinusoidal",
     ],
+    "bigbird_rope": [
+        "model.attention.mask=bigbird",
+        "model.attention.window=4",
+        "model.attention.n_global=1",
+        "model.attention.block_size=4",
+        "model.attention.random_blocks=1",
+        "model.attention.random_seed=5",
+        "model.position.kind=rope",
+    ],
     "prefix_lm_post_ln": [
         "model.attention.mask=prefix",
         "model.attention.prefix_len=4",

@@ -67,3 +67,19 @@ def test_decoding_with_the_cache_equals_the_forward_and_sdpa_equals_math() -> No
 def test_bigbird_needs_a_window_and_random_blocks() -> None:
     with pytest.raises(ConfigError, match="random_blocks >= 1"):
         tiny("model.attention.mask=bigbird", "model.attention.window=3")
+
+
+def test_the_check_battery_has_a_bigbird_case_whose_random_blocks_reach_beyond_local_global():
+    """``attnlab check`` runs every part in a BigBird decoder (``testing/cases.py``); at its
+    T=10 the random blocks add keys that local_global alone would not allow."""
+    from attnlab.testing.cases import CASES, T, config_for
+
+    case = next(c for c in CASES if c.mask == "bigbird")
+    assert case.causal
+    attention = config_for(case, "query", "linear", {}).model.attention
+    pos = torch.arange(T)
+    extra = random_blocks(attention, pos, pos, True) & ~allowed_keys(
+        attention.model_copy(update={"mask": "local_global"}), pos, pos, True
+    )
+    assert bool((extra & (pos[None, :] <= pos[:, None])).any())
+    assert not bool((allowed_keys(attention, pos, pos, True) & (pos[None, :] > pos[:, None])).any())

@@ -141,6 +141,61 @@ def test_rope_scalings_change_the_angles_as_their_papers_define() -> None:
     torch.testing.assert_close(c[0], torch.full((8,), mscale, dtype=torch.float64))
 
 
+@pytest.mark.parametrize(
+    "head_dim,fraction,base,factor,original,fast,slow",
+    [
+        (16, 1.0, 10000.0, 4.0, 1024, 32.0, 1.0),
+        (64, 1.0, 10000.0, 8.0, 2048, 32.0, 1.0),
+        (128, 1.0, 500000.0, 16.0, 4096, 32.0, 1.0),
+        (64, 0.25, 10000.0, 2.0, 512, 16.0, 2.0),
+        (32, 1.0, 10000.0, 32.0, 64, 8.0, 0.5),
+    ],
+)
+def test_yarn_equals_transformers_compute_yarn_parameters(
+    head_dim: int, fraction: float, base: float, factor: float, original: int, fast, slow
+) -> None:
+    """attnlab's YaRN gives transformers' inverse frequencies and attention factor (Llama config,
+    rope_type yarn, default truncate=True), item by item."""
+    rope_utils = pytest.importorskip("transformers.modeling_rope_utils")
+    from transformers import LlamaConfig
+
+    heads = 2
+    model = build_model(
+        tiny(
+            f"model.d_model={head_dim * heads}",
+            f"model.attention.n_heads={heads}",
+            "model.position.kind=rope",
+            f"model.position.fraction={fraction}",
+            f"model.position.base={base}",
+            "model.position.scaling=yarn",
+            f"model.position.factor={factor}",
+            f"model.position.original_length={original}",
+            f"model.position.beta_fast={fast}",
+            f"model.position.beta_slow={slow}",
+        )
+    )
+    ours, scale = model.decoder.position.inv_freq(torch.device("cpu"))
+    config = LlamaConfig(
+        hidden_size=head_dim * heads,
+        num_attention_heads=heads,
+        head_dim=head_dim,
+        max_position_embeddings=int(original * factor),
+        rope_parameters={
+            "rope_type": "yarn",
+            "rope_theta": base,
+            "partial_rotary_factor": fraction,
+            "factor": factor,
+            "original_max_position_embeddings": original,
+            "beta_fast": fast,
+            "beta_slow": slow,
+        },
+    )
+    theirs, their_scale = rope_utils._compute_yarn_parameters(config, torch.device("cpu"))
+    assert ours.shape == theirs.shape
+    torch.testing.assert_close(ours, theirs.float(), rtol=1e-6, atol=1e-6)
+    assert scale == pytest.approx(their_scale, abs=1e-6)
+
+
 def test_rope_scaling_keeps_the_weights_so_a_run_can_take_it_at_evaluation() -> None:
     model = build_model(tiny("model.position.kind=rope"))
     scaled = build_model(

@@ -233,6 +233,20 @@ def _same(d: dict[str, Any], upgrade: Upgrade | None) -> dict[str, Any]:
     return upgrade(d) if upgrade is not None else d
 
 
+def in_todays_keys(raw: dict[str, Any]) -> dict[str, Any]:
+    """A recorded training config as today's code writes the same config: validated (old keys
+    renamed or dropped, options added since at their defaults) and dumped again, so a run
+    recorded by an earlier attnlab compares equal to its config loaded today. A record that no
+    longer validates is returned as it is (its differences are then reported key by key)."""
+    from attnlab.config import ConfigError, dump_toml, validate
+
+    try:
+        cfg = validate(_plugins_now(raw))
+    except (ConfigError, UserError):
+        return dict(raw)
+    return parse_config_text(dump_toml(cfg)) or dict(raw)
+
+
 def config_conflicts(
     run_dir: str | Path,
     given_text: str,

@@ -3,8 +3,9 @@ only if config validation (the part's own ``Options.check`` included) accepts it
 
 Base: d_model 32, 4 heads of 8 with 2 K/V heads (GQA), 2 layers, FFN ratio 2, 288 byte tokens,
 16 positions, float64. Each case changes one axis from the decoder with a causal mask and learned
-positions: the masks (prefix, sliding, local_global), the positions (none, sinusoidal, rope, alibi,
-t5), the encoder (bidirectional with learned, sliding with rope, t5) and the encoder-decoder.
+positions: the masks (prefix, sliding, local_global, bigbird with blocks of 2), the positions
+(none, sinusoidal, rope, alibi, t5), the encoder (bidirectional with learned, sliding with rope,
+t5) and the encoder-decoder.
 """
 
 from __future__ import annotations
@@ -86,6 +87,16 @@ CASES: tuple[Case, ...] = (
         "model.attention.window=3",
         "model.attention.n_global=1",
         "model.attention.global_every=4",
+    ),
+    _case(
+        "decoder",
+        "bigbird",
+        "learned",
+        "model.attention.window=2",
+        "model.attention.n_global=1",
+        "model.attention.block_size=2",
+        "model.attention.random_blocks=1",
+        "model.attention.random_seed=3",
     ),
     _case("decoder", "causal", "none"),
     _case("decoder", "causal", "sinusoidal"),

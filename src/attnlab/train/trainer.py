@@ -219,7 +219,7 @@ class _Pretraining(TrainTask):
         if not resume:  # --restart: deletes only after every check has passed (run())
             rundir.check_clearable(self.run_dir)
             return None
-        rundir.reconcile_config(self.run_dir, self.config.text)
+        rundir.reconcile_config(self.run_dir, self.config.text, upgrade=rundir.in_todays_keys)
         status = rundir.read_status(self.run_dir) or {}
         if status.get("status") in rundir.FINAL_STATES:
             return status

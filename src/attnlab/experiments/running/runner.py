@@ -38,7 +38,7 @@ def check_resumable(runs: list[RunPlan]) -> None:
     for r in runs:
         given = r.config.model_copy(deep=True)
         given.data.dir = str(resolve_data_dir(given))
-        diff = rundir.config_conflicts(r.run_dir, dump_toml(given))
+        diff = rundir.config_conflicts(r.run_dir, dump_toml(given), upgrade=rundir.in_todays_keys)
         if diff:
             problems.append(
                 f"{r.run_dir}: " + "; ".join(diff[:4]) + (" ..." if len(diff) > 4 else "")

@@ -13,10 +13,12 @@ evaluation time on a run trained without it, ``--set model.position.scaling=yarn
   the trained range;
 - ``ntk``, NTK-aware base scaling (bloc97 2023): base -> base * factor^(rot / (rot - 2)), which
   stretches low frequencies and keeps the highest ones;
-- ``yarn`` (Peng et al. 2023): per frequency, interpolate (w / factor) the dims whose wavelength
-  exceeds the original context, keep (w) those that turn more than ``beta_fast`` times in it, a
-  linear ramp between (from ``beta_slow`` to ``beta_fast`` rotations), and scale the logits by
-  (0.1 ln(factor) + 1)^2 (cos and sin each by the factor, as transformers does).
+- ``yarn`` (Peng et al. 2023, "NTK-by-parts" + attention temperature): interpolate (w / factor)
+  the dims that turn fewer than ``beta_slow`` times in the original context, keep (w) those that
+  turn more than ``beta_fast`` times, with a linear ramp over the dim indices between (the bounds
+  rounded outwards, floor/ceil); and scale the logits by (0.1 ln(factor) + 1)^2 (cos and sin each
+  by the factor). This is the YaRN reference code's and transformers' ``_compute_yarn_parameters``
+  (``truncate=True``) formula, equal to it to float32 rounding (tested).
 """
 
 from __future__ import annotations
@@ -85,9 +87,20 @@ class RotaryPosition(PositionPart):
             return inv / s, 1.0
         if o.scaling != "yarn" or s == 1.0:
             return inv, 1.0
-        # rotations of each dim over the original context: L w / (2 pi)
-        turns = self.original * inv / (2 * math.pi)
-        keep = ((turns - o.beta_slow) / (o.beta_fast - o.beta_slow)).clamp(0, 1)
+
+        # the dim (pair index, fractional) that turns r times over the original context L:
+        # d(r) = rot ln(L / (2 pi r)) / (2 ln base); the ramp runs linearly over pair indices from
+        # floor(d(beta_fast)) (kept) to ceil(d(beta_slow)) (w / factor), as in transformers'
+        # _compute_yarn_parameters with truncate=True (the YaRN reference code)
+        def dim_at(turns: float) -> float:
+            return self.rot * math.log(self.original / (turns * 2 * math.pi)) / (2 * math.log(base))
+
+        low = max(math.floor(dim_at(o.beta_fast)), 0)
+        high = min(math.ceil(dim_at(o.beta_slow)), self.rot - 1)
+        if low == high:
+            high += 0.001  # a one-index ramp: avoid dividing by zero, as the reference does
+        interp = ((idx / 2 - low) / (high - low)).clamp(0, 1)
+        keep = 1 - interp
         return inv / s * (1 - keep) + inv * keep, 0.1 * math.log(s) + 1.0
 
     def rotation(self, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
