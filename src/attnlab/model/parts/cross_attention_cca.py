@@ -28,6 +28,7 @@ from torch import Tensor, nn
 from attnlab.model.attention_layer import Attention
 from attnlab.model.context import AttnContext
 from attnlab.parts import CrossAttentionPart, Dims, Init, Part, PartOptions, default_init, register
+from attnlab.parts import registry
 from attnlab.parts.registry import build
 
 
@@ -38,6 +39,30 @@ class ChunkedCrossAttention(CrossAttentionPart):
     cost = "params 2 d d_q + 2 d d_kv + norm; FLOPs 4 d d_q + 4 k r d_h H + 4 d d_kv k r / m"
     #: the built-in part's attnlab params row
     param_label = "cca"
+
+    @classmethod
+    def param_count(cls, opts: PartOptions, dims: Dims) -> int | None:
+        """The norm's and the cross-attention's parts' declared counts (the query, key, value
+        and mixer parts of the config, the plain head readout, qk-norm gains); None when one of
+        them declares none."""
+        cfg = dims.model
+        if cfg is None:
+            return None
+        d = Dims.from_config(cfg, cross=True)
+        heads = registry.get("readout", "heads").options(kind="heads")
+        mixer_d = d.with_(mixer_in=registry.get("readout", "heads").cls.width(heads, d))
+        parts = [
+            (cfg.norm, Dims.from_config(cfg), "norm"),
+            (cfg.query, d, "query"),
+            (cfg.key, d, "key"),
+            (cfg.value, d, "value"),
+            (heads, d, "readout"),
+            (cfg.mixer, mixer_d, "mixer"),
+        ]
+        counts = [registry.get(slot, o.kind).cls.param_count(o, dd) for o, dd, slot in parts]
+        if any(c is None for c in counts):
+            return None
+        return sum(counts) + (2 * d.head_dim if cfg.attention.qk_norm else 0)
 
     def __init__(self, opts: PartOptions, dims: Dims) -> None:
         super().__init__(opts, dims)
