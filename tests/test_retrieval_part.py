@@ -131,7 +131,7 @@ def test_retrieval_configs_get_cca_and_other_families_refuse_the_table():
     cfg = load_config("tiny", ["model.family=retrieval", "model.retrieval.chunk_size=8"])
     assert cfg.model.cross_attention.kind == "cca"
     assert load_config("tiny").model.cross_attention.kind == "none"
-    with pytest.raises(ConfigError, match="read only by model.family='retrieval'"):
+    with pytest.raises(ConfigError, match="read only by model"):
         load_config("tiny", ["model.cross_attention.kind=cca"])
     with pytest.raises(ConfigError, match="cross_attention part"):
         load_config(

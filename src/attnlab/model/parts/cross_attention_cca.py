@@ -27,8 +27,16 @@ from torch import Tensor, nn
 
 from attnlab.model.attention_layer import Attention
 from attnlab.model.context import AttnContext
-from attnlab.parts import CrossAttentionPart, Dims, Init, Part, PartOptions, default_init, register
-from attnlab.parts import registry
+from attnlab.parts import (
+    CrossAttentionPart,
+    Dims,
+    Init,
+    Part,
+    PartOptions,
+    default_init,
+    register,
+    registry,
+)
 from attnlab.parts.registry import build
 
 
