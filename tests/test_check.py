@@ -215,8 +215,15 @@ def test_check_passes_every_built_in_part_and_the_examples():
     builtins = {(s.slot, s.kind) for s in registry.specs() if s.source == registry.BUILTIN}
     assert builtins <= checked
     assert {("query", "gated"), ("score", "softcap"), ("side_branch", "causal_mean")} <= checked
-    statuses = {x["name"]: x["status"] for r in reports for x in r["results"]}
-    assert statuses["export"] == "passed" and statuses["compile"] == "passed"
+    # every part whose small models include a decoder is exported; the retrieval-only
+    # cross_attention parts are not (the check exports decoders only)
+    by_part = {
+        (r["slot"], r["kind"]): {x["name"]: x["status"] for x in r["results"]} for r in reports
+    }
+    for part, statuses in by_part.items():
+        assert statuses["compile"] == "passed", part
+        expected = "skipped" if part[0] == "cross_attention" else "passed"
+        assert statuses["export"] == expected, part
 
 
 def _train_args(tmp_path: Path, data_dir: Path, plugin: Path, kind: str, out: str) -> list[str]:

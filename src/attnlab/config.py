@@ -74,6 +74,7 @@ SideBranchSlot = slot_field("side_branch")
 FFNSlot = slot_field("ffn")
 PositionSlot = slot_field("position")
 NormSlot = slot_field("norm")
+CrossAttentionSlot = slot_field("cross_attention")
 
 #: the slot tables of a model config, in block order (see ``attnlab.parts.slots``)
 SLOT_FIELDS = (
@@ -88,6 +89,7 @@ SLOT_FIELDS = (
     "ffn",
     "position",
     "norm",
+    "cross_attention",
 )
 
 #: option keys of ``[model.position]`` before positions were a slot -> (kind, the new key); a
@@ -178,6 +180,8 @@ class ModelConfig(Section):
     mixer: MixerSlot = default_options("mixer")
     side_branch: SideBranchSlot = default_options("side_branch")
     ffn: FFNSlot = default_options("ffn")
+    #: retrieval's chunked cross-attention (``cca`` when a retrieval config names none)
+    cross_attention: CrossAttentionSlot = default_options("cross_attention")
 
     @model_validator(mode="before")
     @classmethod
@@ -188,6 +192,10 @@ class ModelConfig(Section):
 
         if isinstance(data, Mapping) and "position" in data:
             data = {**data, "position": _legacy_position(data["position"])}
+        if isinstance(data, Mapping) and data.get("family") == "retrieval":
+            table = data.get("cross_attention")  # a retrieval config from before the slot
+            if table is None or (isinstance(table, Mapping) and "kind" not in table):
+                data = {**data, "cross_attention": {"kind": "cca", **(table or {})}}
         return data
 
     @property
@@ -328,6 +336,16 @@ class ModelConfig(Section):
                     "model.family='retrieval' is built for loops=1, residual=true and "
                     "residual_kind='sequential'"
                 )
+            if self.cross_attention.kind == "none":
+                problems.append(
+                    "model.family='retrieval' reads its neighbours through a cross_attention part; "
+                    "set model.cross_attention.kind='cca' (or a plugin's kind)"
+                )
+        elif self.cross_attention.kind != "none":
+            problems.append(
+                f"model.cross_attention.kind={self.cross_attention.kind!r} is read only by "
+                f"model.family='retrieval' (this model is {self.family!r}); remove the table"
+            )
         if self.family == "encoder_decoder" and a.mask == "prefix":
             problems.append(
                 "model.attention.mask='prefix' is for decoder-only prefix LMs; an encoder-decoder "

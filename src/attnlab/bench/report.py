@@ -129,8 +129,10 @@ def inference_table(r: BenchResult) -> TextTable | None:
             "cache speedup",
             "cache bytes/token",
             "greedy identical",
+            *(["retrieval ms/chunk (BM25)"] if r.retrieval else []),
         ],
     )
+    ret = [f"{r.retrieval.lookup_ms_per_chunk:.2f}"] if r.retrieval else []
     no_cache = False
     for row in r.inference:
         cached = row.decode_cached_tokens_per_s is not None
@@ -145,6 +147,7 @@ def inference_table(r: BenchResult) -> TextTable | None:
                 _x(row.cache_speedup),
                 f"{row.cache_bytes_per_token:,} ({row.cache_dtype})" if cached else "-",
                 "-" if row.greedy_identical is None else "yes" if row.greedy_identical else "NO",
+                *ret,
             ]
         )
     for name, why in failed.items():
@@ -157,6 +160,17 @@ def inference_table(r: BenchResult) -> TextTable | None:
         t.notes.append(
             "no KV cache: a part of that variant declares supports_kv_cache = False, so it "
             "decodes by recomputing the prefix."
+        )
+    if r.retrieval:
+        q = r.retrieval
+        t.notes.append(
+            f"retrieval: the model's times above read synthetic neighbours (model time only); "
+            f"one BM25 lookup of a {q.chunk_size}-token chunk for {q.neighbours} neighbours "
+            f"takes {q.lookup_ms_per_chunk:.2f} ms (median of {q.lookups}) against "
+            f"{q.database_chunks:,} chunks of {q.source} (index built in "
+            f"{q.index_build_s:.2f} s); a {sp['seq_len']}-token window needs "
+            f"{sp['seq_len'] // q.chunk_size} lookups ({q.ms_per_window:.1f} ms), live decoding "
+            f"one per {q.chunk_size} tokens."
         )
     return t
 

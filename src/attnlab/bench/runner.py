@@ -11,6 +11,7 @@ import gc
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import torch
 
@@ -19,6 +20,7 @@ from attnlab.bench.inference import InferenceRow, measure_inference
 from attnlab.bench.machine import MachineInfo, load_average, machine_info, measured_peak
 from attnlab.bench.memory import MemoryRow, measure_memory
 from attnlab.bench.peers import PEERS, PeerUnavailableError
+from attnlab.bench.retrieval import RetrievalRow, measure_retrieval
 from attnlab.bench.subjects import Subject, build_subject
 from attnlab.bench.timing import error_text
 from attnlab.bench.training import TrainingRow, measure_training
@@ -55,6 +57,9 @@ class BenchSpec:
     decode_repeats: int = 3
     decode_variants: list[str] | None = None
     memory_steps: int = 2
+    #: retrieval configs: the prepared data folder whose training tokens the BM25 lookups search
+    #: (None: a synthetic database)
+    data: str | None = None
 
     def resolved(self) -> BenchSpec:
         """Fill defaults from the config and check everything a user could get wrong."""
@@ -65,12 +70,14 @@ class BenchSpec:
         dtype = self.dtype or resolve_precision("auto", dev).name  # the trainer's default
         if dtype not in DTYPES:
             raise UserError(f"--dtype {dtype}: choose one of {', '.join(DTYPES)}")
-        if cfg.model.family == "retrieval":
+        if self.data is not None and cfg.model.family != "retrieval":
+            raise UserError("--data is for a retrieval config (the database of its BM25 lookups)")
+        if self.data is not None and not (Path(self.data) / "meta.json").is_file():
             raise UserError(
-                "attnlab bench does not time model.family='retrieval' yet; `attnlab generate "
-                "RUN_DIR` reports a retrieval run's retrieval time apart from its model time"
+                f"--data {self.data}: not a prepared data folder (no meta.json); run attnlab "
+                "data prepare first"
             )
-        if cfg.model.family != "decoder":
+        if cfg.model.family not in ("decoder", "retrieval"):
             raise UserError(
                 f"attnlab bench times causal LMs; model.family={cfg.model.family!r}. "
                 "Use a decoder config (e.g. --preset tiny)"
@@ -124,6 +131,8 @@ class BenchResult:
     training: list[TrainingRow] = field(default_factory=list)
     inference: list[InferenceRow] = field(default_factory=list)
     memory: list[MemoryRow] = field(default_factory=list)
+    #: a retrieval config's BM25 lookup time, apart from the model's
+    retrieval: RetrievalRow | None = None
     skipped: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     targets: list[dict] = field(default_factory=list)
@@ -238,6 +247,9 @@ def run_bench(spec: BenchSpec, log: Callable[[str], None] = print) -> BenchResul
     ]
     if "inference" in spec.sections and decoders:
         _inference_section(spec, decoders, result, dtype, reference, log)
+    if spec.config.model.family == "retrieval" and "inference" in spec.sections:
+        log("retrieval: BM25 lookups per chunk, timed apart from the model ...")
+        result.retrieval = measure_retrieval(spec.config, spec.seq_len, spec.data)
     # what a fresh process needs to build each subject: its own config (a variant's overrides
     # applied, its plugins listed), or the base config of a peer
     configs = {s.name: (s.kind, (s.config or spec.config).to_dict()) for s in subjects}

@@ -95,6 +95,10 @@ def variant_subject(
 
     torch.manual_seed(seed)
     model = build_model(cfg.model).to(device)
+    if cfg.model.family == "retrieval":  # model time with synthetic neighbours of the right shape
+        from attnlab.bench.retrieval import WithNeighbours
+
+        model = WithNeighbours(model, seed)
     run = torch.compile(model) if compile else model
 
     def loss(x: Tensor, y: Tensor) -> Tensor:

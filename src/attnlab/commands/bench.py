@@ -70,6 +70,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="LIST",
         help=f"what to measure (default all): {', '.join(SECTIONS)}",
     )
+    p.add_argument(
+        "--data",
+        metavar="DIR",
+        help="retrieval configs: a prepared data folder whose training tokens the timed BM25 "
+        "lookups search (default: a synthetic database)",
+    )
     p.add_argument("--prompt-len", type=int, default=16, metavar="N")
     p.add_argument("--new-tokens", type=int, metavar="N", help="decoded tokens (default <= 64)")
     p.add_argument("--decode-batch", type=int, default=1, metavar="B")
@@ -150,6 +156,7 @@ def _spec(args: argparse.Namespace):
         new_tokens=args.new_tokens,
         decode_batch=args.decode_batch,
         decode_repeats=args.decode_repeats,
+        data=args.data,
     )
 
 

@@ -210,15 +210,21 @@ class Database:
     def retriever(self, data: TokenData, *, live: bool = True):
         """A callable chunk [m] -> neighbours [k, r] that scores the chunk against the training
         database now (decoding with live retrieval)."""
-        S, vocab = _score_matrix(np.asarray(data.train), self.chunk_size)
-        k, m, r = int(self.meta["neighbours"]), self.chunk_size, self.neighbour_len
+        k = int(self.meta["neighbours"])
+        return live_retriever(data.train, self.chunk_size, k, self.neighbour_len, data.eos_id)
 
-        def retrieve(chunk: np.ndarray) -> np.ndarray:
-            q = _query_matrix([np.asarray(chunk)], vocab, S.shape[0])
-            row = np.asarray((q @ S).todense(), dtype=np.float32)[0]
-            return neighbour_tokens(data.train, _top_k(row, k), m, r, data.eos_id)
 
-        return retrieve
+def live_retriever(train: np.ndarray, m: int, k: int, r: int, eos_id: int):
+    """A callable chunk [m] -> neighbours [k, r]: BM25 over the chunks of ``train`` (the index
+    is built here, once), the chunk's k best with their continuations (``neighbour_tokens``)."""
+    S, vocab = _score_matrix(np.asarray(train), m)
+
+    def retrieve(chunk: np.ndarray) -> np.ndarray:
+        q = _query_matrix([np.asarray(chunk)], vocab, S.shape[0])
+        row = np.asarray((q @ S).todense(), dtype=np.float32)[0]
+        return neighbour_tokens(train, _top_k(row, k), m, r, eos_id)
+
+    return retrieve
 
 
 def _key(data: TokenData, m: int, k: int, cont: int) -> dict[str, Any]:

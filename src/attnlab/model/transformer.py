@@ -30,7 +30,7 @@ from attnlab.model.linear_cross_entropy import linear_cross_entropy
 from attnlab.model.masks import allowed_keys, stack_mask
 from attnlab.model.output import ModelOutput
 from attnlab.model.positions import SinusoidalPositions
-from attnlab.model.retrieval.cca import ChunkedCrossAttention, encode_neighbours
+from attnlab.model.retrieval.cca import encode_neighbours
 from attnlab.parts import Dims, Init, Part, PositionPart, default_init, registry
 from attnlab.parts.registry import build
 
@@ -172,10 +172,14 @@ class Transformer(nn.Module):
             else None
         )
         self.cca: nn.ModuleDict | None = None
-        if fam == "retrieval":  # the neighbour encoder and one CCA per chosen decoder layer
+        if fam == "retrieval":  # the neighbour encoder and one cross_attention part per CCA layer
             self.encoder = Stack(cfg, cfg.retrieval.encoder_layers, causal=False, cross=False)
+            dims = Dims.from_config(cfg)
             self.cca = nn.ModuleDict(
-                {str(i): ChunkedCrossAttention(cfg) for i in cfg.retrieval.layers(cfg.n_layers)}
+                {
+                    str(i): build(cfg.cross_attention, dims, "cross_attention")
+                    for i in cfg.retrieval.layers(cfg.n_layers)
+                }
             )
         if fam in ("decoder", "retrieval"):
             self.decoder = Stack(cfg, cfg.n_layers, causal=True, cross=False)
@@ -415,17 +419,8 @@ class Transformer(nn.Module):
                         per_block += 4 * T * m.dh * m.heads_out
                 stack_total += per_block * stack.loops
             total += round(stack_total * scale)
-        if self.cca is not None:  # q and W_O per token; K, V per neighbour token; the scores
-            r = self.cfg.retrieval
-            kr = r.neighbours * r.neighbour_len
-            for c in self.cca.values():
-                a = c.cross_attention
-                for m in a.modules():
-                    if isinstance(m, nn.Linear):
-                        kv = m in (*a.key.modules(), *a.value.modules())
-                        flops = 2 * m.in_features * m.out_features
-                        total += round(flops * kr / r.chunk_size) if kv else flops
-                total += 4 * kr * a.dh * a.heads_out
+        if self.cca is not None:  # each cross_attention part declares its own (K/V per neighbour)
+            total += sum(c.flops_per_token(seq_len) for c in self.cca.values())
         total += 2 * self.lm_head.in_features * self.lm_head.out_features
         return total
 

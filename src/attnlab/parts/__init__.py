@@ -33,6 +33,7 @@ from attnlab.parts.plugins import PluginError, PluginRecord, load_plugin, load_p
 from attnlab.parts.registry import BUILTIN, PartError, PartSpec, register
 from attnlab.parts.slots import (
     SLOTS,
+    CrossAttentionPart,
     FeatureMapPart,
     FFNPart,
     FusedRows,
@@ -53,6 +54,7 @@ from attnlab.parts.slots import (
 __all__ = [
     "BUILTIN",
     "SLOTS",
+    "CrossAttentionPart",
     "Dims",
     "FFNPart",
     "FeatureMapPart",

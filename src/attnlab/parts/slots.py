@@ -38,6 +38,8 @@ from attnlab.base.schema import PartOptions
 from attnlab.parts.part import Part
 
 FusedRows = list[tuple[Tensor, Tensor | None]]
+#: the kind of an empty optional slot
+NONE_KIND = "none"
 
 
 class ProjectionPart(Part):
@@ -287,6 +289,23 @@ class NormPart(Part):
         raise NotImplementedError
 
 
+class CrossAttentionPart(Part):
+    """``cross_attention``: how the chosen decoder layers of ``model.family = "retrieval"``
+    read the encoded neighbours (RETRO's chunked cross-attention; empty in other families).
+    Built once per CCA layer with ``dims.model`` the whole config (``dims.model.retrieval``:
+    chunk size m, k neighbours of r tokens), it is added to the residual stream after its block:
+    ``forward(h [B, T, d], memory [B, C, k r, d]) -> [B, T, d]``, ``memory`` the neighbour
+    encoder's output for the C chunks of m tokens (C = T // m; chunk j's neighbours were
+    retrieved with the tokens of chunk j). Causality is the part's job: output p may read chunk
+    j's neighbours only once p has seen all of chunk j (p >= (j + 1) m - 1); ``attnlab check``
+    derives each chunk's neighbours from its tokens, so a part that reads them earlier fails
+    its causality check. Retrieval decodes without a KV cache (the memory grows with every
+    completed chunk). Declared FLOPs per decoder token include the K/V work on the k r
+    neighbour tokens of each chunk (k r / m neighbour tokens per decoder token)."""
+
+    supports_kv_cache: ClassVar[bool] = False
+
+
 @dataclass(frozen=True)
 class Slot:
     """A named place in the block: the facts the rest of attnlab reads about it.
@@ -333,9 +352,16 @@ SLOTS: dict[str, Slot] = {
         Slot("ffn", FFNPart, "gelu", False, "position-wise feed-forward"),
         Slot("position", PositionPart, "learned", True, "how token positions enter the model"),
         Slot("norm", NormPart, "layernorm", False, "the normalisation of every norm"),
+        Slot(
+            "cross_attention",
+            CrossAttentionPart,
+            NONE_KIND,
+            True,
+            "retrieval: how decoder layers read the encoded neighbours",
+        ),
     )
 }
-NONE = "none"
+NONE = NONE_KIND
 
 
 def probe_slots() -> list[Slot]:

@@ -98,9 +98,12 @@ def _check_one(
     job: exporting.Job | None = None
 
     # the Q/K/V projections unfused: each projection part runs its own forward
-    unfused = build(
-        config_for(base_case, req.slot, req.kind, req.options, ("model.attention.fuse_qkv=false",))
-    )
+    # (a cross_attention part's attention on the explicit path: FlopCounterMode does not see
+    # CPU SDPA, and the part declares the scores it computes)
+    sets = ("model.attention.fuse_qkv=false",)
+    if req.slot == "cross_attention":
+        sets = (*sets, "model.attention.backend=math")
+    unfused = build(config_for(base_case, req.slot, req.kind, req.options, sets))
 
     def export() -> Result:
         nonlocal job

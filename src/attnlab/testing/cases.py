@@ -5,7 +5,12 @@ Base: d_model 32, 4 heads of 8 with 2 K/V heads (GQA), 2 layers, FFN ratio 2, 28
 16 positions, float64. Each case changes one axis from the decoder with a causal mask and learned
 positions: the masks (prefix, sliding, local_global, bigbird with blocks of 2), the positions
 (none, sinusoidal, rope, alibi, t5), the encoder (bidirectional with learned, sliding with rope,
-t5) and the encoder-decoder.
+t5), the encoder-decoder and the retrieval decoder (CCA after layer 1, chunks of 5 tokens, 2
+neighbours of 7 tokens each).
+
+The retrieval case's neighbours are a fixed function of each chunk's own tokens (as a database
+lookup is), so the causality check also proves the cross_attention part's shift: a part that lets
+a token read the neighbours of a chunk it has not finished seeing reads tokens after it.
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ VOCAB = 288
 T = 10
 MAX_LEN = 16
 PREFIX = 4
+#: the retrieval case: chunk size m (divides T), neighbours k, continuation (r = m + 2)
+CHUNK, NEIGHBOURS, CONTINUATION = 5, 2, 2
 
 BASE: dict[str, Any] = {
     "model": {
@@ -107,6 +114,16 @@ CASES: tuple[Case, ...] = (
     _case("encoder", "sliding", "rope", "model.attention.window=3"),
     _case("encoder", "bidirectional", "t5"),
     _case("encoder_decoder", "causal", "learned"),
+    _case(
+        "retrieval",
+        "causal",
+        "learned",
+        f"model.retrieval.chunk_size={CHUNK}",
+        f"model.retrieval.neighbours={NEIGHBOURS}",
+        f"model.retrieval.continuation={CONTINUATION}",
+        "model.retrieval.cca_layers=[1]",
+        f"data.seq_len={3 * CHUNK}",
+    ),
 )
 
 
@@ -184,11 +201,31 @@ def ids(batch: int, length: int = T, seed: int = 0) -> torch.Tensor:
     return torch.randint(0, VOCAB, (batch, length), generator=gen)
 
 
-def forward(model, case: Case, x: torch.Tensor, enc: torch.Tensor | None = None, **kw):
-    """Logits of ``x``; an encoder-decoder reads ``enc`` (default: ``x`` itself)."""
+def neighbours(x: torch.Tensor) -> torch.Tensor:
+    """The retrieval case's neighbours of ``x`` [B, T]: [B, T // CHUNK, NEIGHBOURS, CHUNK +
+    CONTINUATION] token ids, neighbour i of chunk j a fixed function of chunk j's tokens alone."""
+    B, T = x.shape
+    C, r = T // CHUNK, CHUNK + CONTINUATION
+    chunks = x[:, : C * CHUNK].reshape(B, C, 1, CHUNK)
+    s = torch.arange(r, device=x.device)
+    i = torch.arange(NEIGHBOURS, device=x.device).view(1, 1, NEIGHBOURS, 1)
+    return (chunks[..., s % CHUNK] * (i + 2) + s + 7 * i) % VOCAB
+
+
+def inputs(case: Case, x: torch.Tensor, enc: torch.Tensor | None = None) -> dict[str, Any]:
+    """The model's keyword inputs beside ``x`` in ``case``: an encoder-decoder's encoder input
+    (``enc``, default ``x`` itself), the retrieval decoder's neighbours."""
     if case.family == "encoder_decoder":
-        kw["encoder_input_ids"] = x if enc is None else enc
-    return model(x, **kw).logits
+        return {"encoder_input_ids": x if enc is None else enc}
+    if case.family == "retrieval":
+        return {"neighbours": neighbours(x)}
+    return {}
+
+
+def forward(model, case: Case, x: torch.Tensor, enc: torch.Tensor | None = None, **kw):
+    """Logits of ``x``; an encoder-decoder reads ``enc`` (default: ``x`` itself), a retrieval
+    decoder the neighbours of ``x``'s chunks."""
+    return model(x, **inputs(case, x, enc), **kw).logits
 
 
 def instances(model, cls: type) -> list:

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from attnlab.testing.cases import Case, build, forward, ids, instances
+from attnlab.testing.cases import Case, build, forward, ids, inputs, instances
 from attnlab.testing.result import Result, failed, passed, skipped
 
 COMPILE, BF16 = "compile", "bfloat16"
@@ -76,8 +76,7 @@ def check_compile(name: str, cls: type, model, case: Case, backend: str = "aot_e
         # a part the model calls through its declared methods, not ``forward`` (a position
         # part's embed/bias/rotation): compiled as part of the whole model's forward
         x = ids(2, seed=9)
-        kw = {"encoder_input_ids": x} if case.family == "encoder_decoder" else {}
-        part, args, kwargs = _Logits(model), (x,), kw
+        part, args, kwargs = _Logits(model), (x,), inputs(case, x)
     else:
         args, kwargs = got
     torch._dynamo.reset()  # parts sharing a forward must not share a cache (or its size limit)

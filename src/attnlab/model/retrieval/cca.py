@@ -1,68 +1,11 @@
-"""Chunked cross-attention (CCA, RETRO §2.4).
-
-The decoder input of T tokens is cut into chunks of m; for each chunk j the database returned k
-neighbours of r tokens (the retrieved chunk plus its continuation), encoded once per forward to
-``E_j`` [k r, d]. Token p reads the neighbours of chunk ``j(p) = (p + 1) // m - 1``: the last chunk
-whose every token p has already seen (RETRO's shift by m - 1: the last token of chunk j already
-uses chunk j's neighbours). Tokens p < m - 1 read nothing (output 0). So no token sees neighbours
-that were chosen with its own future.
-
-    CCA(h)_p = Attn(q = Norm(h)_p W_Q, K = E_{j(p)} W_K, V = E_{j(p)} W_V) W_O   (0 if j(p) < 0)
-
-The attention is an ordinary cross-attention layer assembled from the config's query, key, value
-and mixer parts (``attention_layer.Attention(cross=True)``), so an attention part under study runs
-in the decoder, in the neighbour encoder (both are ordinary blocks) and in CCA alike.
-Cost per CCA layer: params 2 d d_q + 2 d d_kv (+ norm); FLOPs per token 2(d d_q + d_q d) for q and
-W_O, 4 k r d_h H for the scores and the weighted sum, and the K/V projections of k r neighbour
-tokens per chunk, 4 d d_kv k r / m per token. Implementation: the shifted sequence is reshaped to
-[B C, m, d] so each chunk attends to its own [B C, k r, d] memory in one batched call.
-"""
+"""Chunked cross-attention's glue: the neighbour encoding the ``cross_attention`` part reads
+(the built-in part itself, ``cca``, is ``model/parts/cross_attention_cca.py``)."""
 
 from __future__ import annotations
 
-import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attnlab.config import ModelConfig
-from attnlab.model.attention_layer import Attention
-from attnlab.model.context import AttnContext
-from attnlab.parts import Dims
-from attnlab.parts.registry import build
-
-
-class ChunkedCrossAttention(nn.Module):
-    """One CCA layer: pre-norm, then cross-attention per chunk to its encoded neighbours."""
-
-    def __init__(self, cfg: ModelConfig) -> None:
-        super().__init__()
-        self.m = cfg.retrieval.chunk_size
-        self.norm = build(cfg.norm, Dims.from_config(cfg), "norm")
-        self.cross_attention = Attention(cfg, cross=True)
-
-    def forward(self, h: Tensor, memory: Tensor) -> Tensor:
-        """h [B, T, d], memory [B, C, k r, d] (encoded neighbours of chunks 0..C-1) -> [B, T, d].
-
-        Needs C >= ceil((T - m + 1) / m) (= T / m when m divides T)."""
-        B, T, d = h.shape
-        m = self.m
-        if m > T:  # no chunk is complete yet: nothing to read
-            return torch.zeros_like(h)
-        x = self.norm(h)[:, m - 1 :]  # token p of the shifted sequence is token p + m - 1
-        Ts = x.shape[1]
-        C = -(-Ts // m)
-        if memory.shape[1] < C:
-            raise ValueError(
-                f"{T} tokens in chunks of {m} need the neighbours of {C} chunks; got "
-                f"{memory.shape[1]}"
-            )
-        x = F.pad(x, (0, 0, 0, C * m - Ts)).reshape(B * C, m, d)
-        mem = memory[:, :C].reshape(B * C, memory.shape[2], d)
-        dummy = torch.zeros(0, dtype=torch.long, device=h.device)
-        ctx = AttnContext(dummy, dummy, None, False)
-        out, _ = self.cross_attention(x, ctx, memory=mem)
-        out = out.reshape(B, C * m, d)[:, :Ts]
-        return F.pad(out, (0, 0, m - 1, 0))
+from attnlab.model.parts.cross_attention_cca import ChunkedCrossAttention
 
 
 def encode_neighbours(model: nn.Module, neighbours: Tensor) -> Tensor:
@@ -71,3 +14,6 @@ def encode_neighbours(model: nn.Module, neighbours: Tensor) -> Tensor:
     B, C, k, r = neighbours.shape
     h = model.encode(neighbours.reshape(B * C * k, r))
     return h.reshape(B, C, k * r, h.shape[-1])
+
+
+__all__ = ["ChunkedCrossAttention", "encode_neighbours"]

@@ -1,0 +1,132 @@
+"""Benchmarking a retrieval model (``model.family = "retrieval"``): model time with neighbours,
+retrieval time apart.
+
+Model speed does not depend on which tokens the neighbours hold, so the timed model reads
+synthetic neighbour ids of the right shape ([B, T // m, k, r], fixed per batch shape;
+:class:`WithNeighbours`), in training, prefill and decoding alike (decoding recomputes the prefix:
+retrieval has no KV cache). The retrieval cost is measured on its own (:func:`measure_retrieval`):
+the BM25 lookup of one chunk (query terms, sparse scores against every database chunk, top k,
+neighbour tokens) timed per chunk over a database built from ``--data`` (a prepared data folder's
+training tokens) or, without it, from synthetic Zipf-distributed tokens; the index build is timed
+once. Decoding with live retrieval costs the model's decode time plus one lookup per m tokens.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+
+class WithNeighbours(nn.Module):
+    """A retrieval model that reads synthetic neighbours of the right shape on every call (the
+    model's own attributes stay reachable: ``cfg``, ``param_groups``, ``flops_per_token``)."""
+
+    def __init__(self, model: nn.Module, seed: int = 0) -> None:
+        super().__init__()
+        self.inner = model
+        self.cfg = model.cfg
+        self.seed = seed
+        self._nb: dict[tuple, Tensor] = {}
+
+    supports_cache = False  # the neighbours grow with every completed chunk
+
+    def neighbours(self, input_ids: Tensor) -> Tensor:
+        """[B, max(1, T // m), k, r] token ids, the same for the same batch shape."""
+        r = self.cfg.retrieval
+        B, T = input_ids.shape
+        key = (B, T, input_ids.device)
+        if key not in self._nb:
+            gen = torch.Generator().manual_seed(self.seed + 1000 * T + B)
+            shape = (B, max(1, T // r.chunk_size), r.neighbours, r.neighbour_len)
+            nb = torch.randint(0, self.cfg.vocab_size, shape, generator=gen)
+            self._nb[key] = nb.to(input_ids.device)
+        return self._nb[key]
+
+    def forward(self, input_ids: Tensor, targets: Tensor | None = None, **kw):
+        if kw.get("cache") is not None:
+            raise ValueError("a retrieval model decodes without a KV cache")
+        kw.pop("memory", None)
+        return self.inner(input_ids, targets, neighbours=self.neighbours(input_ids), **kw)
+
+    def param_groups(self, weight_decay: float) -> list[dict]:
+        return self.inner.param_groups(weight_decay)
+
+    def flops_per_token(self, seq_len: int) -> int:
+        return self.inner.flops_per_token(seq_len)
+
+    def aux_losses(self):
+        return self.inner.aux_losses()
+
+
+@dataclass
+class RetrievalRow:
+    """The BM25 lookup of one chunk, timed apart from the model."""
+
+    source: str
+    database_chunks: int
+    chunk_size: int
+    neighbours: int
+    index_build_s: float
+    lookup_ms_per_chunk: float
+    lookups: int
+    #: the lookups of one --seq-len window (T // m chunks), in ms
+    ms_per_window: float
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def synthetic_tokens(n_tokens: int, vocab: int, seed: int = 0) -> np.ndarray:
+    """Zipf-distributed token ids (a text-like spread of term frequencies for BM25)."""
+    rng = np.random.default_rng(seed)
+    ranks = rng.zipf(1.2, size=n_tokens)
+    return ((ranks - 1) % vocab).astype(np.int64)
+
+
+def measure_retrieval(
+    cfg, seq_len: int, data_dir: str | Path | None = None, lookups: int = 64
+) -> RetrievalRow:
+    """Time ``lookups`` BM25 lookups of chunks of the model's chunk size against a database of
+    the prepared ``data_dir``'s training tokens, or of 200,000 synthetic tokens without it."""
+    from attnlab.data.retrieval import live_retriever
+
+    r = cfg.model.retrieval
+    m, k, length = r.chunk_size, r.neighbours, r.neighbour_len
+    if data_dir is not None:
+        from attnlab.data import TokenData
+
+        data = TokenData.open(data_dir)
+        train, eos, source = np.asarray(data.train), data.eos_id, f"--data {data_dir}"
+    else:
+        train = synthetic_tokens(200_000, cfg.model.vocab_size)
+        eos, source = 0, "synthetic (200,000 Zipf tokens)"
+    t0 = time.perf_counter()
+    retrieve = live_retriever(train, m, k, length, eos)
+    build_s = time.perf_counter() - t0
+    n_chunks = len(train) // m
+    rng = np.random.default_rng(1)
+    queries = [train[c * m : (c + 1) * m] for c in rng.integers(0, n_chunks, size=lookups)]
+    retrieve(queries[0])  # warm-up
+    times = []
+    for q in queries:
+        t = time.perf_counter()
+        nb = retrieve(q)
+        times.append(time.perf_counter() - t)
+    assert nb.shape == (k, length)
+    per = statistics.median(times) * 1e3
+    return RetrievalRow(
+        source=source,
+        database_chunks=n_chunks,
+        chunk_size=m,
+        neighbours=k,
+        index_build_s=build_s,
+        lookup_ms_per_chunk=per,
+        lookups=lookups,
+        ms_per_window=per * (seq_len // m),
+    )
