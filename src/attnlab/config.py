@@ -320,6 +320,22 @@ class ModelConfig(Section):
                 "model.family='decoder' is a causal LM; model.attention.mask='bidirectional' would "
                 "let it see the tokens it predicts. Use family='encoder' for a bidirectional model"
             )
+        problems += self._retrieval_problems()
+        if self.family == "encoder_decoder" and a.mask == "prefix":
+            problems.append(
+                "model.attention.mask='prefix' is for decoder-only prefix LMs; an encoder-decoder "
+                "already reads its input bidirectionally"
+            )
+        if problems:
+            raise ValueError("\n".join(problems))
+        return self
+
+    def _retrieval_problems(self) -> list[str]:
+        """What the retrieval family needs (CCA layers that exist, a causal mask, a plain
+        residual stack, a cross_attention part) and that no other family sets a cross_attention
+        part."""
+        a = self.attention
+        problems: list[str] = []
         if self.family == "retrieval":
             bad = [i for i in self.retrieval.layers(self.n_layers) if not 0 <= i < self.n_layers]
             if bad:
@@ -346,14 +362,7 @@ class ModelConfig(Section):
                 f"model.cross_attention.kind={self.cross_attention.kind!r} is read only by "
                 f"model.family='retrieval' (this model is {self.family!r}); remove the table"
             )
-        if self.family == "encoder_decoder" and a.mask == "prefix":
-            problems.append(
-                "model.attention.mask='prefix' is for decoder-only prefix LMs; an encoder-decoder "
-                "already reads its input bidirectionally"
-            )
-        if problems:
-            raise ValueError("\n".join(problems))
-        return self
+        return problems
 
 
 # ---------------------------------------------------------------------------------------------- data
