@@ -85,8 +85,9 @@ def run(args: argparse.Namespace) -> int:
         if args.method:
             raise UserError("--method picks one method; an experiment file lists its own methods")
         from attnlab.probe.config import load_experiment
-        from attnlab.probe.experiment import result_row, run_experiment
+        from attnlab.probe.experiment import claim_probe_experiment, result_row, run_experiment
 
+        claim_probe_experiment(out)  # a folder of the user's is refused before check.json
         _check_parts(load_experiment(args.config, overrides, args.plugins)[1], out, args)
 
         results = run_experiment(
@@ -100,10 +101,11 @@ def run(args: argparse.Namespace) -> int:
         _print_table([result_row(r) for r in results], f"frozen probe -> {out}/report.md")
         return 0 if all(r.status != "failed" for r in results) else 1
     from attnlab.probe.experiment import result_row, write_experiment_report
-    from attnlab.probe.trainer import train_probe
+    from attnlab.probe.trainer import claim_probe_run, train_probe
     from attnlab.runs import lock
 
     cfg = load_probe_config(args.config, overrides, args.plugins)
+    claim_probe_run(out)  # a folder of the user's is refused before check.json
     _check_parts([cfg], out, args)
     with lock.locked(out, "probe directory"):  # the run and its report: one writer
         res = train_probe(cfg, out, restart=args.restart, data_root=args.data_root)
