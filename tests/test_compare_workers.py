@@ -109,3 +109,32 @@ def test_a_killed_worker_is_started_again_and_no_other_run_is_blamed(experiment,
     assert "Traceback" not in err and "BrokenProcessPool" not in err, err
     statuses = [json.loads(s.read_text())["status"] for s in sorted(out_dir.rglob("status.json"))]
     assert statuses == ["finished"] * 4, (statuses, err)
+
+
+def _tracker(pid: int) -> int | None:
+    """The multiprocessing resource tracker started by ``pid``, if it runs."""
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+                cmd = (d / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if int(fields[1]) == pid and b"resource_tracker" in cmd:
+                return int(d.name)
+    return None
+
+
+def test_a_killed_resource_tracker_prints_no_traceback(experiment, tmp_path):
+    """SIGKILL of the resource tracker multiprocessing starts for compare's queues: Python
+    starts another, which is told to forget semaphores it never saw; compare finishes and
+    nothing prints a traceback."""
+    out_dir = tmp_path / "out"
+    p = _start(experiment, out_dir, "--jobs", "2")
+    assert _wait_for(p, lambda: _tracker(p.pid) and _children(p.pid))
+    os.kill(_tracker(p.pid), signal.SIGKILL)
+    _out, err = p.communicate(timeout=600)
+    assert p.returncode == 0, err
+    assert "Traceback" not in err and "KeyError" not in err, err
+    statuses = [json.loads(s.read_text())["status"] for s in sorted(out_dir.rglob("status.json"))]
+    assert statuses == ["finished"] * 4, (statuses, err)

@@ -16,6 +16,7 @@ import queue as queue_mod
 import signal
 import threading
 import traceback
+import warnings
 from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -136,6 +137,43 @@ def _no_sigint() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
+def _quiet_tracker_relaunch() -> None:
+    """A resource tracker that multiprocessing starts again (the first was killed) is told to
+    forget the semaphores of compare's queues, which it never saw, and prints a ``KeyError``
+    traceback for each. Its stderr goes to /dev/null instead; the relaunch itself is one warning
+    line. (Installed once per process; CPython's ``ResourceTracker.ensure_running``.)"""
+    from multiprocessing import resource_tracker
+
+    tracker = resource_tracker._resource_tracker
+    if getattr(tracker, "_attnlab_quiet", False):
+        return
+    launch = tracker.ensure_running
+
+    def ensure_running() -> None:
+        fd = getattr(tracker, "_fd", None)
+        if fd is None or tracker._check_alive():
+            return launch()
+        warnings.warn(
+            "the multiprocessing resource tracker died; a new one is started (the semaphores "
+            "of compare's queues may leak until the next reboot)",
+            stacklevel=2,
+        )
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        saved = os.dup(2)
+        try:
+            os.dup2(devnull, 2)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                launch()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            os.close(devnull)
+
+    tracker.ensure_running = ensure_running
+    tracker._attnlab_quiet = True
+
+
 def run_parallel(
     runs: list[RunPlan],
     evaluate: EvaluateSpec | None,
@@ -148,6 +186,7 @@ def run_parallel(
     training are started again in a fresh pool (they resume from their checkpoints), at most
     :data:`RETRIES` times each, then reported failed alone; runs that had not started are simply
     started again. Ctrl-C stops every worker and raises ``KeyboardInterrupt`` here."""
+    _quiet_tracker_relaunch()
     ctx = mp.get_context("spawn")
     events, devices = ctx.Queue(), ctx.Queue()
     jobs = min(jobs, len(runs))
