@@ -45,7 +45,8 @@ def _start(exp: Path, out: Path, *extra: str) -> subprocess.Popen:
     )
 
 
-def _children(pid: int) -> list[int]:
+def _children_with(pid: int, marker: bytes) -> list[int]:
+    """The processes ``pid`` started whose command line holds ``marker``."""
     out = []
     for d in Path("/proc").iterdir():
         if d.name.isdigit():
@@ -54,9 +55,14 @@ def _children(pid: int) -> list[int]:
                 cmd = (d / "cmdline").read_bytes()
             except OSError:
                 continue
-            if int(fields[1]) == pid and b"spawn_main" in cmd:
+            if int(fields[1]) == pid and marker in cmd:
                 out.append(int(d.name))
     return out
+
+
+def _children(pid: int) -> list[int]:
+    """compare's worker processes."""
+    return _children_with(pid, b"spawn_main")
 
 
 @pytest.fixture
@@ -113,16 +119,8 @@ def test_a_killed_worker_is_started_again_and_no_other_run_is_blamed(experiment,
 
 def _tracker(pid: int) -> int | None:
     """The multiprocessing resource tracker started by ``pid``, if it runs."""
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
-                cmd = (d / "cmdline").read_bytes()
-            except OSError:
-                continue
-            if int(fields[1]) == pid and b"resource_tracker" in cmd:
-                return int(d.name)
-    return None
+    found = _children_with(pid, b"resource_tracker")
+    return found[0] if found else None
 
 
 def test_a_killed_resource_tracker_prints_no_traceback(experiment, tmp_path):
