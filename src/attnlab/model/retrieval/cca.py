@@ -1,11 +1,10 @@
 """Chunked cross-attention's glue: the neighbour encoding the ``cross_attention`` part reads
-(the built-in part itself, ``cca``, is ``model/parts/cross_attention_cca.py``)."""
+(the built-in part itself, ``cca``, is ``model/parts/cross_attention_cca.py``, which only the
+part registry imports: imported from here, it would register under whatever plugin is loading)."""
 
 from __future__ import annotations
 
 from torch import Tensor, nn
-
-from attnlab.model.parts.cross_attention_cca import ChunkedCrossAttention
 
 
 def encode_neighbours(model: nn.Module, neighbours: Tensor) -> Tensor:
@@ -16,4 +15,4 @@ def encode_neighbours(model: nn.Module, neighbours: Tensor) -> Tensor:
     return h.reshape(B, C, k * r, h.shape[-1])
 
 
-__all__ = ["ChunkedCrossAttention", "encode_neighbours"]
+__all__ = ["encode_neighbours"]
