@@ -258,8 +258,11 @@ def test_a_part_option_is_validated_by_the_parts_own_options_class() -> None:
     assert "'model.query.activation' = 'tanh' is not allowed" in msg
 
 
-def test_switching_a_slots_kind_drops_the_old_parts_options() -> None:
-    cfg = load_config("gpt2-124m-nonlinear-query", ["model.query.kind=identity"]).model
+def test_switching_a_slots_kind_drops_the_old_parts_options_it_lacks_with_a_note() -> None:
+    from attnlab.config import DroppedOptionWarning
+
+    with pytest.warns(DroppedOptionWarning, match="'ratio', 'activation'"):
+        cfg = load_config("gpt2-124m-nonlinear-query", ["model.query.kind=identity"]).model
     assert cfg.query.kind == "identity" and "ratio" not in cfg.query.model_dump()
     cfg = load_config(
         "gpt2-124m-nonlinear-query", ["model.query.ratio=0.25", "model.query.kind=anchored"]

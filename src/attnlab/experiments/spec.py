@@ -39,7 +39,7 @@ from typing import Any
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from attnlab.base.section import Section
+from attnlab.base.section import Section, seed_type
 from attnlab.config import (
     ConfigError,
     fields_at,
@@ -113,7 +113,9 @@ class ExperimentSpec(_Spec):
     description: str = ""
     plugins: list[str] = Field(default_factory=list)
     base: str | dict[str, Any] = Field(default_factory=dict)
-    seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
+    seeds: list[seed_type("train.seed of one repetition")] = Field(  # type: ignore[valid-type]
+        default_factory=lambda: [0], min_length=1
+    )
     budget: Budget
     baseline: str | None = None
     evaluate: EvaluateSpec | None = None

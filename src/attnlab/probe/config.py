@@ -204,9 +204,17 @@ class ProbeConfig(Section):
         """Tables keyed by a part's kind or method name; the key sets the table's kind."""
         if not isinstance(v, dict):
             return v
-        out = {}
+        out, named = {}, {}
         for key, table in v.items():
             comp = component_of(str(key))
+            if comp.kind in named:  # two names of one part: one table would be lost
+                raise PydanticCustomError(
+                    "same_option",
+                    "parts.{a} and parts.{b} are the same part ('{kind}'); keep one table, "
+                    "[parts.{kind}]",
+                    {"a": named[comp.kind], "b": key, "kind": comp.kind},
+                )
+            named[comp.kind] = key
             if isinstance(table, dict):
                 table = {**table, "kind": comp.kind}
             out[comp.kind] = table

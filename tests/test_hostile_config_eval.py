@@ -1,0 +1,315 @@
+"""Issue 32, the config and evaluation inputs: nothing a user writes is silently dropped, coerced
+or falsely refused.
+
+* a slot whose kind changes keeps the preset's options the new kind has, and names the ones it
+  drops (config files, ``--set``, experiment variants, and ``compare``'s plan and report);
+* two keys that name one option are refused, naming both;
+* seeds outside what numpy and torch take are refused with the range;
+* task items are validated (strict types), not coerced, and refused naming file, line and field;
+* a one-item task is scored, its standard error "n/a", exit 0;
+* ``attnlab-lm-eval`` on bad local files: clear errors, out-of-range labels refused, an over-long
+  item handled on its own;
+* ``mc:FILE`` reads the common field shapes and a field mapping;
+* the experiment-file schema is documented key by key, and advice names flags that exist.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+import warnings
+from pathlib import Path
+
+import pytest
+
+from attnlab.cli import main
+from attnlab.config import ConfigError, DroppedOptionWarning, load_config, validate
+from attnlab.model.params import count
+
+DYT = '''
+"""Dynamic Tanh (Zhu et al. 2025) as a norm: g * tanh(alpha x) + b; params d + 1 (+ d bias)."""
+import torch
+from torch import nn
+
+from attnlab.parts import Field, NormPart, register
+
+
+@register("norm", "dyt")
+class DyT(NormPart):
+    cost = "params d + 1 (2d + 1 with bias); FLOPs 0"
+
+    class Options(NormPart.Options):
+        alpha: float = Field(0.5, gt=0)
+
+    @classmethod
+    def param_count(cls, opts, dims):
+        return dims.d_model * (2 if opts.bias else 1) + 1
+
+    def __init__(self, opts, dims):
+        super().__init__(opts, dims)
+        self.alpha = nn.Parameter(torch.full((1,), opts.alpha))
+        self.weight = nn.Parameter(torch.ones(dims.d_model))
+        self.bias = nn.Parameter(torch.zeros(dims.d_model)) if opts.bias else None
+
+    def reset_norm(self):
+        with torch.no_grad():
+            self.weight.fill_(1.0)
+            if self.bias is not None:
+                self.bias.zero_()
+
+    def forward(self, x):
+        y = self.weight * torch.tanh(self.alpha * x)
+        return y if self.bias is None else y + self.bias
+'''
+
+
+@pytest.fixture(scope="module")
+def dyt(tmp_path_factory) -> str:
+    path = tmp_path_factory.mktemp("plugin") / "dyt_norm.py"
+    path.write_text(DYT, encoding="utf-8")
+    return str(path)
+
+
+def norm_params(cfg) -> int:
+    return count(cfg.model).by_part["norm"]
+
+
+def cli(capsys, *argv: str) -> tuple[int, str, str]:
+    """``attnlab ARGV`` in this process: (exit code, stdout, stderr); argparse's exit included."""
+    try:
+        code = main(list(argv))
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else 1
+    out = capsys.readouterr()
+    assert "Traceback" not in out.err + out.out
+    return code, out.out, out.err
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(textwrap.dedent(text).lstrip(), encoding="utf-8")
+    return path
+
+
+# ------------------------------------------------------------ 1. a slot's kind changes
+
+
+def test_set_kind_keeps_the_presets_options_the_new_kind_has(dyt) -> None:
+    """tiny has norm.bias = false: a DyT norm chosen by --set keeps it (5 norms x 65 params,
+    not 5 x 129 with a bias the preset turned off)."""
+    switched = load_config("tiny", ["model.norm.kind=dyt"], [dyt])
+    assert switched.model.norm.bias is False
+    explicit = load_config("tiny", ["model.norm.kind=dyt", "model.norm.bias=false"], [dyt])
+    with_bias = load_config("tiny", ["model.norm.kind=dyt", "model.norm.bias=true"], [dyt])
+    assert norm_params(switched) == norm_params(explicit) < norm_params(with_bias)
+
+
+def test_a_file_extending_a_preset_keeps_its_options_too(tmp_path, dyt) -> None:
+    path = write(
+        tmp_path / "dyt.toml",
+        f"""
+        extends = "tiny"
+        plugins = [{json.dumps(dyt)}]
+        [model.norm]
+        kind = "dyt"
+        alpha = 0.25
+        """,
+    )
+    cfg = load_config(path)
+    assert cfg.model.norm.bias is False and cfg.model.norm.alpha == 0.25
+
+
+def test_an_option_the_new_kind_lacks_is_dropped_with_a_note_naming_it(tmp_path) -> None:
+    path = write(
+        tmp_path / "rope.toml",
+        """
+        extends = "tiny"
+        [model.position]
+        kind = "rope"
+        base = 500.0
+        fraction = 0.5
+        """,
+    )
+    with pytest.warns(DroppedOptionWarning) as got:
+        cfg = load_config(path, ["model.position.kind=sinusoidal"])
+    assert cfg.model.position.base == 500.0  # sinusoidal has a base: carried over
+    (line,) = [str(w.message) for w in got]
+    assert "model.position.kind = 'sinusoidal'" in line and "'fraction'" in line
+    assert "'rope'" in line and "\n" not in line
+    notes: list[str] = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # given a list, validate collects instead of warning
+        from attnlab.config import apply_overrides, source_dict
+
+        validate(apply_overrides(source_dict(path), ["model.position.kind=alibi"]), notes)
+    assert len(notes) == 1 and "has no options 'base', 'fraction'" in notes[0]
+
+
+def test_the_note_is_one_warning_line_on_the_command_line(tmp_path, capsys) -> None:
+    path = write(tmp_path / "r.toml", 'extends = "tiny"\n[model.position]\nkind = "rope"\n')
+    path.write_text(path.read_text() + "fraction = 0.5\n")
+    code, _, err = cli(capsys, "params", str(path), "--set", "model.position.kind=alibi")
+    assert code == 0
+    assert "attnlab params: warning: model.position.kind = 'alibi' has no option 'fraction'" in err
+
+
+def test_an_option_set_after_the_kind_change_is_the_users_not_a_carried_one(tmp_path) -> None:
+    """An option the user sets with the new kind is never dropped as a carried one: one the new
+    kind lacks is refused as an unknown key."""
+    path = write(
+        tmp_path / "r.toml", 'extends = "tiny"\n[model.position]\nkind = "rope"\nfraction = 0.5\n'
+    )
+    with pytest.raises(ConfigError, match=r"unknown key 'model\.position\.fraction'"):
+        load_config(path, ["model.position.kind=alibi", "model.position.fraction=0.25"])
+
+
+EXPERIMENT = """
+seeds = [0]
+[base]
+extends = "tiny"
+[base.model.position]
+kind = "rope"
+fraction = 0.5
+base = 500.0
+[budget]
+steps = 30
+[[variants]]
+name = "rope"
+[[variants]]
+name = "sinusoidal"
+set = ["model.position.kind=sinusoidal"]
+[[variants]]
+name = "dyt"
+model = { norm = { kind = "dyt" } }
+"""
+
+
+def test_compare_reports_per_variant_what_a_kind_change_dropped(tmp_path, dyt) -> None:
+    from attnlab.commands.compare import print_plan
+    from attnlab.experiments import load_experiment
+
+    path = write(tmp_path / "exp.toml", f"plugins = [{json.dumps(dyt)}]\n" + EXPERIMENT)
+    exp = load_experiment(path)
+    assert exp.variants["sinusoidal"].config.model.position.base == 500.0
+    assert exp.variants["dyt"].config.model.norm.bias is False
+    assert exp.variants["rope"].dropped == [] and exp.variants["dyt"].dropped == []
+    (dropped,) = exp.variants["sinusoidal"].dropped
+    assert "'fraction'" in dropped
+    lines: list[str] = []
+    print_plan(exp, lines.append)
+    assert any("note: variant 'sinusoidal'" in s and "'fraction'" in s for s in lines)
+    record = {v["name"]: v for v in exp.to_record()["variants"]}
+    assert record["sinusoidal"]["dropped_options"] == [dropped]
+    assert any("variant 'sinusoidal'" in n for n in exp.to_record()["notes"])
+
+
+# ------------------------------------------------------------ 2. one option, two keys
+
+
+@pytest.mark.parametrize(
+    "sets,named",
+    [
+        (
+            ["model.position.rope_base=500", "model.position.base=1000"],
+            ["model.position.rope_base=500", "model.position.base=1000"],
+        ),
+        (["model.d_model=32", "model.d_model=64"], ["model.d_model=32", "model.d_model=64"]),
+    ],
+)
+def test_two_set_of_one_option_are_refused_naming_both(capsys, sets, named) -> None:
+    argv = ["params", "tiny", "--set", "model.position.kind=rope"]
+    for s in sets:
+        argv += ["--set", s]
+    code, _, err = cli(capsys, *argv)
+    assert code == 2 and all(n in err for n in named)
+
+
+def test_the_same_set_twice_with_one_value_is_fine(capsys) -> None:
+    code, _, _ = cli(
+        capsys, "params", "tiny", "--set", "model.d_model=64", "--set", "model.d_model=64"
+    )
+    assert code == 0
+
+
+def test_an_old_key_name_replaces_the_presets_value_under_its_new_name(tmp_path) -> None:
+    path = write(
+        tmp_path / "r.toml", 'extends = "tiny"\n[model.position]\nkind = "rope"\nbase = 10000.0\n'
+    )
+    assert load_config(path, ["model.position.rope_base=500"]).model.position.base == 500.0
+
+
+def test_a_table_with_an_old_and_a_new_name_of_one_option_is_refused(tmp_path) -> None:
+    path = write(
+        tmp_path / "r.toml",
+        '[model.position]\nkind = "rope"\nrope_base = 500.0\nbase = 1000.0\n',
+    )
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert "model.position.rope_base = 500.0" in str(info.value)
+    assert "model.position.base = 1000.0" in str(info.value)
+
+
+def test_a_variant_setting_one_option_in_a_table_and_in_set_is_refused(tmp_path) -> None:
+    from attnlab.experiments import load_experiment
+
+    path = write(
+        tmp_path / "exp.toml",
+        """
+        base = "tiny"
+        [budget]
+        steps = 30
+        [[variants]]
+        name = "a"
+        model = { d_model = 32 }
+        set = ["model.d_model=48"]
+        """,
+    )
+    with pytest.raises(ConfigError, match=r"variant 'a'.*model\.d_model=32.*model\.d_model=48"):
+        load_experiment(path)
+
+
+def test_a_probe_config_naming_one_part_twice_is_refused() -> None:
+    from attnlab.probe.config import load_probe_config
+
+    with pytest.raises(ConfigError) as info:
+        load_probe_config(None, ["parts.preproj.expansion=2", "parts.pre_projection.expansion=3"])
+    assert "parts.preproj and parts.pre_projection are the same part" in str(info.value)
+
+
+# ------------------------------------------------------------ 7. seeds
+
+
+@pytest.mark.parametrize("key", ["model.attention.random_seed", "train.seed", "data.split_seed"])
+@pytest.mark.parametrize("value", [2**63 - 1, 2**32, -1])
+def test_a_seed_outside_what_generators_take_is_refused_with_the_range(key, value) -> None:
+    sets = ["model.attention.mask=bigbird", "model.attention.window=2"]
+    sets += ["model.attention.random_blocks=1", f"{key}={value}"]
+    with pytest.raises(ConfigError) as info:
+        load_config("tiny", sets)
+    assert f"'{key}' = {value}" in str(info.value) and "0 to 4294967295" in str(info.value)
+
+
+def test_the_largest_seed_builds_a_bigbird_model() -> None:
+    from attnlab.model import build_model
+
+    cfg = load_config(
+        "tiny",
+        [
+            "model.attention.mask=bigbird",
+            "model.attention.window=2",
+            "model.attention.random_blocks=1",
+            "model.attention.block_size=8",
+            f"model.attention.random_seed={2**32 - 1}",
+        ],
+    )
+    build_model(cfg.model)
+
+
+def test_an_experiments_seeds_are_bounded_too(tmp_path) -> None:
+    from attnlab.experiments import load_experiment
+
+    path = write(
+        tmp_path / "exp.toml",
+        f'base = "tiny"\nseeds = [0, {2**40}]\n[budget]\nsteps = 30\n[[variants]]\nname = "a"\n',
+    )
+    with pytest.raises(ConfigError, match="0 to 4294967295"):
+        load_experiment(path)
