@@ -313,3 +313,223 @@ def test_an_experiments_seeds_are_bounded_too(tmp_path) -> None:
     )
     with pytest.raises(ConfigError, match="0 to 4294967295"):
         load_experiment(path)
+
+
+# ------------------------------------------------------------ 3. task items are validated
+
+GOOD_MC = '{"query": "q", "choices": ["a", "b"], "gold": 0}'
+GOOD_HS = '{"ctx_a": "A man", "ctx_b": "he", "endings": ["x", "y"], "label": 1}'
+GOOD_ARC = (
+    '{"question": "q", "choices": {"text": ["a", "b"], "label": ["A", "B"]}, "answerKey": "B"}'
+)
+
+
+def task_file(tmp_path: Path, *lines: str, name: str = "items.jsonl") -> Path:
+    """A JSONL file whose items are ``lines``, with a blank line after the first (so a line
+    number and an item index differ)."""
+    path = tmp_path / name
+    path.write_text("\n\n".join(lines[:1]) + "\n\n" + "\n".join(lines[1:]) + "\n")
+    return path
+
+
+@pytest.mark.parametrize(
+    "fmt,good,bad,field",
+    [
+        ("mc", GOOD_MC, '{"query": "q", "choices": ["a", "b"], "gold": 1.7}', "gold"),
+        ("mc", GOOD_MC, '{"query": "q", "choices": ["a", "b"], "gold": true}', "gold"),
+        ("mc", GOOD_MC, '{"query": "q", "choices": ["a", "b"], "gold": Infinity}', "gold"),
+        ("mc", GOOD_MC, '{"query": "q", "choices": ["a", "b"], "gold": 2}', "gold"),
+        ("mc", GOOD_MC, '{"query": "q", "choices": "ab", "gold": 0}', "choices"),
+        ("mc", GOOD_MC, '{"query": "q", "choices": {"a": 1, "b": 2}, "gold": 0}', "choices"),
+        ("mc", GOOD_MC, '{"query": null, "choices": ["a", "b"], "gold": 0}', "query"),
+        ("mc", GOOD_MC, '{"query": "q", "choices": ["a", 3], "gold": 0}', "choices"),
+        (
+            "hellaswag",
+            GOOD_HS,
+            '{"ctx_a": "A", "ctx_b": "b", "endings": "xy", "label": 0}',
+            "endings",
+        ),
+        (
+            "hellaswag",
+            GOOD_HS,
+            '{"ctx_a": "A", "ctx_b": "b", "endings": {"x": 1, "y": 2}, "label": 0}',
+            "endings",
+        ),
+        (
+            "hellaswag",
+            GOOD_HS,
+            '{"ctx_a": null, "ctx_b": "b", "endings": ["x"], "label": 0}',
+            "ctx_a",
+        ),
+        ("hellaswag", GOOD_HS, '{"ctx": "c", "endings": ["x", "y"], "label": 1.7}', "label"),
+        ("hellaswag", GOOD_HS, '{"ctx": "c", "endings": ["x", "y"], "label": "B"}', "label"),
+        (
+            "arc",
+            GOOD_ARC,
+            '{"question": "q", "choices": {"text": ["a", "b"], "label": ["A", "B", "C"]}, '
+            '"answerKey": "C"}',
+            "choices",
+        ),
+        (
+            "arc",
+            GOOD_ARC,
+            '{"question": "q", "choices": {"text": ["a", "b"], "label": ["A", "B"]}, '
+            '"answerKey": "E"}',
+            "answerKey",
+        ),
+        (
+            "arc",
+            GOOD_ARC,
+            '{"question": "q", "choices": {"text": ["a", "b"], "label": ["A", "B"]}, '
+            '"answerKey": 1}',
+            "answerKey",
+        ),
+    ],
+)
+def test_a_wrong_item_is_refused_naming_file_line_item_and_field(tmp_path, fmt, good, bad, field):
+    from attnlab.base.errors import UserError
+    from attnlab.eval.multiple_choice import load_mc_file
+
+    path = task_file(tmp_path, good, good, bad)
+    with pytest.raises(UserError) as info:
+        load_mc_file(fmt, path)
+    message = str(info.value)
+    assert f"{path}:4: item 2 (0-based): field {field!r}" in message, message
+    assert "Traceback" not in message and "\n" not in message
+
+
+@pytest.mark.parametrize("text", ["null", "3", '["a b"]'])
+def test_a_cloze_or_document_text_that_is_no_string_is_refused(tmp_path, text) -> None:
+    from attnlab.base.errors import UserError
+    from attnlab.eval.cloze import load_cloze_file
+    from attnlab.eval.registry import _text_documents
+
+    path = task_file(tmp_path, '{"text": "a b c"}', f'{{"text": {text}}}')
+    with pytest.raises(UserError, match=r"items.jsonl:3: item 1 \(0-based\): field 'text' = "):
+        load_cloze_file(path)
+    with pytest.raises(UserError, match=r"items.jsonl:3: item 1 \(0-based\): field 'text'"):
+        _text_documents(None, path, None)  # refused before the model is asked anything
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> Path:
+    """A tiny attnlab run (one training step: the scores do not matter, only the plumbing)."""
+    from hf_helpers import alternation_run
+
+    return alternation_run(tmp_path_factory.mktemp("eval") / "run", steps=1)
+
+
+def test_eval_refuses_a_wrong_item_with_one_line_and_exit_2(tmp_path, run, capsys) -> None:
+    path = task_file(tmp_path, GOOD_MC, '{"query": "q", "choices": ["a", "b"], "gold": true}')
+    code, _, err = cli(capsys, "eval", str(run), "--tasks", f"mc:{path}", "--no-save")
+    assert code == 2
+    assert f"{path}:3: item 1 (0-based): field 'gold' = True" in err
+
+
+# ------------------------------------------------------------ 4. a task of one item
+
+
+@pytest.mark.parametrize(
+    "task,line",
+    [("mc", GOOD_MC), ("cloze", '{"text": "the cat sat on the mat"}'), ("arc", GOOD_ARC)],
+)
+def test_a_one_item_task_is_scored_with_stderr_na_and_exit_0(tmp_path, run, capsys, task, line):
+    path = tmp_path / "one.jsonl"
+    path.write_text(line + "\n")
+    code, out, err = cli(
+        capsys,
+        "eval",
+        str(run),
+        "--tasks",
+        f"{task}:{path}",
+        "--no-save",
+        "--json",
+        "--no-progress",
+    )
+    assert code == 0, err
+    metrics = json.loads(out)[f"{task}:one"]["metrics"]
+    assert metrics["n"] == 1 and metrics["acc_stderr"] is None
+    assert metrics["acc"] in (0.0, 1.0)
+    code, out, _ = cli(
+        capsys, "eval", str(run), "--tasks", f"{task}:{path}", "--no-save", "--no-progress"
+    )
+    assert code == 0 and "n/a" in out and "retrain" not in out
+
+
+def test_an_all_empty_document_file_is_refused_not_scored_nan(tmp_path, run, capsys) -> None:
+    path = tmp_path / "empty_docs.jsonl"
+    path.write_text('{"text": ""}\n{"text": ""}\n')
+    code, _, err = cli(capsys, "eval", str(run), "--tasks", f"perplexity:{path}", "--no-save")
+    assert code == 2 and "every one is empty" in err and "retrain" not in err
+
+
+# ------------------------------------------------------------ 6. mc reads the common shapes
+
+SHAPES = {
+    "hellaswag_fields": [
+        {"ctx": "The sky is", "endings": ["blue", "loud", "wet"], "label": "0"},
+        {"ctx": "Grass is", "endings": ["red", "green"], "label": 1},
+    ],
+    "question_list_letter": [
+        {"question": "The sky is", "choices": ["blue", "loud", "wet"], "answer": "A"},
+        {"question": "Grass is", "choices": ["red", "green"], "answer": 1},
+    ],
+    "question_arc_object": [
+        {
+            "question": "The sky is",
+            "choices": {"text": ["blue", "loud", "wet"], "label": ["1", "2", "3"]},
+            "answer": "1",
+        },
+        {
+            "question": "Grass is",
+            "choices": {"text": ["red", "green"], "label": ["A", "B"]},
+            "answerKey": "B",
+        },
+    ],
+}
+
+
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_mc_recognises_the_common_shapes(tmp_path, shape) -> None:
+    from attnlab.eval.multiple_choice import MCItem, load_mc_file
+
+    rows = SHAPES[shape]
+    if shape == "question_arc_object":
+        rows = [rows[0], {**rows[1], "answer": rows[1].pop("answerKey")}]
+    path = tmp_path / f"{shape}.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert load_mc_file("mc", path) == [
+        MCItem("The sky is", ["blue", "loud", "wet"], 0),
+        MCItem("Grass is", ["red", "green"], 1),
+    ]
+
+
+def test_mc_takes_a_field_mapping_in_the_task_name(tmp_path) -> None:
+    import torch
+
+    from attnlab.eval.evaluate import evaluate
+    from attnlab.eval.registry import task_key
+    from eval_doubles import TableLM
+
+    rows = [{"prompt": "x", "options": ["a", "b"], "right": 1}] * 3
+    path = tmp_path / "mine.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    spec = f"mc:{path}?query=prompt&choices=options&gold=right"
+    assert task_key(spec) == "mc:mine"
+    table = torch.zeros(257)
+    table[ord("b")] = 5.0  # every position prefers "b": the right choice of every item
+    result = evaluate(TableLM(lambda prev: table), [spec], save=False)
+    assert result["mc:mine"]["metrics"]["acc"] == 1.0 and result["mc:mine"]["metrics"]["n"] == 3
+
+
+def test_mc_names_the_shapes_and_the_mapping_when_it_knows_none(tmp_path) -> None:
+    from attnlab.base.errors import UserError
+    from attnlab.eval.multiple_choice import load_mc_file, split_fields
+
+    path = tmp_path / "odd.jsonl"
+    path.write_text('{"prompt": "x", "options": ["a"], "right": 0}\n')
+    with pytest.raises(UserError) as info:
+        load_mc_file("mc", path)
+    assert "{ctx, endings, label}" in str(info.value) and "?query=FIELD" in str(info.value)
+    with pytest.raises(UserError, match="'answer=right' is not a field mapping"):
+        split_fields(f"{path}?answer=right")

@@ -128,14 +128,15 @@ def encode_pair(lm: LanguageModel, context: str, continuation: str) -> tuple[lis
     return ctx, whole[len(ctx) :]
 
 
-def mean_and_stderr(values: Sequence[float]) -> tuple[float, float]:
+def mean_and_stderr(values: Sequence[float]) -> tuple[float, float | None]:
     """Mean and its standard error ``sqrt(var / n)`` with the sample variance (ddof = 1), as
-    lm-evaluation-harness reports it."""
+    lm-evaluation-harness reports it. One value has no sample variance: its standard error is
+    None ("n/a", as lm-eval writes it), not NaN, which would read as a broken model."""
     n = len(values)
     if n == 0:
-        return float("nan"), float("nan")
+        raise UserError("no items to score; give a task file with at least one item")
     mean = sum(values) / n
     if n == 1:
-        return mean, float("nan")
+        return mean, None
     var = sum((v - mean) ** 2 for v in values) / (n - 1)
     return mean, (var / n) ** 0.5
