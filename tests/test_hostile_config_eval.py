@@ -533,3 +533,79 @@ def test_mc_names_the_shapes_and_the_mapping_when_it_knows_none(tmp_path) -> Non
     assert "{ctx, endings, label}" in str(info.value) and "?query=FIELD" in str(info.value)
     with pytest.raises(UserError, match="'answer=right' is not a field mapping"):
         split_fields(f"{path}?answer=right")
+
+
+# ------------------------------------------------------------ 5. attnlab-lm-eval on local files
+
+
+def lm_eval_main(monkeypatch, capsys, argv: list[str]) -> tuple[int, str]:
+    """``attnlab-lm-eval ARGV`` with lm-eval's own run replaced by a stand-in that fails the test:
+    a bad file must be refused before lm-eval (and ``datasets``) read it."""
+    import sys
+
+    import lm_eval.__main__
+
+    from attnlab.eval import lm_eval_cli
+
+    def reached() -> None:
+        raise AssertionError("lm-eval ran on a file attnlab should have refused")
+
+    monkeypatch.setattr(lm_eval.__main__, "cli_evaluate", reached)
+    monkeypatch.setattr(sys, "argv", ["attnlab-lm-eval", *argv])
+    with pytest.raises(SystemExit) as info:
+        lm_eval_cli.main()
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    return int(info.value.code), err
+
+
+@pytest.mark.parametrize(
+    "content,words",
+    [
+        ("", ["has no items"]),
+        ("\n  \n", ["has no items"]),
+        (GOOD_MC + "\nnot json\n", [":2: not valid JSON"]),
+        (
+            GOOD_MC + "\n" + '{"query": "q", "choices": ["a", "b"], "gold": 2}\n',
+            [":2: item 1", "'gold' = 2 is out of range"],
+        ),
+        ('{"query": "q", "choices": ["a", "b"], "gold": "B"}\n', [":1: item 0", "integer index"]),
+    ],
+)
+def test_attnlab_lm_eval_refuses_a_bad_local_file_naming_file_and_line(
+    tmp_path, monkeypatch, capsys, content, words
+) -> None:
+    from attnlab.eval.lm_eval_tasks import write_task_yamls
+
+    data = tmp_path / "mine.jsonl"
+    data.write_text(content)
+    tasks = write_task_yamls(tmp_path / "tasks", mc=data)
+    argv = ["--model", "attnlab", "--tasks", "attnlab_mc_local", "--include_path", str(tasks)]
+    code, err = lm_eval_main(monkeypatch, capsys, argv)
+    assert code == 2 and err.startswith("attnlab-lm-eval: error: task 'attnlab_mc_local': ")
+    assert str(data) in err and all(w in err for w in words), err
+
+
+def test_attnlab_lm_eval_checks_every_local_kind_and_a_missing_file(
+    tmp_path, monkeypatch, capsys
+) -> None:
+    from attnlab.eval.lm_eval_tasks import write_task_yamls
+
+    bad = {
+        "hellaswag": '{"ctx": "c", "endings": "xy", "label": 0}',
+        "arc": '{"question": "q", "choices": {"text": ["a"], "label": ["A", "B"]}, "answerKey": "B"}',
+        "cloze": '{"text": null}',
+        "text": '{"text": 3}',
+    }
+    for kind, line in bad.items():
+        data = tmp_path / f"{kind}.jsonl"
+        data.write_text(line + "\n")
+        tasks = write_task_yamls(tmp_path / f"tasks_{kind}", **{kind: data})
+        argv = ["-t", f"attnlab_{kind}_local,other", "--include_path", str(tasks)]
+        code, err = lm_eval_main(monkeypatch, capsys, argv)
+        assert code == 2 and f"{data}:1: item 0 (0-based): field" in err, err
+    tasks = write_task_yamls(tmp_path / "gone", mc=tmp_path / "hellaswag.jsonl")
+    (tmp_path / "hellaswag.jsonl").unlink()
+    argv = ["--tasks", "attnlab_mc_local", "--include_path", str(tasks)]
+    code, err = lm_eval_main(monkeypatch, capsys, argv)
+    assert code == 2 and "which is not a file" in err and "write_task_yamls" in err
