@@ -609,3 +609,104 @@ def test_attnlab_lm_eval_checks_every_local_kind_and_a_missing_file(
     argv = ["--tasks", "attnlab_mc_local", "--include_path", str(tasks)]
     code, err = lm_eval_main(monkeypatch, capsys, argv)
     assert code == 2 and "which is not a file" in err and "write_task_yamls" in err
+
+
+# ------------------------------------------------------------ 8. the experiment-file schema
+
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "commands.md"
+
+
+def schema_section() -> str:
+    text = DOCS.read_text(encoding="utf-8")
+    start = text.index("### The experiment file, key by key")
+    return text[start : text.index("\n### ", start + 10)]
+
+
+def spec_keys() -> dict[str, object]:
+    """Every key of the experiment schema, dotted (``variants.match_by``), from the pydantic
+    models themselves; the sweep's grid is written as its keys: ``sweep."KEY"``."""
+    from typing import get_args
+
+    from attnlab.base.section import Section
+    from attnlab.experiments.spec import ExperimentSpec
+
+    out: dict[str, object] = {}
+
+    def walk(cls, prefix: str) -> None:
+        for name, field in cls.model_fields.items():
+            key = f"{prefix}{name}"
+            key = 'sweep."KEY"' if key == "sweep.grid" else key
+            out[key] = field.annotation
+            args = [field.annotation, *get_args(field.annotation)]
+            args += [b for a in args for b in get_args(a)]
+            for sub in {a for a in args if isinstance(a, type) and issubclass(a, Section)}:
+                walk(sub, f"{key}.")
+
+    walk(ExperimentSpec, "")
+    return out
+
+
+def documented_keys() -> list[str]:
+    import re
+
+    keys = []
+    for line in schema_section().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 4 or not cells[1].startswith("`"):
+            continue
+        table = re.sub(r"[`\[\]]", "", cells[0])
+        key = cells[1].strip("`")
+        keys.append(key if table == "(top)" else f"{table}.{key}")
+    return keys
+
+
+def test_every_key_of_the_experiment_schema_is_documented() -> None:
+    documented, schema = documented_keys(), spec_keys()
+    # a table ([budget], [[variants]]) is documented by its keys' rows
+    missing = [
+        k
+        for k in schema
+        if k not in documented and not any(d.startswith(f"{k}.") for d in documented)
+    ]
+    assert not missing, f"keys of ExperimentSpec missing from docs/commands.md: {missing}"
+    # a documented key is a key of the schema, or lies in a table-valued one (base.extends)
+    stale = [
+        k
+        for k in documented
+        if k not in schema
+        and not any(k.startswith(f"{t}.") and "dict" in str(schema[t]) for t in schema)
+    ]
+    assert not stale, f"docs/commands.md documents keys the schema does not have: {stale}"
+    assert len(documented) == len(set(documented))
+
+
+def test_the_documented_example_loads_and_uses_every_key(tmp_path) -> None:
+    import re
+    import shutil
+    import tomllib
+
+    from attnlab.experiments import load_experiment
+
+    example = re.search(r"```toml\n(.*?)```", schema_section(), re.S).group(1)
+    shutil.copyfile(DOCS.parents[1] / "examples" / "my_ideas.py", tmp_path / "my_ideas.py")
+    exp = load_experiment(write(tmp_path / "demo.toml", example))
+    assert exp.name == "demo" and exp.steps == 300 and exp.variants["mlp-matched@weight_decay=0.1"]
+    raw, used = tomllib.loads(example), set()
+
+    def collect(d, prefix=""):
+        for k, v in d.items():
+            key = f"{prefix}{k}"
+            used.add(key)
+            if isinstance(v, dict):
+                collect(v, f"{key}.")
+            if isinstance(v, list) and v and isinstance(v[0], dict):
+                for item in v:
+                    collect(item, f"{key}.")
+
+    collect(raw)
+    grid = {k for k in used if k.startswith("sweep.train")}
+    used = (used - grid) | ({'sweep."KEY"'} if grid else set())
+    # a key set only in a comment is the alternative of another (budget.tokens for steps)
+    assert not [
+        k for k in spec_keys() if k not in used and f"# or: {k.split('.')[-1]} =" not in example
+    ]
