@@ -710,3 +710,85 @@ def test_the_documented_example_loads_and_uses_every_key(tmp_path) -> None:
     assert not [
         k for k in spec_keys() if k not in used and f"# or: {k.split('.')[-1]} =" not in example
     ]
+
+
+# ------------------------------------------------------------ 9. advice names real flags
+
+#: module (under src/attnlab) -> the commands its messages speak for
+ADVICE_MODULES = {
+    "commands/eval.py": ("eval",),
+    "config.py": ("params", "train", "compare", "bench", "probe"),
+    "recipe.py": ("train", "compare", "probe"),
+    "base/section.py": ("params", "train", "compare", "bench", "probe"),
+    "experiments/resolve.py": ("compare",),
+    "experiments/spec.py": ("compare",),
+    "experiments/sweep_spec.py": ("compare",),
+    "probe/config.py": ("probe",),
+    **{
+        f"eval/{p.name}": ("eval",)
+        for p in (Path(__file__).resolve().parents[1] / "src" / "attnlab" / "eval").glob("*.py")
+    },
+    **{f"eval/{m}.py": ("lm-eval",) for m in ("lm_eval_cli", "lm_eval_files", "harness")},
+    "eval/lm_eval_tasks.py": ("lm-eval",),
+}
+
+
+def command_flags() -> dict[str, set[str]]:
+    """Every command's flags, from the CLI's own parser (and lm-eval's run parser)."""
+    import argparse
+    import re
+
+    import lm_eval
+
+    from attnlab.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    out = {
+        name: {s for a in p._actions for s in a.option_strings} for name, p in sub.choices.items()
+    }
+    run = (Path(lm_eval.__file__).parent / "_cli" / "run.py").read_text(encoding="utf-8")
+    out["lm-eval"] = set(re.findall(r'"(--[a-z_]+)"', run))
+    return out
+
+
+def advice(path: Path) -> list[tuple[int, str]]:
+    """(line, text) of every string in a module that is not a docstring: what users may see."""
+    import ast
+
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    docstrings = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr):
+            docstrings.add(id(body[0].value))
+    return [
+        (n.lineno, n.value)
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docstrings
+    ]
+
+
+def test_every_flag_an_eval_or_config_message_names_exists() -> None:
+    import re
+
+    flags = command_flags()
+    src = Path(__file__).resolve().parents[1] / "src" / "attnlab"
+    bad, seen = [], 0
+    for module, commands in ADVICE_MODULES.items():
+        for line, text in advice(src / module):
+            for m in re.finditer(r"(?<![\w-])--[a-z][a-z0-9_-]*[a-z0-9]", text):
+                # the program named last before the flag: `attnlab CMD`, or lm-eval's CLI
+                named = re.findall(
+                    r"attnlab-lm-eval|lm_eval_cli|lm_eval |attnlab ([a-z]+)", text[: m.start()]
+                )
+                where = commands
+                if named and named[-1] in flags:
+                    where = (named[-1],)
+                elif named and not named[-1]:
+                    where = ("lm-eval",)
+                seen += 1
+                if not all(m.group() in flags[c] for c in where):
+                    bad.append(f"{module}:{line}: {m.group()} (for {', '.join(where)})")
+    assert seen > 20  # the walk reads the messages
+    assert not bad, "advice names flags the command lacks:\n" + "\n".join(bad)
