@@ -65,7 +65,7 @@ def _yaml(path: Path) -> Any:
 
     Loader.add_constructor("!function", lambda loader, node: loader.construct_scalar(node))
     try:
-        return yaml.load(path.read_text(encoding="utf-8"), Loader=Loader)  # noqa: S506
+        return yaml.load(path.read_text(encoding="utf-8"), Loader=Loader)  # a SafeLoader
     except (yaml.YAMLError, UnicodeDecodeError, OSError):
         return None  # not ours to judge: lm-eval reports its own YAML errors
 
