@@ -77,7 +77,8 @@ class EvaluateSpec(_Spec):
     limit: int | None = Field(None, ge=1, description="items (or documents) per task")
     batch_size: int = Field(8, ge=1)
     lengths: list[int] | None = Field(
-        None, description="perplexity tasks at each length (keys TASK@L; limit = windows per length)"
+        None,
+        description="perplexity tasks at each length (keys TASK@L; limit = windows per length)",
     )
 
 
