@@ -144,6 +144,25 @@ def test_an_option_the_new_kind_lacks_is_dropped_with_a_note_naming_it(tmp_path)
     assert len(notes) == 1 and "has no options 'base', 'fraction'" in notes[0]
 
 
+def test_a_dumped_config_carries_its_choices_not_its_defaults() -> None:
+    """A config written out lists every default; switching a kind over it carries only what
+    differs from the old kind's defaults (no note for a default left behind)."""
+    from attnlab.config import apply_overrides
+
+    rope = load_config("tiny", ["model.position.kind=rope", "model.position.base=500.0"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        cfg = validate(apply_overrides(rope.to_dict(), ["model.position.kind=sinusoidal"]))
+    assert cfg.model.position.base == 500.0
+    nonlinear = load_config("tiny", ["model.query.kind=nonlinear", "model.query.ratio=0.25"])
+    notes: list[str] = []
+    validate(apply_overrides(nonlinear.to_dict(), ["model.query.kind=linear"]), notes)
+    assert notes == [
+        "model.query.kind = 'linear' has no option 'ratio' (set for kind 'nonlinear'), so it "
+        "was dropped"
+    ]
+
+
 def test_the_note_is_one_warning_line_on_the_command_line(tmp_path, capsys) -> None:
     path = write(tmp_path / "r.toml", 'extends = "tiny"\n[model.position]\nkind = "rope"\n')
     path.write_text(path.read_text() + "fraction = 0.5\n")

@@ -613,8 +613,10 @@ def switch_kind(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any
 
 
 def settle_carried(model: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    """A raw ``[model]`` table with every slot's carried-over options settled: kept where the
-    slot's kind has them, dropped where it does not, one note per slot naming the dropped ones."""
+    """A raw ``[model]`` table with every slot's carried-over options settled. An option still
+    at its old kind's default was no choice (a dumped config lists every default): it goes, and
+    the new kind's own default applies. Another one stays where the new kind has it and is
+    dropped where it does not, with one note per slot naming those."""
     from attnlab.parts import registry
 
     out, notes = dict(model), []
@@ -626,20 +628,37 @@ def settle_carried(model: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]
         table = {k: v for k, v in table.items() if k != CARRIED}
         kind = table.get("kind", registry.default_kind(slot))
         if isinstance(kind, str) and registry.has(slot, kind):
+            sources = {k: marks[k] or registry.default_kind(slot) for k in marks if k in table}
+            for k, source in sources.items():
+                if _is_default(slot, source, k, table[k]):
+                    del table[k]
             have = registry.get(slot, kind).options.model_fields
-            dropped = [k for k in marks if k not in have and k in table]
+            dropped = [k for k in sources if k in table and k not in have]
             for k in dropped:
                 del table[k]
             if dropped:
-                sources = {marks[k] or registry.default_kind(slot) for k in dropped}
                 names = ", ".join(repr(k) for k in dropped)
+                kinds = " and ".join(repr(s) for s in sorted({sources[k] for k in dropped}))
                 notes.append(
                     f"model.{slot}.kind = {kind!r} has no option{'s' if len(dropped) > 1 else ''} "
-                    f"{names} (set for kind {' and '.join(repr(s) for s in sorted(sources))}), "
-                    f"so {'they were' if len(dropped) > 1 else 'it was'} dropped"
+                    f"{names} (set for kind {kinds}), so "
+                    f"{'they were' if len(dropped) > 1 else 'it was'} dropped"
                 )
         out[slot] = table
     return out, notes
+
+
+def _is_default(slot: str, kind: str, key: str, value: Any) -> bool:
+    """``value`` is the default of option ``key`` of part ``kind`` (same type, same value)."""
+    from attnlab.parts import registry
+
+    if not registry.has(slot, kind):
+        return False
+    field = registry.get(slot, kind).options.model_fields.get(key)
+    if field is None or field.is_required():
+        return False
+    default = field.get_default(call_default_factory=True)
+    return type(default) is type(value) and default == value
 
 
 def _deliver_notes(notes: list[str], context: Any) -> None:
