@@ -811,3 +811,26 @@ def test_every_flag_an_eval_or_config_message_names_exists() -> None:
                     bad.append(f"{module}:{line}: {m.group()} (for {', '.join(where)})")
     assert seen > 20  # the walk reads the messages
     assert not bad, "advice names flags the command lacks:\n" + "\n".join(bad)
+
+
+def test_a_probe_methods_table_of_a_part_replaces_the_shared_one_under_another_name(
+    tmp_path,
+) -> None:
+    from attnlab.probe.config import load_experiment
+
+    path = write(
+        tmp_path / "probe.toml",
+        """
+        [parts.preproj]
+        expansion = 2.0
+        [[methods]]
+        method = "preproj"
+        [[methods]]
+        method = "preproj"
+        name = "wide"
+        parts = { pre_projection = { expansion = 3.0 } }
+        """,
+    )
+    _, (shared, wide) = load_experiment(path)
+    assert shared.parts["pre_projection"].expansion == 2.0
+    assert wide.parts["pre_projection"].expansion == 3.0
