@@ -15,7 +15,8 @@ Semantics follow lm-eval's ``HFLM``: ``loglikelihood`` uses lm-eval's context/co
 tokenization (``TemplateLM``) and returns ``(logprob, is_greedy)``; ``loglikelihood_rolling``
 scores every token once with disjoint windows (``stride = max_length`` by default, lm-eval's
 ``context_len=1``); ``generate_until`` decodes greedily until a stop string, EOS or
-``max_gen_toks``.
+``max_gen_toks``. A continuation longer than the context, where HFLM stops on an ``assert``, is
+scored on its last ``max_length`` tokens with one counted warning (:func:`fit_continuations`).
 """
 
 from __future__ import annotations

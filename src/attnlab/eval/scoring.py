@@ -7,9 +7,10 @@ For a request ``(context, continuation)`` of token ids the score is
 where ``z`` are the logits of the input ``(context + continuation)[:-1]`` (length ``n``) and
 ``k = len(continuation)``; ``is_greedy`` says every ``c_i`` is the argmax of its position. When
 ``context + continuation`` exceeds ``max_length + 1`` tokens the context is cut from the left, as
-lm-evaluation-harness does; a continuation longer than ``max_length`` cannot be scored at all
-(:class:`ContinuationTooLongError`, naming the request: lm-eval's ``HFLM`` would score wrong positions
-without a word). Requests are sorted by length so a batch wastes little padding; rows
+lm-evaluation-harness does; a continuation longer than ``max_length`` cannot be scored exactly
+(:class:`ContinuationTooLongError`, naming the request; lm-eval 0.4.13's ``HFLM`` stops on an
+``assert`` there, the lm-eval adapter cuts it: :func:`attnlab.eval.harness.fit_continuations`).
+Requests are sorted by length so a batch wastes little padding; rows
 are right-padded and the model is causal, so padding never reaches a scored position.
 
 Cost: one forward per batch of ``batch_size`` requests, ``O(B * T * V)`` memory for the logits.
