@@ -4,6 +4,7 @@ names the key, the allowed values, the nearest spelling, or the reason a combina
 from __future__ import annotations
 
 import tomllib
+import warnings
 from pathlib import Path
 
 import pytest
@@ -258,9 +259,18 @@ def test_a_part_option_is_validated_by_the_parts_own_options_class() -> None:
     assert "'model.query.activation' = 'tanh' is not allowed" in msg
 
 
-def test_switching_a_slots_kind_drops_the_old_parts_options() -> None:
-    cfg = load_config("gpt2-124m-nonlinear-query", ["model.query.kind=identity"]).model
+def test_switching_a_slots_kind_drops_the_old_parts_options_it_lacks_with_a_note(tmp_path) -> None:
+    from attnlab.config import DroppedOptionWarning
+
+    path = tmp_path / "nlq.toml"
+    path.write_text('extends = "tiny"\n[model.query]\nkind = "nonlinear"\nratio = 0.25\n')
+    with pytest.warns(DroppedOptionWarning, match=r"has no option 'ratio' \(set for kind"):
+        cfg = load_config(path, ["model.query.kind=identity"]).model
     assert cfg.query.kind == "identity" and "ratio" not in cfg.query.model_dump()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the preset's ratio = 0.5 is the default: no choice lost
+        cfg = load_config("gpt2-124m-nonlinear-query", ["model.query.kind=identity"]).model
+    assert cfg.query.kind == "identity"
     cfg = load_config(
         "gpt2-124m-nonlinear-query", ["model.query.ratio=0.25", "model.query.kind=anchored"]
     ).model

@@ -81,7 +81,9 @@ def test_load_cloze_file_and_errors(tmp_path):
     assert len(items) == 3 and items[0].target == " matches"
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"text": "fine line here"}\n{"txt": "oops"}\n')
-    with pytest.raises(UserError, match=r"bad.jsonl:2: missing field\(s\) text"):
+    with pytest.raises(
+        UserError, match=r"bad.jsonl:2: item 1 \(0-based\): field 'text' is missing"
+    ):
         load_cloze_file(bad)
     with pytest.raises(UserError, match="does not exist"):
         load_cloze_file(tmp_path / "nope.jsonl")

@@ -20,12 +20,12 @@ from lm_eval import simple_evaluate
 from lm_eval.tasks import TaskManager
 
 import attnlab.eval.harness  # noqa: F401  (registers lm-eval's "attnlab" model)
-from attnlab.base.errors import UserError
 from attnlab.cli import main
 from attnlab.eval import evaluate, load_language_model
 from attnlab.eval.evaluate import TasksFailedError
 from attnlab.eval.lm_eval_tasks import write_task_yamls
 from attnlab.eval.multiple_choice import evaluate_multiple_choice, load_mc_file
+from attnlab.eval.scoring import encode_pair
 from attnlab.hf.export import export
 from hf_helpers import alternation_run
 
@@ -168,25 +168,41 @@ def test_an_overlong_item_is_named_and_the_other_tasks_scored(setup, tmp_path, c
     assert "mc:mc" in captured.out and "mc:mc" in out.read_text()
 
 
-def test_lm_eval_route_names_the_task_and_doc(setup, tmp_path):
+def test_lm_eval_route_scores_an_overlong_item_cut_from_the_left(setup, tmp_path, caplog):
+    """lm-eval asks for every task's requests in one call, so a refusal would stop them all:
+    the over-long continuation is scored on its last max_length tokens (as lm-eval cuts a
+    context from the left), one warning counts it and names its document, and the other task
+    of the same call is scored too."""
     run, _, _ = setup
-    tasks = write_task_yamls(tmp_path / "tasks", mc=OVERLONG)
-    with pytest.raises(UserError, match=r"task 'attnlab_mc_local', doc_id 2: .*131 tokens"):
-        _lm_eval("attnlab", f"path={run}", tasks, ["attnlab_mc_local"])
+    tasks = write_task_yamls(tmp_path / "tasks", mc=OVERLONG, cloze=FIXTURES / "lambada.jsonl")
+    with caplog.at_level("WARNING", logger="attnlab.eval.harness"):
+        out = _lm_eval("attnlab", f"path={run}", tasks, ["attnlab_mc_local", "attnlab_cloze_local"])
+    assert len(out["samples"]["attnlab_mc_local"]) == len(load_mc_file("mc", OVERLONG))
+    assert out["results"]["attnlab_cloze_local"]["acc,none"] >= 0
+    (warning,) = [r.getMessage() for r in caplog.records if "longer than" in r.getMessage()]
+    assert warning.startswith("1 request(s)") and "task 'attnlab_mc_local', doc_id 2" in warning
+    lm = load_language_model(run, device="cpu")
+    item = load_mc_file("mc", OVERLONG)[2]
+    _, cont = encode_pair(lm, item.context, " " + item.choices[0])
+    window = torch.tensor([cont[-(lm.max_length + 1) :]])
+    with torch.no_grad():
+        logp = lm.logits(window[:, :-1]).double().log_softmax(-1)[0]
+    want = float(logp.gather(-1, window[0, 1:, None]).sum())
+    doc2 = next(s for s in out["samples"]["attnlab_mc_local"] if s["doc_id"] == 2)
+    assert float(doc2["resps"][0][0][0]) == pytest.approx(want, abs=1e-4)
 
 
-def test_attnlab_lm_eval_exits_2_with_one_line(setup, tmp_path, monkeypatch, capsys):
+def test_attnlab_lm_eval_exits_2_with_one_line(tmp_path, monkeypatch, capsys):
     """The CLI's own evaluation stands in for lm-eval's argument parsing (which indexes every
     built-in task, ~15-70 s): the real error, through ``attnlab-lm-eval``'s ``main``."""
     import lm_eval.__main__
 
     from attnlab.eval import lm_eval_cli
 
-    run, _, _ = setup
-    tasks = write_task_yamls(tmp_path / "tasks", mc=OVERLONG)
+    tasks = write_task_yamls(tmp_path / "tasks", mc=MC)
 
     def cli_evaluate() -> None:
-        _lm_eval("attnlab", f"path={run}", tasks, ["attnlab_mc_local"])
+        _lm_eval("attnlab", f"path={tmp_path / 'no-such-run'}", tasks, ["attnlab_mc_local"])
 
     monkeypatch.setattr(lm_eval.__main__, "cli_evaluate", cli_evaluate)
     with pytest.raises(SystemExit) as info:
@@ -194,5 +210,5 @@ def test_attnlab_lm_eval_exits_2_with_one_line(setup, tmp_path, monkeypatch, cap
     err = capsys.readouterr().err
     assert info.value.code == 2
     last = err.strip().splitlines()[-1]  # after lm-eval's progress bars
-    assert last.startswith("attnlab-lm-eval: error: task 'attnlab_mc_local', doc_id 2:")
+    assert last.startswith("attnlab-lm-eval: error:") and "no-such-run" in last
     assert "Traceback" not in err

@@ -93,7 +93,9 @@ def test_arc_format_and_labels():
 def test_bad_rows_name_file_and_line(tmp_path):
     bad = tmp_path / "hs.jsonl"
     bad.write_text('{"ctx": "a", "endings": ["x", "y"], "label": 5}\n')
-    with pytest.raises(UserError, match=r"item 0 \(0-based\): label 5 is out of range"):
+    with pytest.raises(
+        UserError, match=r"hs.jsonl:1: item 0 \(0-based\): field 'label' = 5 is out of range"
+    ):
         load_mc_file("hellaswag", bad)
 
 

@@ -78,7 +78,10 @@ def _commands(verbs: tuple[str, ...]) -> list[tuple[str, str | None]]:
         for i, line in enumerate(lines):
             if re.match(rf"attnlab ({'|'.join(verbs)}) ", line) and "--set" in line:
                 said = lines[i + 1 : i + 3]
-                error = said[1].removeprefix("- ") if said and ": error:" in said[0] else None
+                error = None
+                if said and ": error:" in said[0]:  # its message: on that line, or the next
+                    first = said[0].partition(": error:")[2].strip().removeprefix("--set: ")
+                    error = said[1].removeprefix("- ") if first.endswith(":") else first
                 out.append((line, error))
     return out
 

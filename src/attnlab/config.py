@@ -12,15 +12,18 @@ import copy
 import difflib
 import json
 import tomllib
+import warnings
 from collections.abc import Iterable, Mapping
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, ValidationError, ValidationInfo, model_validator
+from pydantic_core import PydanticCustomError
 
 from attnlab.base.errors import UserError
 from attnlab.base.schema import PartOptions, Section, default_options, slot_field, slot_of
+from attnlab.base.section import seed_type
 from attnlab.recipe import TrainRecipe
 
 
@@ -46,11 +49,9 @@ class AttentionConfig(Section):
     prefix_len: int = Field(0, ge=0, description="prefix: bidirectional over the first n tokens")
     block_size: int = Field(16, ge=1, description="bigbird: tokens per block of the random pattern")
     random_blocks: int = Field(0, ge=0, description="bigbird: random key blocks per query block")
-    random_seed: int = Field(
-        0,
-        ge=0,
-        description="bigbird: seed of the random blocks (stored: run, resume, export agree)",
-    )
+    random_seed: seed_type(
+        "bigbird: seed of the random blocks (stored: run, resume, export agree)"
+    ) = 0
     backend: Literal["auto", "sdpa", "flash", "math"] = Field(
         "auto",
         description="auto: torch picks the SDPA kernel; flash: FlashAttention only; sdpa: any "
@@ -102,15 +103,28 @@ LEGACY_POSITION_KEYS = {
 }
 
 
-def _legacy_position(table: Any) -> Any:
-    """An old ``[model.position]`` table in the slot's form (new key names, no stray keys)."""
+def _legacy_position(table: Any, kind: Any = None) -> Any:
+    """An old ``[model.position]`` table in the slot's form (new key names, no stray keys);
+    ``kind`` is the position kind when the table names none (a layer merged over another).
+    An old name beside its new one is refused, naming both: one of them would be lost."""
     if not isinstance(table, Mapping) or not any(k in table for k in LEGACY_POSITION_KEYS):
         return table
-    kind = table.get("kind", "learned")
+    kind = table.get("kind", kind or "learned")
+    both = [
+        (old, new) for old, (_, new) in LEGACY_POSITION_KEYS.items() if {old, new} <= set(table)
+    ]
+    if both:
+        old, new = both[0]
+        raise ConfigError(
+            f"model.position.{old} = {cut_repr(table[old])} and model.position.{new} = "
+            f"{cut_repr(table[new])} set the same option ({old} is the old name of {new}); "
+            f"keep only model.position.{new}"
+        )
     out = {k: v for k, v in table.items() if k not in LEGACY_POSITION_KEYS}
     for old, (owner, new) in LEGACY_POSITION_KEYS.items():
         if old in table and owner == kind:
-            out.setdefault(new, table[old])
+            out[new] = table[old]
+            _set_explicitly(out, [new])
     return out
 
 
@@ -185,13 +199,20 @@ class ModelConfig(Section):
 
     @model_validator(mode="before")
     @classmethod
-    def _load_parts(cls, data: Any) -> Any:
+    def _load_parts(cls, data: Any, info: ValidationInfo) -> Any:
         """Import the part registry (it installs itself as the slots' lookup) before a slot
-        table is validated or a default part is made."""
+        table is validated or a default part is made; settle the options a slot table carried
+        over from another kind (:func:`settle_carried`)."""
         from attnlab.parts import registry  # noqa: F401
 
         if isinstance(data, Mapping) and "position" in data:
-            data = {**data, "position": _legacy_position(data["position"])}
+            try:
+                data = {**data, "position": _legacy_position(data["position"])}
+            except ConfigError as e:
+                raise PydanticCustomError("same_option", "{message}", {"message": str(e)}) from None
+        if isinstance(data, Mapping):
+            data, notes = settle_carried(data)
+            _deliver_notes(notes, info.context)
         if isinstance(data, Mapping) and data.get("family") == "retrieval":
             table = data.get("cross_attention")  # a retrieval config from before the slot
             if table is None or (isinstance(table, Mapping) and "kind" not in table):
@@ -379,7 +400,7 @@ class DataConfig(Section):
     replace_invalid_utf8: bool = False
     max_documents: int | None = Field(None, ge=1)
     text_field: str = Field("text", description=".jsonl/.parquet field holding the text")
-    split_seed: int = Field(0, ge=0, description="seed of the train/validation split by document")
+    split_seed: seed_type("seed of the train/validation split by document") = 0
 
 
 # --------------------------------------------------------------------------------------------- train
@@ -521,17 +542,22 @@ def deep_merge(
     base: Mapping[str, Any], over: Mapping[str, Any], _path: tuple[str, ...] = ()
 ) -> dict[str, Any]:
     """Recursively merge ``over`` into a copy of ``base`` (tables merge, values replace). A slot
-    table (``model.<slot>``) whose ``kind`` changes is replaced, not merged: the old part's
-    options do not belong to the new part."""
+    table (``model.<slot>``) whose ``kind`` changes keeps the options the new kind also has
+    (:func:`switch_kind`): a preset's ``norm.bias = false`` stays false on another norm."""
     out = dict(base)
     for k, v in over.items():
         old = out.get(k)
+        here = (*_path, k)
+        if here == ("model", "position") and isinstance(v, Mapping):
+            kind = old.get("kind") if isinstance(old, Mapping) else None
+            v, old = _legacy_position(v, kind), _legacy_position(old)
         if isinstance(v, Mapping) and isinstance(old, Mapping):
-            here = (*_path, k)
             if _is_slot(here) and "kind" in v and v["kind"] != old.get("kind"):
-                out[k] = dict(v)
+                out[k] = switch_kind(old, v)
             else:
                 out[k] = deep_merge(old, v, here)
+                if _is_slot(here):
+                    _set_explicitly(out[k], _own_keys(v))
         else:
             out[k] = v
     return out
@@ -539,6 +565,110 @@ def deep_merge(
 
 def _is_slot(path: tuple[str, ...] | list[str]) -> bool:
     return len(path) == 2 and path[0] == "model" and path[1] in SLOT_FIELDS
+
+
+# ------------------------------------------------------------------ a slot's kind changes
+
+#: a raw slot table's record of the options it carried over from the table of another kind:
+#: {option: the kind it was set for (None: the slot's default)}. Written by :func:`switch_kind`,
+#: settled and removed when the config is validated (:func:`settle_carried`); never stored.
+CARRIED = "__carried_from__"
+
+
+class DroppedOptionWarning(UserWarning):
+    """A preset's (or base's) option that the slot's new kind does not have was dropped."""
+
+
+def _own_keys(table: Mapping[str, Any]) -> list[str]:
+    """The options a table sets itself (not those it carried over)."""
+    carried = table.get(CARRIED) or {}
+    return [k for k in table if k not in (CARRIED, "kind") and k not in carried]
+
+
+def _set_explicitly(table: dict[str, Any], keys: Iterable[str]) -> None:
+    """``keys`` were set in ``table`` by the user: no longer carried over."""
+    carried = table.get(CARRIED)
+    if not carried:
+        return
+    left = {k: v for k, v in carried.items() if k not in set(keys)}
+    if left:
+        table[CARRIED] = left
+    else:
+        del table[CARRIED]
+
+
+def switch_kind(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """The slot table of ``new``'s kind over ``old`` (another kind's): ``new``'s keys plus the
+    options of ``old`` that ``new`` does not set, carried over and marked (:data:`CARRIED`).
+    Validation keeps those the new kind has and drops the others with a note naming them."""
+    source = old.get("kind")
+    before = old.get(CARRIED) or {}
+    carried = {k: v for k, v in old.items() if k not in ("kind", CARRIED) and k not in new}
+    out = {**carried, **new}
+    marks = {**{k: before.get(k, source) for k in carried}, **(new.get(CARRIED) or {})}
+    out.pop(CARRIED, None)
+    if marks:
+        out[CARRIED] = marks
+    return out
+
+
+def settle_carried(model: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """A raw ``[model]`` table with every slot's carried-over options settled. An option still
+    at its old kind's default was no choice (a dumped config lists every default): it goes, and
+    the new kind's own default applies. Another one stays where the new kind has it and is
+    dropped where it does not, with one note per slot naming those."""
+    from attnlab.parts import registry
+
+    out, notes = dict(model), []
+    for slot in SLOT_FIELDS:
+        table = out.get(slot)
+        if not isinstance(table, Mapping) or CARRIED not in table:
+            continue
+        marks = table[CARRIED] if isinstance(table[CARRIED], Mapping) else {}
+        table = {k: v for k, v in table.items() if k != CARRIED}
+        kind = table.get("kind", registry.default_kind(slot))
+        if isinstance(kind, str) and registry.has(slot, kind):
+            sources = {k: marks[k] or registry.default_kind(slot) for k in marks if k in table}
+            for k, source in sources.items():
+                if _is_default(slot, source, k, table[k]):
+                    del table[k]
+            have = registry.get(slot, kind).options.model_fields
+            dropped = [k for k in sources if k in table and k not in have]
+            for k in dropped:
+                del table[k]
+            if dropped:
+                names = ", ".join(repr(k) for k in dropped)
+                kinds = " and ".join(repr(s) for s in sorted({sources[k] for k in dropped}))
+                notes.append(
+                    f"model.{slot}.kind = {kind!r} has no option{'s' if len(dropped) > 1 else ''} "
+                    f"{names} (set for kind {kinds}), so "
+                    f"{'they were' if len(dropped) > 1 else 'it was'} dropped"
+                )
+        out[slot] = table
+    return out, notes
+
+
+def _is_default(slot: str, kind: str, key: str, value: Any) -> bool:
+    """``value`` is the default of option ``key`` of part ``kind`` (same type, same value)."""
+    from attnlab.parts import registry
+
+    if not registry.has(slot, kind):
+        return False
+    field = registry.get(slot, kind).options.model_fields.get(key)
+    if field is None or field.is_required():
+        return False
+    default = field.get_default(call_default_factory=True)
+    return type(default) is type(value) and default == value
+
+
+def _deliver_notes(notes: list[str], context: Any) -> None:
+    """Into the validation context's ``notes`` list when the caller gave one (compare reports
+    them per variant), else as a warning (one ``attnlab CMD: warning:`` line each)."""
+    if isinstance(context, dict) and isinstance(context.get("notes"), list):
+        context["notes"].extend(n for n in notes if n not in context["notes"])
+        return
+    for note in notes:
+        warnings.warn(note, DroppedOptionWarning, stacklevel=2)
 
 
 def source_dict(name_or_path: str | Path) -> dict[str, Any]:
@@ -591,24 +721,82 @@ def parse_override(item: str) -> tuple[list[str], Any]:
 def apply_overrides(raw: dict[str, Any], overrides: Iterable[str]) -> dict[str, Any]:
     """Apply ``dotted.key=value`` strings to a deep copy of a raw config dict.
 
-    ``model.<slot>.kind=...`` overrides apply first, and one that changes the part starts its
-    table afresh (the old part's options do not belong to the new one); the other overrides of
-    that table then apply on top."""
+    ``model.<slot>.kind=...`` overrides apply first; one that changes the part keeps the
+    options the new kind also has (:func:`switch_kind`), and the other overrides of that table
+    then apply on top. Two overrides of one option (the same key with two values, or an old
+    key name beside its new one) are refused, naming both."""
     out = copy.deepcopy(dict(raw))
-    parsed = [parse_override(item) for item in overrides]
+    model = out.get("model")
+    if isinstance(model, dict) and isinstance(model.get("position"), Mapping):
+        model["position"] = _legacy_position(model["position"])  # today's names, then --set
+    items = list(overrides)
+    parsed = [_current_name(*parse_override(item)) for item in items]
+    _refuse_repeats(items, parsed)
     kinds = [(p, v) for p, v in parsed if p[-1] == "kind" and _is_slot(p[:-1])]
     for path, value in kinds + [(p, v) for p, v in parsed if (p, v) not in kinds]:
-        node = out
-        for i, part in enumerate(path[:-1]):
+        parent, node = out, out
+        for part in path[:-1]:
             nxt = node.get(part)
-            if not isinstance(nxt, dict) or (
-                (path, value) in kinds and i == len(path) - 2 and nxt.get("kind") != value
-            ):
+            if not isinstance(nxt, dict):
                 nxt = {}
                 node[part] = nxt
-            node = nxt
-        node[path[-1]] = value
+            parent, node = node, nxt
+        key, table = path[-1], tuple(path[:-1])
+        if _is_slot(table) and key == "kind":
+            if value != node.get("kind"):
+                parent[path[-2]] = switch_kind(node, {"kind": value})
+        elif _is_slot(tuple(path)) and isinstance(value, Mapping):
+            node[key] = deep_merge(node, {key: value}, table)[key]  # a whole table: as a file's
+        else:
+            node[key] = value
+            if _is_slot(table):
+                _set_explicitly(node, [key])
     return out
+
+
+def _current_name(path: list[str], value: Any) -> tuple[list[str], Any]:
+    """An override of an old ``model.position`` key under today's name (``rope_base`` ->
+    ``base``), so it replaces a preset's value instead of losing to it."""
+    if len(path) == 3 and path[:2] == ["model", "position"] and path[2] in LEGACY_POSITION_KEYS:
+        return [*path[:2], LEGACY_POSITION_KEYS[path[2]][1]], value
+    return path, value
+
+
+def _refuse_repeats(
+    items: list[str], parsed: list[tuple[list[str], Any]], same_key: bool = False
+) -> None:
+    """Two overrides of one option (an old key name beside its new one; with ``same_key`` also
+    one key with two values) are refused, naming both."""
+    seen: dict[tuple[str, ...], tuple[str, Any]] = {}
+    for item, (path, value) in zip(items, parsed):
+        first = seen.setdefault(tuple(path), (item, value))
+        named = [i.partition("=")[0].strip() for i in (first[0], item)]
+        if first[0] == item or (named[0] == named[1] and not same_key):
+            continue
+        if named[0] == named[1] and type(first[1]) is type(value) and first[1] == value:
+            continue
+        why = "two values for one key"
+        if named[0] != named[1]:
+            old = [n for n in named if n.rsplit(".", 1)[-1] in LEGACY_POSITION_KEYS]
+            why = f"{old[0] if old else named[0]} is the old name of {'.'.join(path)}"
+        raise ConfigError(
+            f"{first[0].strip()!r} and {item.strip()!r} both set {'.'.join(path)} "
+            f"({why}); keep one of them"
+        )
+
+
+def check_distinct(overrides: Iterable[str]) -> None:
+    """Refuse a list of ``key=value`` items a user wrote (``--set``, an experiment's ``set``)
+    that sets one option twice: one key with two values, or an old key name beside its new one
+    (the first would be lost without a word). :class:`ConfigError` names both."""
+    items = [i for i in overrides if "=" in i]
+    parsed = []
+    for item in items:
+        try:
+            parsed.append(_current_name(*parse_override(item)))
+        except ConfigError:
+            parsed.append(([f"\0{item}"], None))  # refused with its own message when applied
+    _refuse_repeats(items, parsed, same_key=True)
 
 
 def _raw_at(raw: Mapping[str, Any] | None, loc: tuple[Any, ...]) -> Any:
@@ -714,6 +902,8 @@ def explain(
             lines.append(
                 f"unknown key '{dotted}'{where}.{hint} Valid keys here: {', '.join(valid)}"
             )
+        elif kind == "same_option":
+            lines.append(e["msg"])
         elif kind == "unknown_part":
             lines.append(f"'{dotted}.kind': {e['ctx']['problem']}")
         elif kind == "literal_error":
@@ -787,12 +977,14 @@ def load_config_plugins(raw: dict[str, Any], base_dir: str | Path | None = None)
     return out
 
 
-def validate(raw: Mapping[str, Any]) -> Config:
+def validate(raw: Mapping[str, Any], notes: list[str] | None = None) -> Config:
     """Turn a raw dict into a validated :class:`Config` (loading its ``plugins`` first), or
-    raise :class:`ConfigError`."""
+    raise :class:`ConfigError`. What validation notes (an option a slot's new kind lacks,
+    dropped) goes into ``notes`` when given, else out as a :class:`DroppedOptionWarning`."""
     raw = load_config_plugins(dict(raw))
+    context = {"notes": notes} if notes is not None else None
     try:
-        return Config.model_validate(raw)
+        return Config.model_validate(raw, context=context)
     except ValidationError as e:
         raise ConfigError(explain(e, raw=raw)) from None
 

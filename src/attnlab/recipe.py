@@ -35,7 +35,7 @@ from typing import Annotated, Literal
 from pydantic import Field, model_validator
 
 from attnlab.base.errors import UserError
-from attnlab.base.section import Section
+from attnlab.base.section import Section, seed_type
 
 #: experiment trackers (attnlab.runs.trackers); jsonl is always on
 Logger = Literal["jsonl", "tensorboard", "wandb"]
@@ -43,7 +43,7 @@ Logger = Literal["jsonl", "tensorboard", "wandb"]
 # One alias per shared key: its type, bounds and meaning. A protocol that changes a default
 # declares the key again with the alias (``lr: LearningRate = 1e-5``).
 MaxSteps = Annotated[int, Field(ge=1, description="optimizer steps")]
-Seed = Annotated[int, Field(ge=0, description="seed of the batch schedule, init and dropout")]
+Seed = seed_type("seed of the batch schedule, init and dropout (0 .. 2**32 - 1)")
 MicroBatch = Annotated[
     int, Field(ge=1, description="sequences per micro-batch (one forward/backward) per process")
 ]

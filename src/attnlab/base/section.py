@@ -6,13 +6,34 @@ experiment files) can build on it without importing the part registry.
 
 from __future__ import annotations
 
-from typing import Any, get_args
+from typing import Annotated, Any, get_args
 
-from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 
-#: the largest integer any config field takes (torch sizes and seeds are int64)
+#: the largest integer any config field takes (torch sizes are int64)
 INT_MAX = 2**63 - 1
+#: the largest seed: every generator a seed feeds takes it (numpy's legacy RandomState stops
+#: here; torch.manual_seed at 2**64 - 1, and a derived seed such as BigBird's
+#: ``seed * 1_000_003 + block`` must still fit)
+SEED_MAX = 2**32 - 1
+
+
+def _seed_in_range(v: int) -> int:
+    if not 0 <= v <= SEED_MAX:
+        raise PydanticCustomError(
+            "seed_range",
+            "a seed is an integer from 0 to {top} (2**32 - 1, what numpy's and torch's "
+            "generators all take); choose one in that range",
+            {"top": SEED_MAX},
+        )
+    return v
+
+
+def seed_type(description: str) -> Any:
+    """The annotation of a config integer that seeds a random generator: 0..:data:`SEED_MAX`,
+    refused outside it with the range named."""
+    return Annotated[int, AfterValidator(_seed_in_range), Field(description=description)]
 
 
 def _scalar_kinds(annotation: Any) -> set[type]:

@@ -4,7 +4,19 @@ from __future__ import annotations
 
 import argparse
 
-from attnlab.config import Config, load_config
+from attnlab.config import Config, ConfigError, check_distinct, load_config
+
+
+class SetAction(argparse._AppendAction):
+    """``--set KEY=VALUE``, appended; one option set twice (one key with two values, or an old
+    key name beside its new one) is a usage error naming both, not a silent last-one-wins."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        super().__call__(parser, namespace, values, option_string)
+        try:
+            check_distinct(getattr(namespace, self.dest))
+        except ConfigError as e:
+            parser.error(f"--set: {e}")
 
 
 def add_config_arguments(p: argparse.ArgumentParser, positional: str = "config") -> None:
@@ -22,7 +34,7 @@ def add_set_argument(
     p.add_argument(
         "--set",
         dest="overrides",
-        action="append",
+        action=SetAction,
         default=[],
         metavar="KEY=VALUE",
         help=f"override {what}, e.g. --set {example} (repeatable)",

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from attnlab.base.errors import UserError
+from attnlab.eval.items import ClozeRow, ItemError, read_items, validate_row
 from attnlab.eval.lm import LanguageModel
 from attnlab.eval.scoring import (
     ContinuationScore,
@@ -27,7 +27,7 @@ from attnlab.eval.scoring import (
     mean_and_stderr,
     score_continuations,
 )
-from attnlab.eval.sources import load_hub_rows, read_jsonl
+from attnlab.eval.sources import load_hub_rows
 
 
 @dataclass(frozen=True)
@@ -40,21 +40,25 @@ def cloze_item(text: str) -> ClozeItem:
     """Split a passage at its last space (lm-eval's ``lambada_openai`` doc_to_text/target)."""
     context, sep, last = text.rpartition(" ")
     if not sep or not context or not last:
-        raise UserError(
+        raise ItemError(
             f"cloze passage {text[:60]!r} has no 'context last-word' split at a space; every "
             "item's text must end in ' <target word>'"
         )
     return ClozeItem(context, " " + last)
 
 
+def cloze_row(row: Mapping[str, Any]) -> ClozeItem:
+    """A validated row (``text`` a string) as an item."""
+    return cloze_item(validate_row(ClozeRow, row).text)
+
+
 def items_from_rows(rows: Iterable[Mapping[str, Any]]) -> list[ClozeItem]:
-    return [cloze_item(str(r["text"])) for r in rows]
+    return [cloze_row(r) for r in rows]
 
 
 def load_cloze_file(path: str | Path, limit: int | None = None) -> list[ClozeItem]:
-    """Items of a LAMBADA-format JSONL file (a ``text`` field per line)."""
-    rows = read_jsonl(path, required=("text",))
-    return items_from_rows(rows[:limit])
+    """Items of a LAMBADA-format JSONL file (a ``text`` string per line), every one validated."""
+    return read_items(path, cloze_row, limit)
 
 
 def load_lambada(limit: int | None = None) -> list[ClozeItem]:
@@ -84,7 +88,7 @@ class ClozeResult:
             "acc": acc,
             "acc_stderr": acc_se,
             "logprob": lp,
-            "perplexity": math.exp(-lp),
+            "perplexity": math.exp(-lp) if -lp < 709 else math.inf,  # exp overflows past e^709
             "target_tokens": sum(s.n_tokens for s in self.scores),
             "n": len(self.scores),
         }

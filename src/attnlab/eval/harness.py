@@ -15,7 +15,8 @@ Semantics follow lm-eval's ``HFLM``: ``loglikelihood`` uses lm-eval's context/co
 tokenization (``TemplateLM``) and returns ``(logprob, is_greedy)``; ``loglikelihood_rolling``
 scores every token once with disjoint windows (``stride = max_length`` by default, lm-eval's
 ``context_len=1``); ``generate_until`` decodes greedily until a stop string, EOS or
-``max_gen_toks``.
+``max_gen_toks``. A continuation longer than the context, where HFLM stops on an ``assert``, is
+scored on its last ``max_length`` tokens with one counted warning (:func:`fit_continuations`).
 """
 
 from __future__ import annotations
@@ -50,6 +51,21 @@ def _batch_size_arg(batch_size: Any) -> int:
     if batch_size is None or str(batch_size).startswith("auto"):
         return 8
     return max(1, int(batch_size))
+
+
+def fit_continuations(
+    pairs: list[tuple[list[int], list[int]]], max_length: int
+) -> tuple[list[tuple[list[int], list[int]]], list[int]]:
+    """Requests whose continuation is longer than ``max_length``, cut from the left to its last
+    ``max_length`` tokens (the cut tokens become the context: the window is the continuation's
+    last ``max_length + 1`` tokens); returns the pairs and the indices of those cut."""
+    out, cut = [], []
+    for i, (ctx, cont) in enumerate(pairs):
+        if len(cont) > max_length:
+            ctx, cont = list(cont[:-max_length]), list(cont[-max_length:])
+            cut.append(i)
+        out.append((ctx, cont))
+    return out, cut
 
 
 def _request_label(req: Any) -> str:
@@ -167,8 +183,10 @@ class AttnlabEvalLM(TemplateLM):
     # ------------------------------------------------------------------------------- scoring
 
     def loglikelihood(self, requests, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
-        """lm-eval's tokenization (``TemplateLM``); a continuation that cannot fit the context
-        is a ``UserError`` naming the task, the document (``doc_id``) and the lengths."""
+        """lm-eval's tokenization (``TemplateLM``); a continuation longer than the context is
+        scored on its last ``max_length`` tokens (cut from the left, as lm-eval cuts contexts),
+        with one warning counting such requests and naming the first (task, ``doc_id``): lm-eval
+        scores every task's requests in one call, so a refusal would stop them all."""
         self._labels = [_request_label(req) for req in requests]
         try:
             return super().loglikelihood(requests, disable_tqdm=disable_tqdm)
@@ -181,10 +199,21 @@ class AttnlabEvalLM(TemplateLM):
         disable_tqdm: bool = False,
         override_bs: int | None = None,
     ) -> list[tuple[float, bool]]:
-        pairs = [(ctx, cont) for _, ctx, cont in requests]
         labels = getattr(self, "_labels", None)
-        if labels is None or len(labels) != len(pairs):
-            labels = None
+        if labels is None or len(labels) != len(requests):
+            labels = [f"request {i}" for i in range(len(requests))]
+        pairs, cut = fit_continuations([(ctx, cont) for _, ctx, cont in requests], self.max_length)
+        if cut:
+            named = ", ".join(labels[i] for i in cut[:3]) + (" ..." if len(cut) > 3 else "")
+            log.warning(
+                "%d request(s) have a continuation longer than the model's context of %d tokens "
+                "(%s); each was scored on its last %d tokens, cut from the left as lm-eval cuts "
+                "contexts, so its score leaves out the first tokens",
+                len(cut),
+                self.max_length,
+                named,
+                self.max_length,
+            )
         scores = score_continuations(
             self.lm, pairs, override_bs or self.batch_size, progress=not disable_tqdm, labels=labels
         )

@@ -13,13 +13,19 @@ import sys
 
 
 def main() -> None:
-    """Bad input and a missing extra print one line and exit 2, as every attnlab command."""
+    """Bad input and a missing extra print one line and exit 2, as every attnlab command; the
+    data files of attnlab's local tasks are validated item by item first
+    (:mod:`attnlab.eval.lm_eval_files`)."""
     from attnlab.base.errors import UserError
     from attnlab.base.extras import require
 
     try:
         require("eval", "lm_eval", "datasets", what="attnlab-lm-eval")
         from lm_eval.__main__ import cli_evaluate
+
+        from attnlab.eval.lm_eval_files import check_task_files
+
+        check_task_files(sys.argv[1:])  # attnlab's local tasks: every item, before lm-eval
 
         import attnlab.eval.harness  # noqa: F401  (registers the "attnlab" model)
 

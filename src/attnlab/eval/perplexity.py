@@ -21,6 +21,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 
+from attnlab.base.errors import UserError
 from attnlab.eval.lm import LanguageModel
 from attnlab.eval.scoring import score_continuations
 from attnlab.eval.windows import window_requests
@@ -127,6 +128,8 @@ def perplexity(
     """Token-weighted perplexity over ``documents`` (empty documents are skipped), in windows of
     ``max_length`` tokens (default ``lm.max_length``)."""
     docs = [d for d in documents if len(d.tokens)]
+    if not docs:
+        raise UserError("no document to score: every one is empty; give documents with text")
     tokens = [d.tokens for d in docs]
     logprobs = document_logprobs(lm, tokens, stride, batch_size, progress, max_length)
     sizes_known = bool(docs) and all(d.n_bytes is not None for d in docs)

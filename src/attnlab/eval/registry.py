@@ -7,8 +7,10 @@
 ``wikitext``               WikiText-2 raw test documents from the hub (online only)
 ``cloze:FILE.jsonl``       LAMBADA-format cloze (``text`` per line)
 ``lambada``                LAMBADA (OpenAI) test set from the hub (online only)
-``mc:FILE.jsonl``          generic multiple choice (``query``, ``choices``, ``gold``), the text
-                           as it is: lm-eval's ``multiple_choice`` with its defaults
+``mc:FILE.jsonl``          generic multiple choice (``query``, ``choices``, ``gold``; or
+                           ``ctx``/``endings``/``label``, ``question``/``choices``/``answer``),
+                           the text as it is: lm-eval's ``multiple_choice`` with its defaults;
+                           ``mc:FILE?query=Q&choices=C&gold=G`` names other fields
 ``hellaswag[:FILE.jsonl]`` HellaSwag: a local file in the official format (lm-eval's
                            ``hellaswag`` preprocessing), else the hub validation split
 ``arc:FILE.jsonl``         ARC format; ``arc_easy`` / ``arc_challenge`` read the hub
@@ -31,10 +33,16 @@ from typing import Any
 
 from attnlab.base.errors import UserError
 from attnlab.eval.cloze import evaluate_cloze, load_cloze_file, load_lambada
+from attnlab.eval.items import TextRow, read_items, validate_row
 from attnlab.eval.lm import LanguageModel
-from attnlab.eval.multiple_choice import evaluate_multiple_choice, load_mc_file, load_mc_hub
+from attnlab.eval.multiple_choice import (
+    evaluate_multiple_choice,
+    load_mc_file,
+    load_mc_hub,
+    split_fields,
+)
 from attnlab.eval.perplexity import Document, count_words, default_stride, perplexity
-from attnlab.eval.sources import load_hub_rows, read_jsonl
+from attnlab.eval.sources import load_hub_rows
 
 
 @dataclass(frozen=True)
@@ -90,7 +98,7 @@ def _perplexity(run: TaskRun) -> TaskOutcome:
 
 def _text_documents(lm: LanguageModel, path: Path, limit: int | None) -> list[Document]:
     if path.suffix == ".jsonl":
-        texts = [str(r["text"]) for r in read_jsonl(path, required=("text",))]
+        texts = read_items(path, lambda row: validate_row(TextRow, row).text)
     elif path.suffix in (".txt", ".md", ".text"):
         texts = [path.read_text(encoding="utf-8")]
     else:
@@ -147,7 +155,8 @@ def _lambada(run: TaskRun) -> TaskOutcome:
 def _mc(fmt: str, hub: str | None) -> Callable[[TaskRun], TaskOutcome]:
     def run_mc(run: TaskRun) -> TaskOutcome:
         if run.arg is not None:
-            items, source = load_mc_file(fmt, run.arg, run.limit), run.arg
+            path, fields = split_fields(run.arg) if fmt == "mc" else (run.arg, None)
+            items, source = load_mc_file(fmt, path, run.limit, fields), path
         elif hub is not None:
             items, source = load_mc_hub(hub, run.limit), hub
         else:
@@ -200,6 +209,8 @@ def parse_task(spec: str) -> tuple[str, str | None]:
 def task_key(spec: str) -> str:
     """The name results are stored under: ``NAME`` or ``NAME:STEM`` of its file/dir argument."""
     name, arg = parse_task(spec)
+    if arg is not None and name == "mc":
+        arg = split_fields(arg)[0]  # a field mapping is no part of the name
     return name if arg is None else f"{name}:{Path(arg.rstrip('/')).stem}"
 
 

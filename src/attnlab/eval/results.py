@@ -60,7 +60,8 @@ def _fmt(v: Any) -> str:
 
 
 def render_table(results: Mapping[str, Mapping[str, Any]], title: str | None = None) -> Any:
-    """A ``rich`` table: one row per (task, metric), the metric's stderr beside it."""
+    """A ``rich`` table: one row per (task, metric), the metric's stderr beside it ("n/a" where
+    it has none: a task of one item)."""
     from rich.table import Table
 
     table = Table(title=title)
@@ -75,11 +76,12 @@ def render_table(results: Mapping[str, Mapping[str, Any]], title: str | None = N
         for name, value in metrics.items():
             if name.endswith("_stderr") or name in ("n", "documents"):
                 continue
+            se = f"{name}_stderr"
             table.add_row(
                 key if first else "",
                 name,
                 _fmt(value),
-                _fmt(metrics.get(f"{name}_stderr")),
+                "n/a" if se in metrics and metrics[se] is None else _fmt(metrics.get(se)),
                 _fmt(n) if first else "",
             )
             first = False

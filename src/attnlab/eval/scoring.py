@@ -7,9 +7,10 @@ For a request ``(context, continuation)`` of token ids the score is
 where ``z`` are the logits of the input ``(context + continuation)[:-1]`` (length ``n``) and
 ``k = len(continuation)``; ``is_greedy`` says every ``c_i`` is the argmax of its position. When
 ``context + continuation`` exceeds ``max_length + 1`` tokens the context is cut from the left, as
-lm-evaluation-harness does; a continuation longer than ``max_length`` cannot be scored at all
-(:class:`ContinuationTooLongError`, naming the request: lm-eval's ``HFLM`` would score wrong positions
-without a word). Requests are sorted by length so a batch wastes little padding; rows
+lm-evaluation-harness does; a continuation longer than ``max_length`` cannot be scored exactly
+(:class:`ContinuationTooLongError`, naming the request; lm-eval 0.4.13's ``HFLM`` stops on an
+``assert`` there, the lm-eval adapter cuts it: :func:`attnlab.eval.harness.fit_continuations`).
+Requests are sorted by length so a batch wastes little padding; rows
 are right-padded and the model is causal, so padding never reaches a scored position.
 
 Cost: one forward per batch of ``batch_size`` requests, ``O(B * T * V)`` memory for the logits.
@@ -128,14 +129,15 @@ def encode_pair(lm: LanguageModel, context: str, continuation: str) -> tuple[lis
     return ctx, whole[len(ctx) :]
 
 
-def mean_and_stderr(values: Sequence[float]) -> tuple[float, float]:
+def mean_and_stderr(values: Sequence[float]) -> tuple[float, float | None]:
     """Mean and its standard error ``sqrt(var / n)`` with the sample variance (ddof = 1), as
-    lm-evaluation-harness reports it."""
+    lm-evaluation-harness reports it. One value has no sample variance: its standard error is
+    None ("n/a", as lm-eval writes it), not NaN, which would read as a broken model."""
     n = len(values)
     if n == 0:
-        return float("nan"), float("nan")
+        raise UserError("no items to score; give a task file with at least one item")
     mean = sum(values) / n
     if n == 1:
-        return mean, float("nan")
+        return mean, None
     var = sum((v - mean) ** 2 for v in values) / (n - 1)
     return mean, (var / n) ** 0.5

@@ -19,9 +19,27 @@ from attnlab.base.errors import UserError
 
 def read_jsonl(path: str | Path, required: tuple[str, ...] = ()) -> list[dict[str, Any]]:
     """Rows of a JSON-lines file (blank lines skipped), each checked for ``required`` keys."""
+    rows = []
+    for n, row in read_jsonl_lines(path):
+        missing = [k for k in required if k not in row]
+        if missing:
+            raise UserError(
+                f"{path}:{n}: missing field(s) {', '.join(missing)}; this format needs "
+                f"{', '.join(required)}"
+            )
+        rows.append(row)
+    return rows
+
+
+def read_jsonl_lines(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
+    """``(line number, object)`` of every non-blank line of a JSON-lines file; a file that is
+    missing, not a file, empty, not UTF-8, or has a line that is not one JSON object is a
+    :class:`UserError` naming the file and the line."""
     p = Path(path)
-    if not p.is_file():
+    if not p.exists():
         raise UserError(f"task file {str(p)!r} does not exist")
+    if not p.is_file():
+        raise UserError(f"task file {str(p)!r} is not a file; give a JSON-lines (.jsonl) file")
     rows = []
     with p.open("rb") as f:
         for n, raw in enumerate(f, 1):
@@ -44,15 +62,11 @@ def read_jsonl(path: str | Path, required: tuple[str, ...] = ()) -> list[dict[st
                 ) from None
             if not isinstance(row, dict):
                 raise UserError(f"{p}:{n}: expected a JSON object, got {type(row).__name__}")
-            missing = [k for k in required if k not in row]
-            if missing:
-                raise UserError(
-                    f"{p}:{n}: missing field(s) {', '.join(missing)}; this format needs "
-                    f"{', '.join(required)}"
-                )
-            rows.append(row)
+            rows.append((n, row))
     if not rows:
-        raise UserError(f"task file {str(p)!r} has no items")
+        raise UserError(
+            f"task file {str(p)!r} has no items (it is empty or blank); one JSON object per line"
+        )
     return rows
 
 

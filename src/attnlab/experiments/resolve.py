@@ -27,6 +27,7 @@ from attnlab.config import (
     Config,
     ConfigError,
     apply_overrides,
+    check_distinct,
     deep_merge,
     source_dict,
     validate,
@@ -62,6 +63,8 @@ class Variant:
     match: MatchResult | None = None
     base: str = ""
     point: dict[str, Any] = field(default_factory=dict)
+    #: options of the base this variant's kind changes dropped (the new kind lacks them)
+    dropped: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.base = self.base or self.name
@@ -146,6 +149,7 @@ class Experiment:
                     "flops_per_token": v.params.flops_per_token,
                     "match": v.match.to_dict() if v.match else None,
                     "config": v.config.to_dict(),
+                    "dropped_options": v.dropped,
                     **({"sweep_variant": v.base, "sweep_point": v.point} if self.sweep else {}),
                 }
                 for v in self.variants.values()
@@ -190,9 +194,11 @@ def _base_dict(spec: ExperimentSpec, folder: Path) -> dict[str, Any]:
     return deep_merge(source_dict(src), base)
 
 
-def _validate(raw: dict[str, Any], what: str) -> Config:
+def _validate(raw: dict[str, Any], what: str, notes: list[str] | None = None) -> Config:
+    """``raw`` validated; its notes (options a slot's new kind lacks, dropped) go into ``notes``
+    (a throwaway list when None: the same raw is validated again, e.g. while matching)."""
     try:
-        return validate(raw)
+        return validate(raw, [] if notes is None else notes)
     except ConfigError as e:
         raise ConfigError(f"{what}: {e}") from None
 
@@ -212,6 +218,10 @@ def overridden(raw: dict[str, Any], items: list[str]) -> dict[str, Any]:
 def _variant_dict(base: dict[str, Any], chain: list[VariantSpec]) -> dict[str, Any]:
     raw = copy.deepcopy(base)
     for link in chain:
+        try:  # its tables and its set list may not set one option twice
+            check_distinct([*_flatten_tables(link.tables()), *link.set])
+        except ConfigError as e:
+            raise ConfigError(f"variant {link.name!r}: {e}") from None
         raw = deep_merge(raw, copy.deepcopy(link.tables()))
         raw = overridden(raw, link.set)
     return raw
@@ -314,14 +324,15 @@ def resolve(
     """
     folder = Path(folder)
     base_raw = overridden(_base_dict(spec, folder), list(base_overrides))
-    base0 = _validate(base_raw, "base config")
+    base_notes: list[str] = []
+    base0 = _validate(base_raw, "base config", base_notes)
     t = base0.train
     tokens_per_step = t.batch_plan(base0.data.seq_len).tokens  # one process: compare's runs
     if spec.budget.steps is not None:
         steps = spec.budget.steps
     else:
         steps = math.ceil(spec.budget.tokens / tokens_per_step)
-    notes = []
+    notes = [f"base config: {n}" for n in base_notes]
     if spec.budget.tokens is not None and steps * tokens_per_step != spec.budget.tokens:
         notes.append(
             f"budget.tokens={spec.budget.tokens:,} rounded up to {steps} steps x "
@@ -354,10 +365,15 @@ def resolve(
             lr = _validate({**raw, "train": {**raw.get("train", {}), "min_lr": 0.0}}, v.name)
             raw = overridden(raw, [f"train.min_lr={min_lr_ratio * lr.train.lr!r}"])
         what = f"variant {v.name!r}" + (f" at sweep point {', '.join(point)}" if point else "")
-        cfg = _validate(raw, what)
+        got: list[str] = []
+        cfg = _validate(raw, what, got)
+        dropped = [n for n in got if n not in base_notes]
         _check_fair(v.name, cfg, base)
         raws[v.name] = raw
-        variants[v.name] = Variant(v.name, v.description, _describe(chain), cfg, count(cfg.model))
+        notes += [f"{what}: {n}" for n in dropped]
+        variants[v.name] = Variant(
+            v.name, v.description, _describe(chain), cfg, count(cfg.model), dropped=dropped
+        )
         variants[v.name].config.experiment.tags = [*cfg.experiment.tags, *v.tags]
     for v in spec.variants:
         if v.match_params is None:
@@ -375,6 +391,7 @@ def resolve(
             cfg,
             count(cfg.model),
             result,
+            dropped=variants[v.name].dropped,
         )
     return Experiment(
         name=spec.name or "experiment",

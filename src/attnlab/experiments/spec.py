@@ -39,7 +39,7 @@ from typing import Any
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from attnlab.base.section import Section
+from attnlab.base.section import Section, seed_type
 from attnlab.config import (
     ConfigError,
     fields_at,
@@ -77,7 +77,8 @@ class EvaluateSpec(_Spec):
     limit: int | None = Field(None, ge=1, description="items (or documents) per task")
     batch_size: int = Field(8, ge=1)
     lengths: list[int] | None = Field(
-        None, description="perplexity tasks at each length (keys TASK@L; --limit = windows)"
+        None,
+        description="perplexity tasks at each length (keys TASK@L; limit = windows per length)",
     )
 
 
@@ -113,7 +114,9 @@ class ExperimentSpec(_Spec):
     description: str = ""
     plugins: list[str] = Field(default_factory=list)
     base: str | dict[str, Any] = Field(default_factory=dict)
-    seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
+    seeds: list[seed_type("train.seed of one repetition")] = Field(  # type: ignore[valid-type]
+        default_factory=lambda: [0], min_length=1
+    )
     budget: Budget
     baseline: str | None = None
     evaluate: EvaluateSpec | None = None

@@ -204,9 +204,17 @@ class ProbeConfig(Section):
         """Tables keyed by a part's kind or method name; the key sets the table's kind."""
         if not isinstance(v, dict):
             return v
-        out = {}
+        out, named = {}, {}
         for key, table in v.items():
             comp = component_of(str(key))
+            if comp.kind in named:  # two names of one part: one table would be lost
+                raise PydanticCustomError(
+                    "same_option",
+                    "parts.{a} and parts.{b} are the same part ('{kind}'); keep one table, "
+                    "[parts.{kind}]",
+                    {"a": named[comp.kind], "b": key, "kind": comp.kind},
+                )
+            named[comp.kind] = key
             if isinstance(table, dict):
                 table = {**table, "kind": comp.kind}
             out[comp.kind] = table
@@ -378,7 +386,7 @@ def load_experiment(
     configs, seen = [], set()
     for i, entry in enumerate(entries):
         _check_fair(entry, str(path), i)
-        one = deep_merge(shared, entry.overrides)
+        one = deep_merge(_parts_by_kind(shared), _parts_by_kind(entry.overrides))
         one["method"], one["name"] = entry.method, entry.name
         try:
             cfg = validate_probe(one)
@@ -393,6 +401,28 @@ def load_experiment(
         _check_same_batches(cfg, configs[0] if configs else cfg, str(path), i)
         configs.append(cfg)
     return name, configs
+
+
+def _parts_by_kind(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """``raw`` with its ``[parts]`` tables keyed by kind (``preproj`` -> ``pre_projection``), so
+    a method's table of a part replaces the shared one under another of its names; a name no
+    part has is left for validation to refuse."""
+    parts = raw.get("parts")
+    if not isinstance(parts, Mapping):
+        return dict(raw)
+    out: dict[str, Any] = {}
+    named: dict[str, str] = {}
+    for key, table in parts.items():
+        comp = find_component(str(key))
+        name = comp.kind if comp is not None else str(key)
+        if name in named:
+            raise ConfigError(
+                f"parts.{named[name]} and parts.{key} are the same part ('{name}'); keep one "
+                f"table, [parts.{name}]"
+            )
+        named[name] = str(key)
+        out[name] = table
+    return {**raw, "parts": out}
 
 
 def _check_same_batches(cfg: ProbeConfig, first: ProbeConfig, where: str, i: int) -> None:

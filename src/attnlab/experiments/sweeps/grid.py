@@ -109,9 +109,17 @@ def expand(
             keys = {i.partition("=")[0] for i in items}
             kept = [o for o in v.overrides if o.partition("=")[0].strip() not in keys]
             arms[arm] = Variant(
-                arm, v.description, [*kept, *items], v.config, v.params, v.match, name, point
+                arm,
+                v.description,
+                [*kept, *items],
+                v.config,
+                v.params,
+                v.match,
+                name,
+                point,
+                v.dropped,
             )
-    notes = list(first.notes)
+    notes = list(dict.fromkeys(n for exp in per_point for n in exp.notes))
     for v in spec.variants:
         own = {o.partition("=")[0].strip() for o in first.variants[v.name].overrides}
         clash = sorted(own & set(sweep.grid))
