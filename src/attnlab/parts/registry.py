@@ -74,6 +74,12 @@ def register(slot: str, kind: str) -> Callable[[P], P]:
             raise PartError(
                 f"{cls.__qualname__}.Options must derive from attnlab.parts.PartOptions"
             )
+        problems = cls.declaration_problems()
+        if problems:  # a part the model would never use is refused here, not dropped silently
+            raise PartError(
+                f"{cls.__qualname__} registered as {slot}.{kind} would be unused: "
+                + "; ".join(problems)
+            )
         if not _builtins_loading:
             _load_builtins()  # built-in names are taken first: a plugin never pre-empts one
         source = current_source(cls)
