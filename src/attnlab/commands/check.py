@@ -168,10 +168,8 @@ def run(args: argparse.Namespace) -> int:
     if not todo:
         raise UserError("no parts to check: the --plugin files register none")
     t0 = time.perf_counter()
-    if not args.json and not args.quiet:
-        Progress(False)._line(
-            f"checking {len(todo)} part(s) in float64 small models on the CPU ..."
-        )
+    if not args.json:
+        print(f"checking {len(todo)} part(s) in float64 small models on the CPU ...", flush=True)
     progress = Progress(args.quiet)
     try:
         reports = check_parts(

@@ -61,9 +61,10 @@ def _fmt(v: Any) -> str:
 
 def render_table(results: Mapping[str, Mapping[str, Any]], title: str | None = None) -> Any:
     """A ``rich`` table: one row per (task, metric), the metric's stderr beside it."""
+    from rich.markup import escape
     from rich.table import Table
 
-    table = Table(title=title)
+    table = Table(title=escape(title) if title else title)  # task names and paths as text
     for col, just in (("task", "left"), ("metric", "left"), ("value", "right")):
         table.add_column(col, justify=just)  # type: ignore[arg-type]
     table.add_column("± stderr", justify="right")
@@ -76,8 +77,8 @@ def render_table(results: Mapping[str, Mapping[str, Any]], title: str | None = N
             if name.endswith("_stderr") or name in ("n", "documents"):
                 continue
             table.add_row(
-                key if first else "",
-                name,
+                escape(key) if first else "",
+                escape(name),
                 _fmt(value),
                 _fmt(metrics.get(f"{name}_stderr")),
                 _fmt(n) if first else "",
