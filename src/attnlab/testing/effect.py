@@ -100,14 +100,14 @@ def _removed(model, case: Case, slot: str, x, base) -> float | None:
     return difference(forward(bare, case, x), base)
 
 
-def _unused(name: str, case: Case, why: str) -> Result:
+def _unused(name: str, case: Case, why: str, measured: float = 0.0) -> Result:
     return failed(
         NAME,
         f"{name} has no effect on the model's output: {why}",
         "declare how the part enters the model (a position part: absolute = True with embed(), "
         "logit_bias = True with bias(), or rotary = True with rotation() and rotate()), and "
         "return what forward computes",
-        0.0,
+        measured,
         LIMIT,
         case.name,
     )
@@ -149,6 +149,7 @@ def check(name: str, cls: type, slot: str, built: list[tuple[Case, torch.nn.Modu
                 f"moving its parameters, buffers and outputs (N(0, {SCALE}) each)"
                 + (" or emptying its slot" if SLOTS[slot].optional else "")
                 + f" changes the logits by {got:.3g} (limit {LIMIT:g})",
+                got,
             )
         least, n = got if least is None else min(least, got), n + 1
     if not n:
