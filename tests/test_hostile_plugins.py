@@ -187,6 +187,28 @@ def test_a_plugin_s_identity_covers_its_helpers_eager_and_lazy(tmp_path, monkeyp
     assert all(len(h["sha256"]) == 64 for h in saved)
 
 
+def test_check_of_a_plugin_checks_the_parts_its_helpers_register(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    write(
+        tmp_path / "parts_in_helper.py",
+        "from attnlab.parts import SideBranchPart, register\n\n\n"
+        "@register('side_branch', 'in_helper')\nclass InHelper(SideBranchPart):\n"
+        "    @classmethod\n    def param_count(cls, opts, dims):\n        return 0\n\n"
+        "    def forward(self, x):\n        return 0.5 * x\n",
+    )
+    plugin = write(
+        tmp_path / "thin.py",
+        "import sys\nfrom pathlib import Path\n\nsys.path.insert(0, str(Path(__file__).parent))\n"
+        "import parts_in_helper  # noqa: E402, F401\n",
+    )
+    args = ["check", "--plugin", str(plugin), "--no-compile", "--no-export", "--json", "-q"]
+    assert main(args) == 0
+    reports = json.loads(capsys.readouterr().out)
+    assert [(r["slot"], r["kind"], r["source"]) for r in reports] == [
+        ("side_branch", "in_helper", str(plugin))
+    ]
+
+
 def test_a_changed_helper_is_checked_again_and_refused_on_resume(tmp_path, data_dir):
     lab = tmp_path / "lab"
     helper = write(lab / "helper_r.py", RUNNING_MEAN)

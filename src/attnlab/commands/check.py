@@ -110,13 +110,14 @@ def requests(args: argparse.Namespace) -> list:
         return [parse_part(p) for p in args.parts]
     specs = registry.specs()
     if args.plugins and not args.all:
-        modules = {r.module for r in loaded() if r.spec in set(args.plugins)}
-        specs = [
-            s
-            for s in specs
-            if s.source != registry.BUILTIN
-            and any(s.cls.__module__ == m or s.cls.__module__.startswith(f"{m}.") for m in modules)
-        ]
+        given = set(args.plugins)
+        modules = {r.module for r in loaded() if r.spec in given}
+
+        def mine(s) -> bool:  # registered while the plugin loaded (a helper's class too)
+            m = s.cls.__module__
+            return s.source in given or any(m == x or m.startswith(f"{x}.") for x in modules)
+
+        specs = [s for s in specs if s.source != registry.BUILTIN and mine(s)]
     return [PartRequest(s.slot, s.kind, {}) for s in specs]
 
 
