@@ -10,9 +10,7 @@ conformance check. Ctrl-C (``KeyboardInterrupt``) stays an interrupt.
 
 from __future__ import annotations
 
-import contextlib
 import traceback
-from collections.abc import Iterator
 
 from attnlab.base.errors import UserError
 from attnlab.parts.identity import is_local
@@ -28,16 +26,16 @@ def is_exit(exc: BaseException) -> bool:
     return not isinstance(exc, (Exception, KeyboardInterrupt))
 
 
-def where(exc: BaseException) -> str:
-    """``FILE:LINE (code)`` of the innermost frame of the researcher's own code (outside the
-    standard library, site-packages and attnlab), else of the frame that raised ``exc``."""
+def where(exc: BaseException) -> tuple[str, bool]:
+    """(``FILE:LINE (code)``, whether it is the researcher's own code) of the innermost frame
+    outside the standard library, site-packages and attnlab, else of the frame that raised."""
     frames = traceback.extract_tb(exc.__traceback__)
     if not frames:
-        return "an unknown place"
+        return "an unknown place", False
     own = [f for f in frames if is_local(f.filename)]
     f = (own or frames)[-1]
     code = (f.line or "").strip()
-    return f"{f.filename}:{f.lineno}" + (f" ({code})" if code else "")
+    return f"{f.filename}:{f.lineno}" + (f" ({code})" if code else ""), bool(own)
 
 
 def what_exited(exc: BaseException) -> str:
@@ -49,10 +47,11 @@ def what_exited(exc: BaseException) -> str:
 
 def exit_message(exc: BaseException, during: str) -> str:
     """One sentence: what exited, where, during what, and the fix."""
+    place, own = where(exc)
     return (
-        f"plugin code raised {what_exited(exc)} at {where(exc)} while {during}; attnlab treats "
-        "it as a failure, not as the end of the command: a part or plugin must raise an "
-        "exception (e.g. ValueError) instead of ending the process"
+        f"{'plugin code' if own else 'code'} raised {what_exited(exc)} at {place} while "
+        f"{during}; attnlab treats it as a failure, not as the end of the command: a part or "
+        "plugin must raise an exception (e.g. ValueError) instead of ending the process"
     )
 
 
@@ -60,15 +59,3 @@ def as_error(exc: BaseException, during: str) -> PluginExitError | None:
     """The :class:`PluginExitError` that stands for ``exc``, or None when ``exc`` is an
     ordinary exception or a Ctrl-C (left as it is)."""
     return PluginExitError(exit_message(exc, during)) if is_exit(exc) else None
-
-
-@contextlib.contextmanager
-def no_exit(during: str) -> Iterator[None]:
-    """Run a block of plugin code; an exit raised in it becomes a :class:`PluginExitError`."""
-    try:
-        yield
-    except BaseException as e:
-        err = as_error(e, during)
-        if err is None:
-            raise
-        raise err from None
