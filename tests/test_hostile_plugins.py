@@ -347,18 +347,22 @@ def test_a_part_with_no_effect_on_the_output_fails_effect(tmp_path):
     )
 
 
-def test_effect_fails_a_part_the_model_does_not_hold():
+def test_effect_and_params_fail_a_part_the_models_do_not_hold():
     from attnlab.parts import registry
-    from attnlab.testing import effect
+    from attnlab.testing import declarations, effect
     from attnlab.testing.cases import accepted, build, float64
 
     cls = registry.get("side_branch", "content_skip").cls
     ok, _ = accepted("query", "linear", {})  # models without that side branch
     case, cfg = ok[0]
     with float64():
-        r = effect.check("side_branch.content_skip", cls, "side_branch", [(case, build(cfg))])
+        built = [(case, build(cfg))]
+        r = effect.check("side_branch.content_skip", cls, "side_branch", built)
+        counted = declarations.check_params("side_branch.content_skip", cls, built)
     assert r.status == "failed"
     assert f"the model of this config holds no {cls.__name__} module" in r.detail
+    assert counted.status == "failed"  # was "skipped": no config builds the part
+    assert "its parameters are neither counted nor trained" in counted.detail
 
 
 # ------------------------------------------ 4. a raw nn.Parameter set in __init__ is an init
