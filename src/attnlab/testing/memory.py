@@ -6,9 +6,8 @@ process or taking the machine's memory.
 Counted for every config the part is accepted in, as the battery holds them all at once:
 its parameters and buffers (the model built on the meta device, where nothing is allocated:
 what ``__init__`` would really build, declared or not) at 8 bytes (float64), and once the
-largest training activation estimate of the preflight
-(:func:`attnlab.runs.preflight.training_estimate`, with the parts' ``activation_elements``) at
-float64. The bound is :data:`LIMIT` or the host's free memory, whichever is smaller. A model that
+training activation estimate of the preflight (:func:`attnlab.runs.preflight.training_estimate`,
+with the parts' ``activation_elements``) of the config holding the most, at float64. The bound is :data:`LIMIT` or the host's free memory, whichever is smaller. A model that
 cannot be built on the meta device (a part that reads its tensors' values in ``__init__``) is not
 counted here; building it for real is then guarded (:func:`attnlab.testing.battery`).
 """
@@ -63,7 +62,12 @@ def check(name: str, ok: list) -> Result | None:
     tensors = [(case, _tensor_bytes(cfg)) for case, cfg in ok]
     counted = [(case, n) for case, n in tensors if n is not None]
     weights = sum(n for _, n in counted)
-    acts = max((_activation_bytes(cfg) for (_, cfg), (_, n) in zip(ok, tensors) if n), default=0)
+    # the preflight's estimate (a parameter count on the meta device of its own) once, on the
+    # config holding the most: what a part declares per token hardly differs between families
+    biggest = max(
+        ((n, cfg) for (_, cfg), (_, n) in zip(ok, tensors) if n), key=lambda x: x[0], default=None
+    )
+    acts = _activation_bytes(biggest[1]) if biggest is not None else 0
     need = weights + acts
     free, bound_by = host_free()
     limit, why = LIMIT, f"the check's own limit, {fmt_bytes(LIMIT)}"
