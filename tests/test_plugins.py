@@ -404,14 +404,21 @@ def test_a_moved_plugin_is_replaced_by_plugin_newpath_in_every_command(lab, tmp_
         "export": ["export", "r", "--out", "hf", "--force"],
         "train": train,
     }
+    sha = source_hash([new])[:12]
     for name, cmd in commands.items():
         p = attnlab(*cmd, cwd=tmp_path, ok=False)
         assert p.returncode == 2, (name, p.stderr)
+        fix = "if it moved, pass --plugin NEWPATH"
+        if name == "train":  # it loads the run's recorded plugins first (issue 32)
+            fix = (
+                "the run in r was trained with it (plugins.json). If it moved, pass --plugin "
+                f"NEWPATH: a file named my_ideas.py, accepted when its sha256 matches the "
+                f"recorded {sha} (a changed source resumes only with --allow-plugin-change); to "
+                "train afresh without it, pass --restart"
+            )
         assert _stderr_lines(p) == [
-            f"attnlab {name}: error: plugin file {old} does not exist; if it moved, pass "
-            "--plugin NEWPATH"
+            f"attnlab {name}: error: plugin file {old} does not exist; {fix}"
         ]
-    sha = source_hash([new])[:12]
     same = (
         f"plugin {old} does not exist; using {new} instead (same module name 'my_ideas'); "
         f"sha256 recorded {sha}, now {sha} (the same source)"

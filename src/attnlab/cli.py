@@ -22,6 +22,7 @@ from attnlab.base.errors import UserError
 from attnlab.base.failures import SYSTEM_FAILURES, describe, os_error_of
 from attnlab.base.warning_lines import cli_warnings
 from attnlab.commands._common import add_plugin_argument, plugin_specs
+from attnlab.parts.exits import as_error
 
 
 def _command_modules() -> list:
@@ -142,6 +143,12 @@ def _main(argv: list[str], command: str) -> int:
     except KeyboardInterrupt:
         print(f"attnlab {args.command}: interrupted", file=sys.stderr)
         return exitcodes.INTERRUPTED
+    except BaseException as e:  # sys.exit() in a plugin's code: a failure, never exit 0
+        err = as_error(e, f"attnlab {args.command} ran")
+        if err is None:
+            raise
+        print(f"attnlab {args.command}: error: {_cut_lines(str(err))}", file=sys.stderr)
+        return int(err.exit_code)
 
 
 if __name__ == "__main__":

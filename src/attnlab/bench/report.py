@@ -236,6 +236,7 @@ def header_lines(r: BenchResult) -> list[str]:
 
 def print_report(r: BenchResult, console=None) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     if console is None:
@@ -244,21 +245,21 @@ def print_report(r: BenchResult, console=None) -> None:
         # rich wraps at 80 columns when not writing to a terminal; tables need more
         console = Console(width=None if sys.stdout.isatty() else 200)
     con = console
-    for line in header_lines(r):
-        con.print(line, highlight=False)
+    for line in header_lines(r):  # names and paths as text, never markup
+        con.print(line, markup=False, highlight=False)
     for tt in tables(r):
-        rt = Table(title=tt.title, title_justify="left")
+        rt = Table(title=escape(tt.title), title_justify="left")
         for i, c in enumerate(tt.columns):
-            rt.add_column(c, justify="left" if i == 0 else "right")
+            rt.add_column(escape(c), justify="left" if i == 0 else "right")
         for row in tt.rows:
-            rt.add_row(*row)
+            rt.add_row(*(escape(str(cell)) for cell in row))
         con.print(rt)
         for n in tt.notes:
-            con.print(f"  {n}", highlight=False)
+            con.print(f"  {n}", markup=False, highlight=False)
     for name, why in r.skipped.items():
-        con.print(f"skipped {name}: {why}", highlight=False)
+        con.print(f"skipped {name}: {why}", markup=False, highlight=False)
     for n in r.notes:
-        con.print(f"note: {n}", highlight=False)
+        con.print(f"note: {n}", markup=False, highlight=False)
 
 
 def failure_lines(r: BenchResult) -> list[str]:

@@ -24,6 +24,7 @@ a bad option)
 
 #: short column names of the properties, in battery order
 COLUMNS = {
+    "effect": "effect",
     "causality": "causal",
     "kv_cache": "cache",
     "batch": "batch",
@@ -36,8 +37,8 @@ COLUMNS = {
     "bfloat16": "bf16",
     "export": "export",
 }
-#: the table's width: a part name and eleven property columns
-WIDTH = 130
+#: the table's width: a part name and twelve property columns
+WIDTH = 140
 MARK = {"passed": "[green]ok[/]", "failed": "[bold red]FAIL[/]", "skipped": "[dim]-[/]"}
 
 
@@ -61,6 +62,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--no-export", action="store_true", help="skip the transformers export")
     p.add_argument("--verbose", "-v", action="store_true", help="also every passed/skipped line")
+    p.add_argument(
+        "--quiet",
+        "-q",
+        action="store_true",
+        help="no progress on stderr (which part and property is being checked)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON list of part reports")
 
 
@@ -103,54 +110,116 @@ def requests(args: argparse.Namespace) -> list:
         return [parse_part(p) for p in args.parts]
     specs = registry.specs()
     if args.plugins and not args.all:
-        modules = {r.module for r in loaded() if r.spec in set(args.plugins)}
-        specs = [
-            s
-            for s in specs
-            if s.source != registry.BUILTIN
-            and any(s.cls.__module__ == m or s.cls.__module__.startswith(f"{m}.") for m in modules)
-        ]
+        given = set(args.plugins)
+        modules = {r.module for r in loaded() if r.spec in given}
+
+        def mine(s) -> bool:  # registered while the plugin loaded (a helper's class too)
+            m = s.cls.__module__
+            return s.source in given or any(m == x or m.startswith(f"{x}.") for x in modules)
+
+        specs = [s for s in specs if s.source != registry.BUILTIN and mine(s)]
     return [PartRequest(s.slot, s.kind, {}) for s in specs]
 
 
-def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
+class Progress:
+    """Which part and property the battery is on, on stderr: one status line that changes on a
+    terminal, a line per part and per finished property otherwise (a slow part is never
+    silent)."""
 
+    def __init__(self, quiet: bool) -> None:
+        from rich.console import Console
+
+        self.con = Console(stderr=True)
+        self.quiet = quiet
+        self.live = self.con.is_terminal and not quiet
+        self.status = None
+
+    def __call__(self, part: str, i: int, n: int, prop: str, result) -> None:
+        from rich.markup import escape
+
+        if self.quiet:
+            return
+        label = f"[{i}/{n}] {part}"
+        if self.live:
+            text = f"checking {escape(label)}: {prop} ..."
+            if self.status is None:
+                self.status = self.con.status(text)
+                self.status.start()
+            else:
+                self.status.update(text)
+        elif result is None and prop == "build":
+            self._line(f"attnlab check: {label} ...")
+        elif result is not None:
+            self._line(f"attnlab check: {label} {prop}: {result.status} ({result.seconds:.1f} s)")
+
+    def _line(self, text: str) -> None:
+        self.con.print(text, markup=False, highlight=False, soft_wrap=True)
+
+    def close(self) -> None:
+        if self.status is not None:
+            self.status.stop()
+            self.status = None
+
+
+def run(args: argparse.Namespace) -> int:
     from attnlab.base.errors import UserError
-    from attnlab.testing import cache as check_cache
     from attnlab.testing import check_parts
 
     todo = requests(args)
     if not todo:
         raise UserError("no parts to check: the --plugin files register none")
+    t0 = time.perf_counter()
+    if not args.json:
+        print(f"checking {len(todo)} part(s) in float64 small models on the CPU ...", flush=True)
+    progress = Progress(args.quiet)
+    try:
+        reports = check_parts(
+            todo,
+            compile=not args.no_compile,
+            export=not args.no_export,
+            compile_backend=args.compile_backend,
+            steps=progress,
+        )
+    finally:
+        progress.close()
+    wall = time.perf_counter() - t0
+    _cache(args, reports)
+    if args.json:
+        print(json.dumps([r.to_dict() for r in reports], indent=2, default=str))
+    else:
+        _print(args, reports, wall)
+    return exitcodes.FAILED if any(not r.passed for r in reports) else exitcodes.OK
+
+
+def _cache(args: argparse.Namespace, reports: list) -> None:
+    """A plugin's passing result spares train/compare/probe/bench the check."""
+    from attnlab.parts import registry
+    from attnlab.testing import cache as check_cache
+    from attnlab.testing.gate import ALL, NO_EXPORT, what
+
+    if args.no_compile:
+        return
+    ran = what(NO_EXPORT if args.no_export else ALL, args.compile_backend)
+    for r in reports:
+        spec = registry.get(r.slot, r.kind)
+        if spec.source != registry.BUILTIN:
+            check_cache.write(check_cache.key(spec.cls, r.slot, r.kind, r.options, ran), r)
+
+
+def _print(args: argparse.Namespace, reports: list, wall: float) -> None:
+    """The table, where each plugin part comes from, the failures (every line with --verbose)
+    and the verdict. Every name, path and message is printed as text, never as markup (a part
+    named ``query.nonlinear[ratio=0.25]`` keeps its brackets)."""
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    from attnlab.testing.result import WHOLE
+
     con = Console()
     if con.width < WIDTH:  # a pipe or a narrow terminal: the table needs its columns
         con = Console(width=WIDTH)
     narrow = Console(width=min(con.width, 100))  # the sentences below the table
-    t0 = time.perf_counter()
-    if not args.json:
-        con.print(f"checking {len(todo)} part(s) in float64 small models on the CPU ...")
-    reports = check_parts(
-        todo,
-        compile=not args.no_compile,
-        export=not args.no_export,
-        compile_backend=args.compile_backend,
-    )
-    wall = time.perf_counter() - t0
-    from attnlab.parts import registry
-
-    for r in reports:  # a plugin's passing result spares train/compare/probe/bench the check
-        spec = registry.get(r.slot, r.kind)
-        if spec.source != registry.BUILTIN and not args.no_compile:
-            from attnlab.testing.gate import ALL, NO_EXPORT, what
-
-            ran = what(NO_EXPORT if args.no_export else ALL, args.compile_backend)
-            check_cache.write(check_cache.key(spec.cls, r.slot, r.kind, r.options, ran), r)
-    if args.json:
-        print(json.dumps([r.to_dict() for r in reports], indent=2, default=str))
-        return exitcodes.FAILED if any(not r.passed for r in reports) else exitcodes.OK
     table = Table(title="attnlab check: conformance of each part", title_justify="left")
     table.add_column("part", no_wrap=True, min_width=max(len(r.name) for r in reports))
     for col in COLUMNS.values():
@@ -158,27 +227,26 @@ def run(args: argparse.Namespace) -> int:
     table.add_column("s", justify="right")
     for r in reports:
         by = {x.name: x.status for x in r.results}
-        cells = [
-            MARK.get(by.get(p, ""), "[bold red]FAIL[/]" if "configs" in by else "") for p in COLUMNS
-        ]
-        table.add_row(r.name, *cells, f"{r.seconds:.1f}")
+        whole = any(w in by for w in WHOLE)
+        cells = [MARK.get(by.get(p, ""), "[bold red]FAIL[/]" if whole else "") for p in COLUMNS]
+        table.add_row(escape(r.name), *cells, f"{r.seconds:.1f}")
     con.print(table)
     for r in reports:
         if r.source != "built-in":
-            con.print(f"{r.name} is from {_short(r.source)}", highlight=False)
+            con.print(f"{r.name} is from {_short(r.source)}", markup=False, highlight=False)
     bad = [r for r in reports if not r.passed]
     for r in reports:
         lines = [x for x in r.results if x.status == "failed" or args.verbose]
         if args.verbose and r.refused:
             refused = "; ".join(f"{c}: {why}" for c, why in r.refused)
             narrow.print(
-                f"[bold]{r.name}[/] configs refused by its options or the config: {escape(refused)}",
-                markup=True,
+                f"[bold]{escape(r.name)}[/] configs refused by its options or the config: "
+                f"{escape(refused)}",
                 highlight=False,
             )
         for x in lines:
             style = "red" if x.status == "failed" else "dim"
-            narrow.print(f"[{style}]{r.name} {escape(x.message())}[/]", highlight=False)
+            narrow.print(f"[{style}]{escape(r.name)} {escape(x.message())}[/]", highlight=False)
     n_fail = sum(1 for r in reports for x in r.results if x.status == "failed")
     verdict = (
         f"{len(bad)} of {len(reports)} part(s) failed {n_fail} propert(ies)"
@@ -186,7 +254,6 @@ def run(args: argparse.Namespace) -> int:
         else (f"all {len(reports)} part(s) passed")
     )
     con.print(f"{verdict} in {wall:.1f} s (skips name their reason: --verbose)", highlight=False)
-    return exitcodes.FAILED if bad else exitcodes.OK
 
 
 def _short(source: str) -> str:

@@ -6,6 +6,7 @@ import argparse
 import json
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from attnlab.commands._common import add_config_arguments, config_from_args
@@ -31,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rep.to_dict(), indent=2))
         return 0
-    table = Table(title=f"{args.config}: parameters by part")
+    table = Table(title=f"{escape(args.config)}: parameters by part")  # a path, as text
     table.add_column("part")
     table.add_column("params", justify="right")
     table.add_column("exact", justify="right")
@@ -39,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     for part, n in rep.by_part.items():
         emb = part in ("embedding", "position", "lm_head")
         share = "" if emb else f"{100 * n / max(rep.non_embedding, 1):.1f}%"
-        table.add_row(part, _m(n), f"{n:,}", share)
+        table.add_row(escape(part), _m(n), f"{n:,}", share)
     con = Console()
     con.print(table)
     con.print(f"total                      {_m(rep.total):>10}  ({rep.total:,})")
@@ -51,5 +52,5 @@ def run(args: argparse.Namespace) -> int:
         f"forward FLOPs per token     {rep.flops_per_token / 1e6:,.1f}M at T={cfg.model.max_seq_len}"
     )
     for note in rep.notes:
-        con.print(f"note: {note}")
+        con.print(f"note: {note}", markup=False)
     return 0

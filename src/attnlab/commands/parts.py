@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 NAME = "parts"
@@ -107,12 +108,13 @@ def run(args: argparse.Namespace) -> int:
                 f"{k}: {v['type']} = {v['default']!r}" for k, v in row["options"].items()
             )
             what = row["summary"] + (f"\n{row['cost']}" if row["cost"] else "")
-            table.add_row(
+            cells = (  # a plugin's docstring, defaults and path as text, never markup
                 row["kind"],
                 what,
                 opts or "—",
                 "\n".join([f"params row: {row['param_label']}", *row["declares"]]),
                 _short(row["source"]),
             )
+            table.add_row(*(escape(c) for c in cells))
         con.print(table)
     return 0

@@ -44,16 +44,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _print_table(rows: list[dict], title: str) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     from attnlab.probe.report import _fmt, columns
 
-    table = Table(title=title)
+    table = Table(title=escape(title))  # run names and methods as text, never markup
     cols = columns(rows)
     for c in cols:
-        table.add_column(c, justify="left" if c == "method" else "right")
+        table.add_column(escape(c), justify="left" if c == "method" else "right")
     for r in rows:
-        table.add_row(*[_fmt(c, r.get(c)) for c in cols])
+        table.add_row(*[escape(str(_fmt(c, r.get(c)))) for c in cols])
     Console().print(table)
 
 

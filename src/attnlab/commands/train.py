@@ -58,14 +58,43 @@ def _remove_fresh(out: Path) -> None:
         shutil.rmtree(out, ignore_errors=True)
 
 
+def _run_plugins(args: argparse.Namespace) -> list[str]:
+    """Load the plugins the run in ``--out`` records (``plugins.json``) and return their specs,
+    so that resuming it with its own command validates ``--set model.SLOT.kind=<a plugin's
+    kind>`` without naming the plugin again. A recorded file that moved is served by ``--plugin
+    NEWPATH`` (same file name; reported with both sha256), else refused with that advice; a
+    changed source is refused later by the resume check unless ``--allow-plugin-change``.
+    Nothing is loaded for ``--restart`` (the run starts afresh from the config given)."""
+    from attnlab.parts.plugins import is_path_spec, load_plugin
+    from attnlab.runs import rundir
+
+    # made known first: a moved plugin is reported with the sha256 the run recorded
+    records = rundir.recorded_plugins(args.out)
+    if args.restart:
+        return []
+    specs = []
+    for rec in records:
+        spec = rec.get("spec")
+        if not isinstance(spec, str) or rec.get("distribution") or spec.startswith("ep:"):
+            continue  # an installed package's entry point loads by itself
+        sha = str(rec.get("sha256") or "")[:12] or "-"
+        hint = (
+            f"the run in {args.out} was trained with it (plugins.json). If it moved, pass "
+            f"--plugin NEWPATH: a file named {Path(spec).name if is_path_spec(spec) else spec}, "
+            f"accepted when its sha256 matches the recorded {sha} (a changed source resumes "
+            "only with --allow-plugin-change); to train afresh without it, pass --restart"
+        )
+        specs.append(load_plugin(spec, missing=hint).spec)
+    return specs
+
+
 def run(args: argparse.Namespace) -> int:
     from attnlab.base.safepath import check_out_dir
     from attnlab.runs import lock, rundir
     from attnlab.runs.preflight import check_training
 
-    # a resumed run's plugins.json first: a plugin file that moved since (--plugin NEWPATH
-    # stands in for it) is reported with the sha256 the run recorded
-    rundir.recorded_plugins(args.out)
+    # a resumed run's own plugins first, before its config and --set are validated
+    args.plugins = list(dict.fromkeys([*args.plugins, *_run_plugins(args)]))
     if args.init_from:
         from attnlab.base.extras import require
 

@@ -62,9 +62,10 @@ def _fmt(v: Any) -> str:
 def render_table(results: Mapping[str, Mapping[str, Any]], title: str | None = None) -> Any:
     """A ``rich`` table: one row per (task, metric), the metric's stderr beside it ("n/a" where
     it has none: a task of one item)."""
+    from rich.markup import escape
     from rich.table import Table
 
-    table = Table(title=title)
+    table = Table(title=escape(title) if title else title)  # task names and paths as text
     for col, just in (("task", "left"), ("metric", "left"), ("value", "right")):
         table.add_column(col, justify=just)  # type: ignore[arg-type]
     table.add_column("± stderr", justify="right")
@@ -78,8 +79,8 @@ def render_table(results: Mapping[str, Mapping[str, Any]], title: str | None = N
                 continue
             se = f"{name}_stderr"
             table.add_row(
-                key if first else "",
-                name,
+                escape(key) if first else "",
+                escape(name),
                 _fmt(value),
                 "n/a" if se in metrics and metrics[se] is None else _fmt(metrics.get(se)),
                 _fmt(n) if first else "",

@@ -120,6 +120,12 @@ class AttentionCore(nn.Module):
         if ctx.bias is not None:
             scores = scores + ctx.bias.to(scores.dtype)
         neg = torch.finfo(scores.dtype).min
+        on = getattr(transform, "on", None) if transform is not None else None
+        if transform is not None and on not in ("logits", "probs"):  # never dropped silently
+            raise ValueError(
+                f"{type(transform).__name__} passed transform=self to core.explicit with on = "
+                f'{on!r}; set on = "logits" (before the softmax) or "probs" (after it)'
+            )
         if transform is not None and transform.on == "logits":
             scores = transform.transform(scores.masked_fill(~inside, 0.0), allowed)
         probs = torch.softmax(scores.masked_fill(~allowed, neg), dim=-1)

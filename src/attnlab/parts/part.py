@@ -34,6 +34,11 @@ declaration                what reads it
 ``unchecked``              ``attnlab check``: properties that do not apply to it, and why
 =========================  =====================================================================
 
+``register`` refuses a class whose declarations would leave it unused (``declaration_problems``:
+no ``forward``; a position part that declares no way into the model, or implements a method it
+does not declare; a score part whose ``transform`` has no valid ``on``; a norm without
+``reset_norm``), naming the declarations, so nothing registered is dropped without a word.
+
 FLOPs are matmul FLOPs (the PaLM/nanoGPT convention, what ``torch.utils.flop_counter`` counts):
 elementwise work (activations, norms, softmax, a tanh on the scores) counts none.
 """
@@ -186,6 +191,18 @@ class Part(nn.Module):
         self.dims = dims
 
     @classmethod
+    def declaration_problems(cls) -> list[str]:
+        """Sentences naming what in this class's declarations would leave it unused, or unable to
+        run, in its slot; ``register`` refuses a class with any (empty: none). A slot's contract
+        class adds its own rules (a position part must declare how it enters the model)."""
+        if _implements(cls, "forward", nn.Module):
+            return []
+        return [
+            "it implements no forward(...), and the model calls a part's forward (the slot's "
+            "contract class says what it is given and must return)"
+        ]
+
+    @classmethod
     def probe_ready(cls) -> bool:
         """Whether ``attnlab probe`` can inject this part into a pretrained model, given that its
         slot is one the probe injects (``Slot.probe``); a slot's contract may ask for more."""
@@ -301,3 +318,8 @@ class Part(nn.Module):
 
     def extra_repr(self) -> str:
         return f"kind={self.kind!r}"
+
+
+def _implements(cls: type, method: str, base: type) -> bool:
+    """Whether ``cls`` (or a class between it and ``base``) defines ``method`` itself."""
+    return getattr(cls, method, None) is not getattr(base, method, None)

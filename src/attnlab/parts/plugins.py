@@ -15,7 +15,10 @@ config's own ``plugins`` list first. A plugin that fails to import, or that regi
 already taken, is an error naming the plugin: nothing is overwritten silently.
 
 Each loaded plugin is recorded (:class:`PluginRecord`: spec, module, file, SHA-256 of its source
-files, distribution and version for entry points) for the run manifest.
+files and of the local helper modules it imports (:mod:`attnlab.parts.identity`), distribution and
+version for entry points) for the run manifest; the SHA-256 is what the check cache and a resume
+compare. A plugin that calls ``sys.exit()`` while it is imported is an error naming it
+(:mod:`attnlab.parts.exits`), never the end of the command.
 
 **A moved plugin.** A run records its plugins by absolute path. When a recorded ``.py`` file (or
 package directory) no longer exists, the plugin loaded in this process from another path under
@@ -40,6 +43,8 @@ from importlib import metadata
 from pathlib import Path
 
 from attnlab.base.errors import UserError
+from attnlab.parts.exits import exit_message, is_exit
+from attnlab.parts.identity import Helper, helper_changes, helpers, identity_hash
 from attnlab.parts.source import PartError, registering_as
 
 GROUP = "attnlab.parts"
@@ -65,9 +70,13 @@ class PluginRecord:
     sha256: str | None
     distribution: str | None = None
     version: str | None = None
+    #: the local modules it imports (their changes change ``sha256``)
+    helpers: tuple[Helper, ...] = ()
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        d["helpers"] = [asdict(h) for h in self.helpers]
+        return d
 
 
 _loaded: dict[str, PluginRecord] = {}
@@ -135,7 +144,40 @@ def _module_name_for(path: Path) -> str:
     return f"attnlab_plugin_{stem}_{digest}"
 
 
-def _import(spec: str) -> object:
+def _import(spec: str) -> tuple[object, list[str]]:
+    """(the imported module, the names that entered ``sys.modules`` while it was imported)."""
+    before = set(sys.modules)
+    module = _import_module(spec)
+    return module, [name for name in list(sys.modules) if name not in before]
+
+
+def _record(spec: str, module, appeared: list[str], **extra) -> PluginRecord:
+    """The record of ``module``: its files, its helpers and the identity hash over both."""
+    files = _source_files(module) if module is not None else []
+    name = getattr(module, "__name__", "") if module is not None else ""
+    base = Path(files[0]).parent if files else None
+    own = [(_file_module(name, base, f, module), f) for f in files]
+    found = helpers(own, appeared)
+    return PluginRecord(
+        spec=spec,
+        module=extra.pop("module", name),
+        file=str(files[0]) if files else None,
+        sha256=identity_hash(source_hash(files), found),
+        helpers=found,
+        **extra,
+    )
+
+
+def _file_module(name: str, base: Path | None, f: Path, module) -> str:
+    """The module name of ``f``, one of ``module``'s files (a package's submodules by path)."""
+    if base is None or getattr(module, "__path__", None) is None or not f.is_relative_to(base):
+        return name
+    rel = f.relative_to(base).with_suffix("").parts
+    rel = rel[:-1] if rel and rel[-1] == "__init__" else rel
+    return ".".join([name, *rel])
+
+
+def _import_module(spec: str) -> object:
     with registering_as(spec):
         if not is_path_spec(spec):
             return importlib.import_module(spec)
@@ -181,7 +223,7 @@ def load_plugin(
         if is_path_spec(resolved) and not Path(resolved).exists():
             return _stand_in(resolved, missing)
         try:
-            module = _import(resolved)
+            module, appeared = _import(resolved)
         except (PluginError, PartError) as e:
             raise PluginError(f"plugin {spec!r}: {e}") from None
         except ModuleNotFoundError as e:
@@ -193,13 +235,14 @@ def load_plugin(
             raise PluginError(_failed(spec)) from None
         except Exception:
             raise PluginError(_failed(spec)) from None
-        files = _source_files(module)
-        record = PluginRecord(
-            spec=resolved,
-            module=module.__name__,
-            file=str(files[0]) if files else None,
-            sha256=source_hash(files),
-        )
+        except BaseException as e:
+            if not is_exit(e):
+                raise  # Ctrl-C
+            raise PluginError(
+                f"plugin {spec!r} failed to import: "
+                + exit_message(e, "it was imported (--plugin or plugins = [...])")
+            ) from None
+        record = _record(resolved, module, appeared)
         _loaded[resolved] = record
         return record
 
@@ -313,6 +356,8 @@ def load_entry_points() -> None:
         with _lock:
             if f"ep:{ep.value}" in _loaded:
                 continue
+            skip = f"\n  (set {NO_ENTRY_POINTS_ENV}=1 to skip installed plugins)"
+            before = set(sys.modules)
             try:
                 with registering_as(f"{dist or ep.module}:{ep.name}"):
                     obj = ep.load()
@@ -321,16 +366,17 @@ def load_entry_points() -> None:
             except PartError as e:
                 raise PluginError(f"{label}: {e}") from None
             except Exception:
-                raise PluginError(
-                    _failed(label) + f"\n  (set {NO_ENTRY_POINTS_ENV}=1 to skip installed plugins)"
-                ) from None
-            module = sys.modules.get(ep.module)
-            files = _source_files(module) if module else []
-            _loaded[f"ep:{ep.value}"] = PluginRecord(
-                spec=f"ep:{ep.value}",
+                raise PluginError(_failed(label) + skip) from None
+            except BaseException as e:
+                if not is_exit(e):
+                    raise
+                raise PluginError(f"{label}: {exit_message(e, 'it was loaded')}{skip}") from None
+            appeared = [name for name in list(sys.modules) if name not in before]
+            _loaded[f"ep:{ep.value}"] = _record(
+                f"ep:{ep.value}",
+                sys.modules.get(ep.module),
+                appeared,
                 module=ep.module,
-                file=str(files[0]) if files else None,
-                sha256=source_hash(files),
                 distribution=dist,
                 version=version,
             )
@@ -350,7 +396,8 @@ def manifest(specs: list[str]) -> list[dict]:
 
 
 def changed(records: list[dict]) -> list[str]:
-    """Sentences for recorded plugins whose source differs from what is loaded now."""
+    """Sentences for recorded plugins whose source (or a helper's) differs from what is loaded
+    now."""
     out = []
     for rec in records:
         if not isinstance(rec, dict) or not rec.get("sha256") or rec.get("spec") in _moved:
@@ -359,16 +406,23 @@ def changed(records: list[dict]) -> list[str]:
         if now is not None and now.sha256 != rec["sha256"]:
             out.append(
                 f"plugin {rec['spec']} changed since the run was made (sha256 "
-                f"{rec['sha256'][:12]} then, {now.sha256 and now.sha256[:12]} now): its parts may "
-                "not compute what was trained"
+                f"{rec['sha256'][:12]} then, {now.sha256 and now.sha256[:12]} now"
+                f"{_helper_detail(rec, now)}): its parts may not compute what was trained"
             )
     return out
 
 
-def source_changes(records: list[dict]) -> list[tuple[str, str, str]]:
-    """(spec, sha256 recorded, sha256 loaded now) of every recorded plugin whose source differs
-    from the one loaded now (a moved plugin is compared with the file standing in for it);
-    plugins not loaded, or recorded without a sha256, are left out."""
+def _helper_detail(rec: dict, now: PluginRecord) -> str:
+    said = helper_changes(rec.get("helpers"), now.helpers)
+    return f"; {'; '.join(said)}" if said else ""
+
+
+def source_changes(records: list[dict]) -> list[tuple[str, str, str, str]]:
+    """(spec, sha256 recorded, sha256 loaded now, what changed) of every recorded plugin whose
+    source differs from the one loaded now (a moved plugin is compared with the file standing in
+    for it); what changed names each helper module that differs (empty when the record has no
+    helpers to compare, as records of earlier versions); plugins not loaded, or recorded without
+    a sha256, are left out."""
     out = []
     for rec in records:
         if not isinstance(rec, dict) or not isinstance(rec.get("sha256"), str):
@@ -376,5 +430,11 @@ def source_changes(records: list[dict]) -> list[tuple[str, str, str]]:
         spec = str(rec.get("spec"))
         now = _moved.get(spec) or _loaded.get(spec)
         if now is not None and now.sha256 != rec["sha256"]:
-            out.append((spec, rec["sha256"], now.sha256 or "-"))
+            said = helper_changes(rec.get("helpers"), now.helpers)
+            out.append((spec, rec["sha256"], now.sha256 or "-", "; ".join(said)))
     return out
+
+
+def record_of(source: str) -> PluginRecord | None:
+    """The record of the plugin loaded as ``source`` (the source a part registered under)."""
+    return _loaded.get(source)

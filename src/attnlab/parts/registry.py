@@ -91,6 +91,12 @@ def register(slot: str, kind: str) -> Callable[[P], P]:
                         f"register it again as {cls.__module__}.{cls.__qualname__}. Choose "
                         "another kind name"
                     )
+            problems = cls.declaration_problems()
+            if problems:  # a part the model would never use is refused, not dropped silently
+                raise PartError(
+                    f"{cls.__qualname__} registered as {slot}.{kind} would be unused: "
+                    + "; ".join(problems)
+                )
             cls.slot, cls.kind = slot, kind
             _parts[slot][kind] = PartSpec(slot, kind, cls, source)
         return cls

@@ -32,12 +32,14 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from pydantic import Field
-from torch import Tensor
+from torch import Tensor, nn
 
 from attnlab.base.schema import PartOptions
-from attnlab.parts.part import Part
+from attnlab.parts.part import Part, _implements
 
 FusedRows = list[tuple[Tensor, Tensor | None]]
+#: what a score part's transform may rewrite (``ScorePart.on``)
+ON = ("logits", "probs")
 #: the kind of an empty optional slot
 NONE_KIND = "none"
 
@@ -147,6 +149,27 @@ class ScorePart(Part):
     O(T^2 H)), ``extra_flops(seq_len)`` for what the transform adds.
     """
 
+    #: what ``transform`` rewrites when ``forward`` passes ``transform=self`` to
+    #: ``core.explicit``: "logits" or "probs" (None: no transform, or set per instance from the
+    #: options, as ``virtual_heads`` does; core.explicit refuses any other value)
+    on: ClassVar[str | None] = None
+
+    @classmethod
+    def declaration_problems(cls) -> list[str]:
+        out = super().declaration_problems()
+        on = cls.on  # None: set per instance from its options (or no transform at all)
+        if _implements(cls, "transform", ScorePart) and on is not None and on not in ON:
+            out.append(
+                f"it implements transform(scores, allowed) but declares on = {on!r}; "
+                'core.explicit applies a transform only with on = "logits" (before the '
+                'softmax) or on = "probs" (after it)'
+            )
+        return out
+
+    def transform(self, scores: Tensor, allowed: Tensor) -> Tensor:
+        """Rewrite the logits or the probabilities (``on``) of ``core.explicit``."""
+        raise NotImplementedError
+
     @classmethod
     def heads_out(cls, opts, dims) -> int:
         return dims.n_heads
@@ -251,6 +274,44 @@ class PositionPart(Part):
     key_fold: ClassVar[Callable[..., tuple[Tensor, Tensor]] | None] = None
     key_fold_width: ClassVar[int] = 0
 
+    #: each way in, with the methods a part declaring it implements
+    WAYS: ClassVar[dict[str, tuple[str, ...]]] = {
+        "absolute": ("embed",),
+        "logit_bias": ("bias",),
+        "rotary": ("rotation", "rotate"),
+    }
+
+    @classmethod
+    def declaration_problems(cls) -> list[str]:
+        """A position part is used only through the ways it declares: each needs its methods,
+        each implemented method its declaration, and at least one way (else it is dropped)."""
+        out = []
+        declared = [w for w in cls.WAYS if getattr(cls, w) is True]
+        for way, methods in cls.WAYS.items():
+            own = [m for m in methods if _implements(cls, m, PositionPart)]
+            if way in declared and len(own) < len(methods):
+                missing = [f"{m}()" for m in methods if m not in own]
+                out.append(f"it declares {way} = True but implements no {' or '.join(missing)}")
+            elif way not in declared and own:
+                out.append(
+                    f"it implements {', '.join(f'{m}()' for m in own)} but does not declare "
+                    f"{way} = True, so the model never calls it"
+                )
+        if not declared and not out:
+            out.append(
+                "it declares none of absolute = True (embed(positions) added to the token "
+                "embeddings), logit_bias = True (bias(q_pos, k_pos) added to the logits) or "
+                "rotary = True (rotation() and rotate() on q and k), so the model never uses it"
+                + (
+                    " (the model never calls a position part's forward)"
+                    if _implements(cls, "forward", nn.Module)
+                    else ""
+                )
+            )
+        if cls.key_fold is not None and "logit_bias" not in declared:
+            out.append("it sets key_fold, which is read only with logit_bias = True")
+        return out
+
     @classmethod
     def length_limit(cls, opts: PartOptions, model: Any) -> int | None:
         return None
@@ -284,6 +345,16 @@ class NormPart(Part):
 
     Options = NormOptions
     param_label = "norm"
+
+    @classmethod
+    def declaration_problems(cls) -> list[str]:
+        out = super().declaration_problems()
+        if not (_implements(cls, "reset_norm", NormPart) or _implements(cls, "init_weights", Part)):
+            out.append(
+                "it implements neither reset_norm() nor init_weights(init), and the model's init "
+                "calls reset_norm() on every norm"
+            )
+        return out
 
     def reset_norm(self) -> None:
         raise NotImplementedError

@@ -38,6 +38,7 @@ from torch import nn
 
 import attnlab
 from attnlab.base.errors import UserError
+from attnlab.parts.exits import as_error
 from attnlab.parts.stats import train_stats
 from attnlab.recipe import BatchPlan, TrainRecipe
 from attnlab.runs import checkpoint, rundir
@@ -402,12 +403,19 @@ class Loop:
             self.status("running")
             return self._loop(metrics, stop_after, start)
         except BaseException as e:
+            # sys.exit() in a part's code: the run failed, and the command says so (never exit 0)
+            exited = as_error(e, f"training {self.run_dir} (step {self.counters.step})")
+            err = exited or e
             reason = (
-                "interrupted" if isinstance(e, KeyboardInterrupt) else f"{type(e).__name__}: {e}"
+                "interrupted"
+                if isinstance(err, KeyboardInterrupt)
+                else f"{type(err).__name__}: {err}"
             )
             failed = self.status("failed", reason=reason)
             if self.trackers is not None:
                 self.trackers.close(failed)
+            if exited is not None:
+                raise exited from None
             raise
         finally:
             if metrics is not None:

@@ -56,7 +56,7 @@ class RichProgress:
             TextColumn("[bold]train"),
             BarColumn(),
             MofNCompleteColumn(),
-            TextColumn("{task.fields[info]}"),
+            TextColumn("{task.fields[info]}", markup=False),  # messages name paths
             console=Console(stderr=True),
             transient=False,
         )

@@ -371,12 +371,13 @@ def write_plugins(
 
 def plugin_conflicts(run_dir: str | Path) -> list[str]:
     """``SPEC: sha256 RECORDED (trained) -> NOW (loaded)`` for every plugin whose source changed
-    since ``run_dir`` recorded it in ``plugins.json``; empty when the sources are the same."""
+    since ``run_dir`` recorded it in ``plugins.json`` (with the helper modules that changed);
+    empty when the sources are the same."""
     from attnlab.parts.plugins import source_changes
 
     return [
-        f"{spec}: sha256 {then} (trained) -> {now} (now)"
-        for spec, then, now in source_changes(recorded_plugins(run_dir))
+        f"{spec}: sha256 {then} (trained) -> {now} (now)" + (f"; {what}" if what else "")
+        for spec, then, now, what in source_changes(recorded_plugins(run_dir))
     ]
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 
 from attnlab.testing.cases import Case, T, forward, ids
+from attnlab.testing.finite import difference, nonfinite
 from attnlab.testing.result import Result, failed, passed
 
 NAME = "batch"
@@ -15,12 +16,16 @@ LENGTHS = (T, 6, 8)
 
 
 @torch.no_grad()
-def measure(model, case: Case) -> tuple[float, float]:
-    """(max |row in a batch - row alone|, max |padded or longer row - the row cut to length|)."""
+def measure(model, case: Case, name: str = "the part") -> tuple[float, float] | Result:
+    """(max |row in a batch - row alone|, max |padded or longer row - the row cut to length|);
+    a failure when an output is not finite (NaN counts as a difference)."""
     x = ids(len(LENGTHS), seed=4)
     together = forward(model, case, x)
+    bad = nonfinite(NAME, name, together, case.name)
+    if bad is not None:
+        return bad
     rows = max(
-        float((forward(model, case, x[i : i + 1]) - together[i : i + 1]).abs().max())
+        difference(forward(model, case, x[i : i + 1]), together[i : i + 1])
         for i in range(x.shape[0])
     )
     if case.family == "encoder":
@@ -28,20 +33,23 @@ def measure(model, case: Case) -> tuple[float, float]:
         mask = torch.arange(T)[None, :] < n[:, None]
         padded = model(x, padding_mask=mask).logits
         pad = max(
-            float((padded[i, :k] - model(x[i : i + 1, :k]).logits[0]).abs().max())
+            difference(padded[i, :k], model(x[i : i + 1, :k]).logits[0])
             for i, k in enumerate(LENGTHS)
         )
     else:
         k = min(LENGTHS)
-        pad = float((forward(model, case, x[:, :k], enc=x) - together[:, :k]).abs().max())
+        pad = difference(forward(model, case, x[:, :k], enc=x), together[:, :k])
     return rows, pad
 
 
 def check(name: str, built: list[tuple[Case, torch.nn.Module]]) -> Result:
     worst = 0.0
     for case, model in built:
-        rows, pad = measure(model, case)
-        if rows > LIMIT:
+        got = measure(model, case, name)
+        if isinstance(got, Result):
+            return got
+        rows, pad = got
+        if not rows <= LIMIT:
             return failed(
                 NAME,
                 f"a row's outputs change by {rows:.3g} (limit {LIMIT:g}) when other rows share "
@@ -52,7 +60,7 @@ def check(name: str, built: list[tuple[Case, torch.nn.Module]]) -> Result:
                 LIMIT,
                 case.name,
             )
-        if pad > LIMIT:
+        if not pad <= LIMIT:
             what = (
                 "right-padded rows (padding_mask) differ from the rows alone"
                 if case.family == "encoder"

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import functools
 import tempfile
 import time
 from collections.abc import Callable
@@ -18,17 +19,20 @@ from pydantic import ValidationError
 
 from attnlab.base.errors import UserError
 from attnlab.parts import registry
+from attnlab.parts.exits import exit_message, is_exit
 from attnlab.testing import (
     batching,
     causality,
     compiled,
     declarations,
+    effect,
     exporting,
     gradients,
     kv_cache,
+    memory,
     state,
 )
-from attnlab.testing.cases import accepted, build, config_for, float64
+from attnlab.testing.cases import Case, accepted, build, config_for, float64
 from attnlab.testing.result import PROPERTIES, PartReport, Result, failed, skipped
 
 
@@ -58,23 +62,132 @@ def _validated_spec(req: PartRequest):
     return spec
 
 
+#: what a ``steps`` callback of :func:`check_parts` is given: (the part's name, its number and
+#: the number of parts, the property, and its result, or None when it starts)
+Step = Callable[[str, int, int, str, "Result | None"], None]
+
+
+def _is_out_of_memory(e: BaseException) -> bool:
+    text = str(e).lower()
+    return isinstance(e, MemoryError) or (
+        isinstance(e, RuntimeError)
+        and (
+            "can't allocate memory" in text
+            or "out of memory" in text
+            or "not enough memory" in text
+        )
+    )
+
+
+def raised(part: str, e: BaseException, during: str) -> tuple[str, str]:
+    """(what happened, the fix) for an exception or an exit ``part``'s code raised while
+    ``during`` (a ``KeyboardInterrupt`` is never passed here)."""
+    first = " ".join(str(e).split())[:300]
+    if is_exit(e):
+        return (
+            f"{part}: {exit_message(e, during)}",
+            "raise an exception (ValueError, NotImplementedError) where the part cannot go on",
+        )
+    if _is_out_of_memory(e):
+        return (
+            f"{part} ran out of memory while {during} ({type(e).__name__}: {first}); the check's "
+            "models are small (d_model 32, 10 tokens): a part should need kilobytes there",
+            "size the part's tensors from dims and its options, and declare "
+            "activation_elements(opts, dims, seq_len) for what its forward holds",
+        )
+    return (
+        f"{part} raised {type(e).__name__} while {during}: {first}",
+        "run attnlab.testing.check_part in pytest to see the traceback",
+    )
+
+
 def _guard(name: str, part: str, fn: Callable[[], Result]) -> Result:
     t0 = time.perf_counter()
     try:
         result = fn()
-    except Exception as e:  # a part that raises is a failed property, not a crashed check
-        first = " ".join(str(e).split())[:300]
-        result = failed(
-            name,
-            f"{part} raised {type(e).__name__} while this was checked: {first}",
-            "run attnlab.testing.check_part in pytest to see the traceback",
-        )
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:  # a part that raises or exits is a failed property, not a crash
+        result = failed(name, *raised(part, e, "this was checked"))
     result.seconds = time.perf_counter() - t0
     return result
 
 
+def _build(name: str, ok: list) -> list[tuple[Case, torch.nn.Module]] | Result:
+    """The models of the accepted configs, or a ``build`` failure: the memory bound refuses
+    them before anything is allocated, and a part that raises (or exits) in ``__init__`` fails
+    here, naming the config."""
+    bound = memory.check(name, ok)
+    if bound is not None:
+        return bound
+    built = []
+    for case, cfg in ok:
+        try:
+            built.append((case, build(cfg)))
+        except KeyboardInterrupt:
+            raise
+        except BaseException as e:
+            what, fix = raised(name, e, "its small model was built")
+            if not is_exit(e) and not _is_out_of_memory(e):
+                fix = (
+                    "refuse the settings the part cannot take in Options.check(model_cfg) (a "
+                    "clear config error), and keep __init__ from raising otherwise; "
+                    "attnlab.testing.check_part in pytest shows the traceback"
+                )
+            return failed(memory.NAME, what, fix, where=case.name)
+    return built
+
+
+def _checks(
+    req: PartRequest, spec, ok: list, built: list, *, compile: bool, backend: str, export
+) -> dict[str, Callable[[], Result]]:
+    """Each property of the battery, as a function of the part's models."""
+    cls, name = spec.cls, f"{req.slot}.{req.kind}"
+    base = next((i for i, (c, _) in enumerate(ok) if c.family == "decoder"), 0)
+    base_case, base_cfg = ok[base]
+    # the Q/K/V projections unfused: each projection part runs its own forward
+    # (a cross_attention part's attention on the explicit path: FlopCounterMode does not see
+    # CPU SDPA, and the part declares the scores it computes)
+    sets = ("model.attention.fuse_qkv=false",)
+    if req.slot == "cross_attention":
+        sets = (*sets, "model.attention.backend=math")
+    unfused = functools.cache(
+        lambda: build(config_for(base_case, req.slot, req.kind, req.options, sets))
+    )
+    checks: dict[str, Callable[[], Result]] = {
+        "effect": lambda: effect.check(name, cls, req.slot, built),
+        "causality": lambda: causality.check(name, built),
+        "kv_cache": lambda: kv_cache.check(name, cls, built),
+        "batch": lambda: batching.check(name, built),
+        "params": lambda: declarations.check_params(name, cls, built),
+        "flops": lambda: declarations.check_flops(name, cls, req.slot, base_case, unfused()),
+        "state_dict": lambda: state.check_state_dict(name, base_cfg, base_case),
+        "init": lambda: state.check_init(name, cls, base_cfg, base_case),
+        "gradcheck": lambda: gradients.check(
+            name,
+            cls,
+            config_for(base_case, req.slot, req.kind, req.options, gradients.CONFIG),
+            base_case,
+        ),
+        "compile": (
+            (lambda: compiled.check_compile(name, cls, unfused(), base_case, backend))
+            if compile
+            else (lambda: skipped("compile", "not asked for (--no-compile)"))
+        ),
+        "bfloat16": lambda: compiled.check_bfloat16(name, base_cfg, base_case),
+        "export": lambda: export(base_case),
+    }
+    assert list(checks) == list(PROPERTIES)
+    return checks
+
+
 def _check_one(
-    req: PartRequest, *, compile: bool, backend: str, export_dir: Path | None
+    req: PartRequest,
+    *,
+    compile: bool,
+    backend: str,
+    export_dir: Path | None,
+    step: Callable[[str, Result | None], None],
 ) -> tuple[PartReport, exporting.Job | None]:
     spec = _validated_spec(req)
     cls, name = spec.cls, f"{req.slot}.{req.kind}"
@@ -92,59 +205,32 @@ def _check_one(
             )
         )
         return report, None
-    built = [(case, build(cfg)) for case, cfg in ok]
-    base = next((i for i, (c, _) in enumerate(ok) if c.family == "decoder"), 0)
-    base_case, base_cfg = ok[base]
+    step(memory.NAME, None)
+    built = _build(name, ok)
+    if isinstance(built, Result):
+        step(memory.NAME, built)
+        report.results.append(built)
+        return report, None
     job: exporting.Job | None = None
 
-    # the Q/K/V projections unfused: each projection part runs its own forward
-    # (a cross_attention part's attention on the explicit path: FlopCounterMode does not see
-    # CPU SDPA, and the part declares the scores it computes)
-    sets = ("model.attention.fuse_qkv=false",)
-    if req.slot == "cross_attention":
-        sets = (*sets, "model.attention.backend=math")
-    unfused = build(config_for(base_case, req.slot, req.kind, req.options, sets))
-
-    def export() -> Result:
+    def export(case: Case) -> Result:
         nonlocal job
         if export_dir is None:
             return skipped("export", "not asked for (--no-export)")
-        cfg = config_for(base_case, req.slot, req.kind, req.options, exporting.CONFIG)
-        got = exporting.prepare(name, cfg, base_case, export_dir)
+        cfg = config_for(case, req.slot, req.kind, req.options, exporting.CONFIG)
+        got = exporting.prepare(name, cfg, case, export_dir)
         if isinstance(got, Result):
             return got
         job = got
         return skipped("export", "pending")  # replaced once the child process has run
 
-    checks: dict[str, Callable[[], Result]] = {
-        "causality": lambda: causality.check(name, built),
-        "kv_cache": lambda: kv_cache.check(name, cls, built),
-        "batch": lambda: batching.check(name, built),
-        "params": lambda: declarations.check_params(name, cls, built),
-        "flops": lambda: declarations.check_flops(name, cls, req.slot, base_case, unfused),
-        "state_dict": lambda: state.check_state_dict(name, base_cfg, base_case),
-        "init": lambda: state.check_init(name, cls, base_cfg, base_case),
-        "gradcheck": lambda: gradients.check(
-            name,
-            cls,
-            config_for(base_case, req.slot, req.kind, req.options, gradients.CONFIG),
-            base_case,
-        ),
-        "compile": (
-            (lambda: compiled.check_compile(name, cls, unfused, base_case, backend))
-            if compile
-            else (lambda: skipped("compile", "not asked for (--no-compile)"))
-        ),
-        "bfloat16": lambda: compiled.check_bfloat16(name, base_cfg, base_case),
-        "export": export,
-    }
-    assert list(checks) == list(PROPERTIES)
+    checks = _checks(req, spec, ok, built, compile=compile, backend=backend, export=export)
     for prop, fn in checks.items():
         why = cls.unchecked.get(prop)
-        if why:
-            report.results.append(skipped(prop, f"{name} declares: {why}"))
-        else:
-            report.results.append(_guard(prop, name, fn))
+        step(prop, None)
+        result = skipped(prop, f"{name} declares: {why}") if why else _guard(prop, name, fn)
+        report.results.append(result)
+        step(prop, result)
     return report, job
 
 
@@ -155,11 +241,13 @@ def check_parts(
     export: bool = True,
     compile_backend: str = "aot_eager",
     progress: Callable[[PartReport], None] | None = None,
+    steps: Step | None = None,
 ) -> list[PartReport]:
     """Check every part of ``requests`` (float64, CPU); exports are loaded by one child process
     at the end. ``compile_backend``: ``aot_eager`` (dynamo's tracing, eager kernels; about a
     second a part) or ``inductor`` (C++ kernels as ``train.compile``; slow on a cold cache).
-    ``progress`` is called with each report as its in-process checks finish."""
+    ``progress`` is called with each report as its in-process checks finish; ``steps`` before
+    and after each property of each part (:data:`Step`), e.g. to show which one is running."""
     if compile_backend not in compiled.BACKENDS:
         raise UserError(
             f"compile backend {compile_backend!r}; choose one of {', '.join(compiled.BACKENDS)}"
@@ -168,9 +256,16 @@ def check_parts(
         _validated_spec(req)
     reports: list[PartReport] = []
     jobs: list[tuple[PartReport, exporting.Job]] = []
+    n = len(requests)
     with tempfile.TemporaryDirectory(prefix="attnlab-check-") as tmp:
         for i, req in enumerate(requests):
             t0 = time.perf_counter()
+            label = PartReport(req.slot, req.kind, "", dict(req.options)).name
+
+            def step(prop: str, result: Result | None, _label=label, _i=i) -> None:
+                if steps is not None:
+                    steps(_label, _i + 1, n, prop, result)
+
             with torch.random.fork_rng(devices=[]), float64():
                 # built-in parts' exports share one folder name, so the child imports their
                 # identical remote code once; a plugin's code differs and gets its own name
@@ -178,7 +273,7 @@ def check_parts(
                 name = "attnlab_check" if builtin else f"attnlab_check_{i}"
                 folder = Path(tmp) / str(i) / name if export else None
                 report, job = _check_one(
-                    req, compile=compile, backend=compile_backend, export_dir=folder
+                    req, compile=compile, backend=compile_backend, export_dir=folder, step=step
                 )
             report.seconds = time.perf_counter() - t0
             reports.append(report)
@@ -187,15 +282,29 @@ def check_parts(
             elif progress is not None:
                 progress(report)
         if jobs:
-            t0 = time.perf_counter()
-            results = exporting.run([j for _, j in jobs])
-            share = (time.perf_counter() - t0) / len(jobs)
-            for (report, _), result in zip(jobs, results):
-                report.results = [result if r.name == "export" else r for r in report.results]
-                report.seconds += share
-                if progress is not None:
-                    progress(report)
+            _run_exports(jobs, progress, steps, reports)
     return reports
+
+
+def _run_exports(
+    jobs: list[tuple[PartReport, exporting.Job]],
+    progress: Callable[[PartReport], None] | None,
+    steps: Step | None,
+    reports: list[PartReport],
+) -> None:
+    """Load every pending export in one child process and put its result in each report."""
+    if steps is not None:
+        steps(f"{len(jobs)} part(s)", len(reports), len(reports), "export", None)
+    t0 = time.perf_counter()
+    results = exporting.run([j for _, j in jobs])
+    share = (time.perf_counter() - t0) / len(jobs)
+    for (report, _), result in zip(jobs, results):
+        report.results = [result if r.name == "export" else r for r in report.results]
+        report.seconds += share
+        if steps is not None:
+            steps(report.name, reports.index(report) + 1, len(reports), "export", result)
+        if progress is not None:
+            progress(report)
 
 
 def check_part(

@@ -1,8 +1,10 @@
 """Results of checking a plugin's parts, kept on disk so that ``train``, ``compare``, ``probe``
 and ``bench`` pay for the check once per plugin source.
 
-A result is keyed by the SHA-256 of the part's plugin source (the plugin manifest's hash, or the
-defining file's), attnlab's version, the slot, kind and options, and which properties ran. Files
+A result is keyed by the SHA-256 of the part's plugin (the plugin record's identity: its files and
+the local helper modules it imports, so a changed helper is checked again; else the defining
+file's), attnlab's version, the slot, kind and options, which properties ran, and the battery's
+list of properties. Files
 live in ``$XDG_CACHE_HOME/attnlab/checks/`` (default ``~/.cache/attnlab/checks/``);
 ``ATTNLAB_CHECK_CACHE`` names another directory."""
 
@@ -17,8 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import attnlab
-from attnlab.parts.plugins import loaded, source_hash
-from attnlab.testing.result import PartReport
+from attnlab.parts import registry
+from attnlab.parts.plugins import loaded, record_of, source_hash
+from attnlab.testing.result import PROPERTIES, PartReport
 
 ENV = "ATTNLAB_CHECK_CACHE"
 
@@ -31,7 +34,14 @@ def cache_dir() -> Path:
 
 
 def source_sha256(cls: type) -> str | None:
-    """The SHA-256 of the plugin that defines ``cls`` (its manifest record, else its file)."""
+    """The SHA-256 of the plugin that defines ``cls``: the identity its plugin record holds (its
+    files and the local helper modules it imports, :mod:`attnlab.parts.identity`), found by the
+    source the part registered under, else by module; a class of no recorded plugin: its file."""
+    for spec in registry.specs():
+        if spec.cls is cls:
+            rec = record_of(spec.source)
+            if rec is not None and rec.sha256:
+                return rec.sha256
     module = cls.__module__
     for rec in loaded():
         if rec.sha256 and (rec.module == module or module.startswith(f"{rec.module}.")):
@@ -55,6 +65,7 @@ def key(cls: type, slot: str, kind: str, options: dict[str, Any], what: str) -> 
             "kind": kind,
             "options": options,
             "what": what,
+            "properties": PROPERTIES,  # a battery that grew checks its cached parts again
         },
         sort_keys=True,
         default=str,

@@ -1,12 +1,14 @@
 """Causality: changing the tokens at and after position t leaves every output before t unchanged
 (decoders, prefix LMs after their prefix, an encoder-decoder's decoder). Bidirectional encoders
-read both ways by design and are not checked."""
+read both ways by design and are not checked. An output that is NaN or infinite fails on its own
+(a NaN compares as a change, so it can never hide a read of the future)."""
 
 from __future__ import annotations
 
 import torch
 
 from attnlab.testing.cases import VOCAB, Case, T, forward, ids
+from attnlab.testing.finite import difference, nonfinite
 from attnlab.testing.result import Result, failed, passed, skipped
 
 NAME = "causality"
@@ -15,18 +17,22 @@ LIMIT = 1e-10
 
 
 @torch.no_grad()
-def measure(model, case: Case) -> tuple[float, int]:
-    """(max |change| of the outputs before t, the t where it was largest)."""
+def measure(model, case: Case, name: str = "the part") -> tuple[float, int] | Result:
+    """(max |change| of the outputs before t, the t where it was largest); a failure when an
+    output is not finite (NaN counts as a change, never as agreement)."""
     x = ids(2, seed=1)
     base = forward(model, case, x)
+    bad = nonfinite(NAME, name, base, case.name)
+    if bad is not None:
+        return bad
     start = max(case.prefix, 1)
     worst, at = 0.0, start
     for t in sorted({start, (start + T) // 2, T - 1}):
         y = x.clone()
         y[:, t:] = (x[:, t:] + 1 + ids(2, seed=2)[:, t:] % (VOCAB - 1)) % VOCAB  # every one differs
         out = forward(model, case, y, enc=x)
-        d = float((out[:, :t] - base[:, :t]).abs().max())
-        if d > worst:
+        d = difference(out[:, :t], base[:, :t])
+        if not d <= worst:
             worst, at = d, t
     return worst, at
 
@@ -37,8 +43,11 @@ def check(name: str, built: list[tuple[Case, torch.nn.Module]]) -> Result:
         return skipped(NAME, "no causal config accepts the part (bidirectional encoders only)")
     worst = 0.0
     for case, model in causal:
-        d, t = measure(model, case)
-        if d > LIMIT:
+        got = measure(model, case, name)
+        if isinstance(got, Result):
+            return got
+        d, t = got
+        if not d <= LIMIT:
             after = f" (after the prefix of {case.prefix})" if case.prefix else ""
             return failed(
                 NAME,

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from attnlab.testing.cases import Case, build, forward, ids, inputs, instances
+from attnlab.testing.finite import difference
 from attnlab.testing.result import Result, failed, passed, skipped
 
 COMPILE, BF16 = "compile", "bfloat16"
@@ -105,7 +106,7 @@ def check_compile(name: str, cls: type, model, case: Case, backend: str = "aot_e
             "compute the same thing whether or not torch.compiler.is_compiling()",
             where=case.name,
         )
-    d = max((float((a - b).abs().max()) for a, b in zip(eager, compiled) if a.numel()), default=0.0)
+    d = max((difference(b, a) for a, b in zip(eager, compiled)), default=0.0)
     if not d <= LIMIT:
         return failed(
             COMPILE,

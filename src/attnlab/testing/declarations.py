@@ -45,8 +45,13 @@ def check_params(name: str, cls: type, built: list[tuple[Case, torch.nn.Module]]
                 )
             n_checked += 1
             real_seen = real
-    if not n_checked:
-        return skipped(PARAMS, "no config builds the part")
+    if not n_checked:  # its parameters would be counted nowhere, and trained nowhere
+        return failed(
+            PARAMS,
+            f"no config builds {name}: the models hold no {cls.__name__} module, so its "
+            "parameters are neither counted nor trained",
+            "declare how the part enters the model (see the effect property)",
+        )
     return passed(
         PARAMS,
         f"declared = real ({real_seen:,} in the last config) in {n_checked} part instances",

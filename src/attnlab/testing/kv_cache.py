@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 
 from attnlab.testing.cases import Case, T, forward, ids
+from attnlab.testing.finite import difference, nonfinite
 from attnlab.testing.result import Result, failed, passed, skipped
 
 NAME = "kv_cache"
@@ -16,16 +17,20 @@ PREFILL = 3
 
 
 @torch.no_grad()
-def measure(model, case: Case) -> float:
-    """max |token-by-token logits - full-forward logits|."""
+def measure(model, case: Case, name: str = "the part") -> float | Result:
+    """max |token-by-token logits - full-forward logits| (infinite where either is NaN); a
+    failure when the full forward is not finite."""
     x = ids(2, seed=3)
     full = forward(model, case, x)
+    bad = nonfinite(NAME, name, full, case.name)
+    if bad is not None:
+        return bad
     cache = model.new_cache(2, T)
     first = max(PREFILL, case.prefix)  # a prefix LM's prefix reads itself both ways: prefill it
     steps = [forward(model, case, x[:, :first], enc=x, cache=cache)]
     for t in range(first, T):
         steps.append(forward(model, case, x[:, t : t + 1], enc=x, cache=cache))
-    return float((torch.cat(steps, 1) - full).abs().max())
+    return difference(torch.cat(steps, 1), full)
 
 
 def check(name: str, cls: type, built: list[tuple[Case, torch.nn.Module]]) -> Result:
@@ -43,7 +48,9 @@ def check(name: str, cls: type, built: list[tuple[Case, torch.nn.Module]]) -> Re
         )
     worst = 0.0
     for case, model in causal:
-        d = measure(model, case)
+        d = measure(model, case, name)
+        if isinstance(d, Result):
+            return d
         if not d <= LIMIT:
             return failed(
                 NAME,

@@ -8,8 +8,12 @@ from typing import Any, Literal
 
 Status = Literal["passed", "failed", "skipped"]
 
+#: results that stand for the whole part when it cannot be checked at all: no small-model config
+#: accepts it, or it cannot be built (it raises in __init__, or would need gigabytes)
+WHOLE = ("configs", "build")
 #: the properties the battery checks, in the order it reports them
 PROPERTIES: tuple[str, ...] = (
+    "effect",
     "causality",
     "kv_cache",
     "batch",

@@ -137,7 +137,9 @@ class ExperimentProgress:
                     break
         label = f"{variant} seed{seed}"
         if self._progress is not None:
-            self._tasks[key] = self._progress.add_task(label, total=max_steps, info="")
+            from rich.markup import escape  # a variant's name as text, never markup
+
+            self._tasks[key] = self._progress.add_task(escape(label), total=max_steps, info="")
             self._refresh()
         else:
             self._say(f"[{self.done + len(self.active)}/{self.total}] {label}: starting")
@@ -185,7 +187,7 @@ class ExperimentProgress:
             task = self._tasks.pop(key, None)
             if task is not None:
                 self._progress.remove_task(task)
-            self._progress.console.print(msg)
+            self._progress.console.print(msg, markup=False, highlight=False)
             self._refresh()
         else:
             self._say(f"{msg}  | experiment ETA {fmt_duration(self.remaining())}")
@@ -211,7 +213,7 @@ class ExperimentProgress:
 
     def note(self, message: str) -> None:
         if self._progress is not None:
-            self._progress.console.print(message)
+            self._progress.console.print(message, markup=False, highlight=False)
         else:
             self._say(message)
 
