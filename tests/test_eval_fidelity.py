@@ -118,7 +118,11 @@ def test_per_item_loglikelihoods_agree(three_routes, task):
     hf, ours, native, _ = three_routes
     want = _per_item(hf, task)
     assert len(want) == len(native[task].items)
-    assert _per_item(ours, task) == want  # the same model, the same arithmetic: exactly equal
+    # the same model through lm-eval's two adapters: equal to float32 rounding (the batches'
+    # padded shapes differ, and with more than one thread the kernels' sums may be split
+    # differently: 1.5e-5 on a log-likelihood of -164 was seen with 2 threads)
+    for got_item, want_item in zip(_per_item(ours, task), want):
+        assert got_item == pytest.approx(want_item, rel=1e-6, abs=1e-6)
     for got_item, want_item in zip(native[task].logprobs, want):
         assert got_item == pytest.approx(want_item, abs=1e-5, rel=0)
     # the items differ: a wrong text would move the scores visibly
