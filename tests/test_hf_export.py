@@ -247,12 +247,13 @@ def test_plugin_source_travels_with_the_folder(exported):
 
 
 def test_plugin_export_loads_in_a_fresh_attnlab_process_from_its_copy(exported):
-    """attnlab installed, the plugin not loaded: the folder's plugins/hf_ideas.py is."""
+    """attnlab installed, the plugin not loaded: the folder's plugins/hf_ideas.py is, with the
+    user's consent (trust_remote_code=True; refused without it: tests/test_hostile_security.py)."""
     code = f"""
 import attnlab.hf, torch
 from transformers import AutoModelForCausalLM
 from attnlab.parts import registry
-model = AutoModelForCausalLM.from_pretrained({str(exported[PLUGIN])!r})
+model = AutoModelForCausalLM.from_pretrained({str(exported[PLUGIN])!r}, trust_remote_code=True)
 assert type(model) is attnlab.hf.AttnlabForCausalLM
 print(registry.get("query", "gated_hf").source)
 """

@@ -31,7 +31,7 @@ from torch import nn
 import attnlab
 from attnlab.base.errors import UserError
 from attnlab.config import Config
-from attnlab.hf.vendor import PluginModule, check_tracked, flatten
+from attnlab.hf.vendor import PluginModule, Vendored, check_tracked, flatten
 from attnlab.parts import registry
 from attnlab.parts.plugins import loaded, source_hash
 
@@ -102,14 +102,16 @@ def plugin_modules(cfg: Config) -> tuple[list[PluginModule], list[dict[str, Any]
     return modules, entries
 
 
-def _copy_plugin_sources(folder: Path, entries: list[dict[str, Any]], flat: dict[str, str]) -> None:
-    """Each plugin's original file under ``plugins/`` (what attnlab loads when installed)."""
+def _copy_plugin_sources(folder: Path, entries: list[dict[str, Any]], vendored: Vendored) -> None:
+    """Each plugin's original file under ``plugins/`` (what attnlab loads when installed), and
+    the SHA-256 of both copies (checked before either is imported)."""
     import sys
 
     for entry in entries:
         module = sys.modules.get(entry["module"])
         path = Path(getattr(module, "__file__", "") or "")
-        entry["flat_module"] = flat[entry["module"]]
+        entry["flat_module"] = vendored.names[entry["module"]]
+        entry["flat_sha256"] = vendored.plugin_sha256[entry["flat_module"]]
         if not path.is_file() or path.name == "__init__.py" or "." in entry["module"]:
             entry["file"], entry["sha256"] = None, None  # a package: loaded by name when installed
             continue
@@ -248,7 +250,7 @@ def export_model(
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
-        _copy_plugin_sources(tmp, plugins, vendored.names)
+        _copy_plugin_sources(tmp, plugins, vendored)
         eos = tokenizer.eos_id
         config = AttnlabConfig(
             attnlab_model=m.model_dump(mode="json"),

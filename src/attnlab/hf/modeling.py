@@ -23,6 +23,7 @@ This module is also the remote code of an exported folder (``modeling_attnlab.py
 
 from __future__ import annotations
 
+import contextlib
 from typing import ClassVar
 
 import pydantic  # noqa: F401  (attnlab's configs need it; named so transformers checks for it)
@@ -32,6 +33,7 @@ from torch import Tensor
 from transformers import DynamicCache, GenerationMixin, PreTrainedModel
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
+from attnlab.base.consent import trusting_remote_code
 from attnlab.config import ModelConfig
 from attnlab.hf.configuration import AttnlabConfig
 from attnlab.hf.export_plugins import load_export_plugins
@@ -80,6 +82,15 @@ class AttnlabPreTrainedModel(PreTrainedModel):
 
     def _init_weights(self, module) -> None:
         """Nothing: every attnlab part initialises itself when built (``init_weights``)."""
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
+        """transformers' ``from_pretrained``; ``trust_remote_code=True`` is also the consent to
+        import the plugin files the folder carries (:mod:`attnlab.hf.export_plugins`), which a
+        folder's modeling code is as much as its ``modeling_attnlab.py``."""
+        trusted = kwargs.get("trust_remote_code") is True
+        with trusting_remote_code() if trusted else contextlib.nullcontext():
+            return super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
 
 
 class AttnlabForCausalLM(AttnlabPreTrainedModel, GenerationMixin):

@@ -16,12 +16,14 @@ from attnlab.inspection.capture import Capture, LayerView, PartView, capture
 from attnlab.inspection.page import page_data, render, write_page
 
 
-def load_target(target: str):
-    """(language model, family, mask name) of an ``attnlab eval`` target, on the CPU."""
+def load_target(target: str, *, trust_remote_code: bool = False):
+    """(language model, family, mask name) of an ``attnlab eval`` target, on the CPU;
+    ``trust_remote_code``: consent to run code the model folder carries
+    (:mod:`attnlab.base.consent`)."""
     import attnlab.probe  # noqa: F401  (registers probe directories as targets)
     from attnlab.eval.targets import load_language_model
 
-    lm = load_language_model(target, device="cpu")
+    lm = load_language_model(target, device="cpu", trust_remote_code=trust_remote_code)
     cfg = getattr(lm, "config", None)
     model_cfg = getattr(cfg, "model", None)
     if model_cfg is None:  # an export: its config.json carries the attnlab model config
@@ -74,15 +76,17 @@ def inspect_targets(
     index: int = 0,
     length: int = 64,
     max_tokens: int = 128,
+    trust_remote_code: bool = False,
 ) -> tuple[Path, list[Capture]]:
-    """Capture every target on the same prompt and write the page to ``out``."""
+    """Capture every target on the same prompt and write the page to ``out``
+    (``trust_remote_code``: see :func:`load_target`)."""
     if not 1 <= len(targets) <= 2:
         raise UserError("attnlab inspect takes one run, or two to compare")
     if max_tokens < 1:
         raise UserError("--max-tokens must be at least 1")
     caps, notes = [], []
     for i, target in enumerate(targets):
-        lm, family, mask = load_target(target)
+        lm, family, mask = load_target(target, trust_remote_code=trust_remote_code)
         ids = prompt_ids(lm, prompt=prompt, data_dir=data_dir, index=index, length=length)
         limit = lm.max_length
         if len(ids) > limit:
