@@ -297,9 +297,11 @@ def keep_if_edited(
     it aside (``NAME.user-edited-TIMESTAMP.EXT``), warn in one line where it went, and return the
     new path; None when the file is attnlab's (or absent) and may be replaced."""
     directory = Path(directory)
+    path = directory / name
     if not edited(directory, name, known):
         return None
-    path = directory / name
+    if path.is_file() and not path.is_symlink() and path.stat().st_size == 0:
+        return None  # an empty file holds nothing to keep
     aside = _aside_name(path)
     os.rename(path, aside)
     warnings.warn(
