@@ -87,9 +87,9 @@ def kind_of(directory: str | os.PathLike) -> str | None:
     return kind if isinstance(kind, str) else None
 
 
-def _home(directory: Path) -> dict[str, Any]:
+def _home(directory: Path, at: Path | None = None) -> dict[str, Any]:
     st = directory.stat()
-    return {"path": str(directory.resolve()), "device": st.st_dev, "inode": st.st_ino}
+    return {"path": str((at or directory).resolve()), "device": st.st_dev, "inode": st.st_ino}
 
 
 def recorded_files(marker: Mapping[str, Any] | None) -> dict[str, str]:
@@ -102,10 +102,15 @@ def recorded_files(marker: Mapping[str, Any] | None) -> dict[str, str]:
 
 
 def mark(
-    directory: str | os.PathLike, kind: str, *, files: Mapping[str, str] | None = None
+    directory: str | os.PathLike,
+    kind: str,
+    *,
+    files: Mapping[str, str] | None = None,
+    at: str | os.PathLike | None = None,
 ) -> None:
     """Write the marker of ``kind`` into ``directory`` (created if needed), bound to it; the
-    manifest is ``files``, else the one an earlier marker of the same kind recorded."""
+    manifest is ``files``, else the one an earlier marker of the same kind recorded. ``at``: the
+    path the directory is about to be renamed to (recorded as its path; the inode stays)."""
     import attnlab
 
     directory = Path(directory)
@@ -117,7 +122,7 @@ def mark(
         "written_by": "attnlab",
         "kind": kind,
         "version": attnlab.__version__,
-        "home": _home(directory),
+        "home": _home(directory, Path(at) if at is not None else None),
         "files": dict(sorted(files.items())),
     }
     atomic_write_json(directory / MARKER, record, indent=1)
@@ -223,10 +228,11 @@ def claim(
 ) -> None:
     """Make ``directory`` attnlab's ``kind`` directory or refuse it.
 
-    Passes (and marks, bound to the directory) a directory that does not exist, holds nothing
-    but a lock file, or carries an honoured marker of ``kind`` (:func:`unbound`); ``legacy`` may
-    accept an unmarked directory an earlier attnlab wrote (it is then marked). Anything else
-    raises a :class:`UserError` naming what it holds.
+    Passes (and marks, bound to the directory) a directory that does not exist or holds nothing
+    but a lock file (and a stray marker); passes, writing nothing, one that carries an honoured
+    marker of ``kind`` (:func:`unbound`); ``legacy`` may accept an unmarked directory an earlier
+    attnlab wrote (it is then marked). Anything else raises a :class:`UserError` naming what it
+    holds.
     """
     directory = Path(directory)
     marker = read_marker(directory)
@@ -234,9 +240,7 @@ def claim(
     entries = [n for n in _entries(directory) if n not in ALWAYS_OURS]
     if marker is not None and marker_kind == kind:
         why = unbound(directory, marker, legacy)
-        if why is None:  # bound again where it moved (or an earlier attnlab's marker)
-            if not _bound_here(directory, marker):
-                mark(directory, kind)
+        if why is None:  # rebound where it moved by attnlab's next write (record_files)
             return
         if not entries:  # a stray marker in an empty folder: nothing to lose
             mark(directory, kind, files={})

@@ -68,7 +68,8 @@ def put_in_place(tmp: Path, out: Path) -> None:
     from attnlab.base.swap import replace_dir
 
     written = sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*") if p.is_file())
-    mark(tmp, EXPORT_KIND, files=file_hashes(tmp, [f for f in written if f != MARKER]))
+    hashes = file_hashes(tmp, [f for f in written if f != MARKER])
+    mark(tmp, EXPORT_KIND, files=hashes, at=out)
     replace_dir(tmp, out)
 
 
