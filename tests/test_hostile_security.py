@@ -300,3 +300,31 @@ def test_the_folders_remote_code_checks_its_plugin_files_before_importing(export
     )
     assert json.loads(proc.stdout.split("RESULT", 1)[1]) == {"intact": "loaded"}, proc.stderr
     assert sentinel.is_file()
+
+
+# ------------------------------------------------------ a received run directory's plugin file
+
+
+def test_a_run_directorys_config_naming_a_plugin_inside_it_needs_consent(
+    hostile_lab, tmp_path, sentinel, capsys
+):
+    """A run directory from elsewhere whose config.toml names a plugin file it carries: the
+    file is code that came with the data, imported only with --trust-remote-code."""
+    import re
+
+    run = Path(shutil.copytree(hostile_lab.run, tmp_path / "received"))
+    (run / "extra.py").write_text(SENTINEL_CODE)
+    config = run / "config.toml"
+    text = re.sub(r"(?m)^plugins = \[.*\]\n", "", config.read_text())
+    config.write_text('plugins = ["extra.py"]\n' + text)
+    data = tmp_path / "text.txt"
+    data.write_text("some text to score " * 20)
+    args = ["eval", str(run), "--tasks", f"perplexity:{data}", "--no-save", "--device", "cpu"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "extra.py" in err and "--trust-remote-code" in err and "Traceback" not in err, err
+    assert not sentinel.exists()
+    assert main(["generate", str(run), "--prompt", "the", "--max-new-tokens", "2"]) == 2
+    assert "extra.py" in capsys.readouterr().err and not sentinel.exists()
+    assert main([*args, "--trust-remote-code"]) == 0, capsys.readouterr().err
+    assert sentinel.is_file()

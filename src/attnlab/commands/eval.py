@@ -231,6 +231,13 @@ def _retrieval(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    from attnlab.base.consent import trusting_remote_code
+
+    with trusting_remote_code(args.trust_remote_code):  # the run's own config is read first
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     if args.build_cloze:
         return _build_cloze(args)
     if not args.target:

@@ -101,12 +101,14 @@ def load_language_model(
     ``trust_remote_code`` is the user's consent to run code that a model folder carries (a
     Hugging Face folder's ``auto_map`` modules, an attnlab export's plugin files, also as a
     probe's base): :mod:`attnlab.base.consent`. Without it such code is refused, never run."""
-    from attnlab.base.consent import trusting_remote_code
+    from attnlab.base.consent import guarding, trusting_remote_code
 
     if isinstance(target, LanguageModel):
         return target
-    with trusting_remote_code(trust_remote_code):
-        return _load(str(target), device, dtype, max_length, trust_remote_code)
+    text = str(target)
+    folder = text.partition(":")[2] if text.partition(":")[0] in ("hf", "run", *_KINDS) else text
+    with trusting_remote_code(trust_remote_code), guarding(folder or text):
+        return _load(text, device, dtype, max_length, trust_remote_code)
 
 
 def _load(

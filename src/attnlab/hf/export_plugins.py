@@ -25,14 +25,9 @@ import sys
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from attnlab.base.consent import how_to_consent, remote_code_trusted
-from attnlab.base.errors import UserError
+from attnlab.base.consent import RemoteCodeError, how_to_consent, remote_code_trusted
 from attnlab.parts import load_plugin, registry
 from attnlab.parts.plugins import source_hash
-
-
-class RemoteCodeError(UserError):
-    """A folder's code that attnlab will not import (no consent, a changed file, a path out)."""
 
 
 def _registered_hash(slot: str, kind: str) -> str | bool | None:
@@ -166,3 +161,6 @@ def load_export_plugins(config: Any) -> None:
         )
     for _, path in todo:
         load_plugin(str(path))
+
+
+__all__ = ["RemoteCodeError", "folder_file", "load_export_plugins"]

@@ -39,6 +39,7 @@ from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
 
+from attnlab.base.consent import check_code_path
 from attnlab.base.errors import UserError
 from attnlab.parts.source import PartError, registering_as
 
@@ -180,6 +181,8 @@ def load_plugin(
             return _loaded[resolved]
         if is_path_spec(resolved) and not Path(resolved).exists():
             return _stand_in(resolved, missing)
+        if is_path_spec(resolved):  # a file inside a model folder being loaded needs consent
+            check_code_path(resolved)
         try:
             module = _import(resolved)
         except (PluginError, PartError) as e:
