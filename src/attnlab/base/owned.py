@@ -59,6 +59,13 @@ from attnlab.base.errors import UserError
 MARKER = ".attnlab.json"
 #: entries any attnlab directory may hold besides its own files (the lock, a write probe)
 ALWAYS_OURS = (MARKER, ".lock")
+#: name prefixes of what another attnlab process creates for an instant in any directory it
+#: writes (the marker's atomic temporary file, an --out write probe): never a user's file
+TRANSIENT = (f".{MARKER}.tmp-", ".attnlab-probe-")
+
+
+def _ours(name: str) -> bool:
+    return name in ALWAYS_OURS or name.startswith(TRANSIENT)
 
 
 class KeptWarning(UserWarning):
@@ -160,7 +167,7 @@ def _oldest_entry(directory: Path) -> bool:
         return all(
             (directory / n).lstat().st_ctime_ns >= own
             for n in os.listdir(directory)
-            if n not in ALWAYS_OURS
+            if not _ours(n)
         )
     except OSError:
         return False
@@ -237,7 +244,7 @@ def claim(
     directory = Path(directory)
     marker = read_marker(directory)
     marker_kind = kind_of(directory)
-    entries = [n for n in _entries(directory) if n not in ALWAYS_OURS]
+    entries = [n for n in _entries(directory) if not _ours(n)]
     if marker is not None and marker_kind == kind:
         why = unbound(directory, marker, legacy)
         if why is None:  # rebound where it moved by attnlab's next write (record_files)
@@ -334,7 +341,7 @@ def write_owned(
 
 def foreign(directory: str | os.PathLike, ours: Callable[[str], bool]) -> list[str]:
     """The entries of ``directory`` that ``ours`` (a name test) does not claim, sorted."""
-    return [n for n in _entries(Path(directory)) if n not in ALWAYS_OURS and not ours(n)]
+    return [n for n in _entries(Path(directory)) if not _ours(n) and not ours(n)]
 
 
 def _resolved(path: str | os.PathLike) -> Path:
