@@ -24,11 +24,15 @@ attnlab's only where it belongs to that directory, so a marker copied into a use
    directory by inode change time (``ctime``, which copying cannot preserve). attnlab writes it
    first; a marker copied into a folder later is newer than the folder's files.
 
+Honouring a marker writes nothing; attnlab's next write into a moved directory
+(:func:`record_files`) binds its marker there.
+
 **Edited files are the user's.** Before replacing or deleting a file it recorded, a writer calls
 :func:`keep_if_edited`: a file whose bytes are no longer the recorded ones (or that was never
 recorded, and differs from what is about to be written) is renamed aside
 (``report.md`` -> ``report.user-edited-20250101-120000.md``) and a one-line
-:class:`KeptWarning` says where.
+:class:`KeptWarning` says where (an empty file holds nothing to keep). :func:`write_owned` does
+both steps around an atomic write and records the new file's SHA-256.
 
 A command that would replace content (``--restart``, ``--force``, a rerun into an existing
 ``--out``) first asks :func:`claim`: a directory that is new, empty, or carries an honoured
