@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -21,7 +22,7 @@ from attnlab.config import load_config
 from attnlab.hf.configuration import AttnlabConfig
 from attnlab.hf.export import export, load_source
 from attnlab.hf.verify import check_exports
-from hf_helpers import alternation_run, fake_run
+from hf_helpers import alternation_run, fake_run, python_without_attnlab
 
 torch.set_num_threads(1)
 EXAMPLES = Path(__file__).parent.parent / "examples"
@@ -247,12 +248,13 @@ def test_plugin_source_travels_with_the_folder(exported):
 
 
 def test_plugin_export_loads_in_a_fresh_attnlab_process_from_its_copy(exported):
-    """attnlab installed, the plugin not loaded: the folder's plugins/hf_ideas.py is."""
+    """attnlab installed, the plugin not loaded: the folder's plugins/hf_ideas.py is, with the
+    user's consent (trust_remote_code=True; refused without it: tests/test_hostile_security.py)."""
     code = f"""
 import attnlab.hf, torch
 from transformers import AutoModelForCausalLM
 from attnlab.parts import registry
-model = AutoModelForCausalLM.from_pretrained({str(exported[PLUGIN])!r})
+model = AutoModelForCausalLM.from_pretrained({str(exported[PLUGIN])!r}, trust_remote_code=True)
 assert type(model) is attnlab.hf.AttnlabForCausalLM
 print(registry.get("query", "gated_hf").source)
 """
@@ -316,3 +318,45 @@ def test_export_of_one_checkpoint_and_the_cli(tmp_path, capsys):
     assert "at step 3" in out and "modeling_attnlab.py" in out
     assert main(["export", str(ckpt), "--out", str(tmp_path / "hf")]) == 2
     assert "--force" in capsys.readouterr().err
+
+
+LEARNED_GENERATE = """
+import json, sys, warnings, torch
+from transformers import AutoModelForCausalLM
+model = AutoModelForCausalLM.from_pretrained(sys.argv[1], trust_remote_code=True)
+with warnings.catch_warnings(record=True) as seen:
+    warnings.simplefilter("always")
+    out = model.generate(torch.arange(3, 23)[None], max_new_tokens=30, do_sample=False)
+try:
+    model.generate(torch.arange(3, 43)[None], max_new_tokens=2, do_sample=False)
+    refused = ""
+except ValueError as e:
+    refused = str(e)
+print(json.dumps({"module": type(model).__module__, "length": out.shape[1],
+                  "warnings": [str(w.message) for w in seen], "refused": refused}))
+"""
+
+
+def test_generate_past_learned_positions_stops_cleanly_at_the_limit(tmp_path):
+    """Issue 32: transformers' generate() on an export with learned positions, asked for tokens
+    past model.max_seq_len, stops at the limit with one warning naming it, in a process with
+    attnlab (its class) and without (the folder's own code); a prompt already past the limit is a
+    ValueError naming it. Before, generate() failed mid-way with a traceback."""
+    overrides = ["model.position.kind=learned", "model.max_seq_len=32", "data.seq_len=32"]
+    folder = export(fake_run(tmp_path / "run", overrides), tmp_path / "hf").out
+    results = []
+    for argv in (
+        [sys.executable, "-c", "import attnlab.hf\n" + LEARNED_GENERATE],
+        python_without_attnlab(LEARNED_GENERATE),
+    ):
+        env = {**os.environ, "HF_MODULES_CACHE": str(tmp_path / "modules")}
+        proc = subprocess.run(
+            [*argv, str(folder)], capture_output=True, text=True, env=env, timeout=300
+        )
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        results.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    assert [r["module"].split(".")[0] for r in results] == ["attnlab", "transformers_modules"]
+    for r in results:
+        assert r["length"] == 32
+        assert any("stopped at 32 tokens" in w for w in r["warnings"]), r["warnings"]
+        assert "max_seq_len=32" in r["refused"]

@@ -228,7 +228,7 @@ def test_data_dir_window_and_bad_input(runs, tmp_path, capsys):
     cap = page_json(page)["captures"][0]
     assert cap["n_tokens"] == 16 and len(cap["tokens"]) == 16
     assert cap["tokens"][0] == chr(int(val[16])).replace(" ", "\u2423")
-    assert main([*args, "--length", "16", "--index", "99999", "--out", str(page)]) == 2
+    assert main([*args, "--length", "16", "--index", "99999", "--out", str(page), "--force"]) == 2
     assert "outside" in capsys.readouterr().err
     assert main(["inspect", str(runs["baseline"]), "--out", str(page)]) == 2
 

@@ -102,6 +102,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--out", default=None, metavar="FILE", help="also merge results here")
     parser.add_argument(
+        "--trust-remote-code",
+        action="store_true",
+        help="run the code a model folder carries (an export's plugin parts, a Hugging Face "
+        "folder's own modeling code); read it first. Without it such a folder is refused",
+    )
+    parser.add_argument(
         "--no-save", action="store_true", help="do not write RUN_DIR/eval/results.json"
     )
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
@@ -225,6 +231,13 @@ def _retrieval(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    from attnlab.base.consent import trusting_remote_code
+
+    with trusting_remote_code(args.trust_remote_code):  # the run's own config is read first
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     if args.build_cloze:
         return _build_cloze(args)
     if not args.target:
@@ -259,7 +272,11 @@ def run(args: argparse.Namespace) -> int:
     if defaults.get("config") is not None:  # a batch never holds more than --limit items
         _preflight(defaults["config"], args, min(batch_size, limit or batch_size))
     lm = load_language_model(
-        args.target, device=args.device, dtype=args.dtype, max_length=args.max_length
+        args.target,
+        device=args.device,
+        dtype=args.dtype,
+        max_length=args.max_length,
+        trust_remote_code=args.trust_remote_code,
     )
     if args.overrides:
         if not hasattr(lm, "reconfigure"):

@@ -13,7 +13,11 @@ load the folder:
   from transformers import AutoModelForCausalLM, AutoTokenizer
   model = AutoModelForCausalLM.from_pretrained(DIR, trust_remote_code=True)
   tokenizer = AutoTokenizer.from_pretrained(DIR, trust_remote_code=True)
-  (with attnlab installed, `import attnlab.hf` first and trust_remote_code is not needed)
+  (with attnlab installed, `import attnlab.hf` first and trust_remote_code is not needed,
+  unless the model has plugin parts: their code, in plugins/, runs only with it)
+
+--force replaces an earlier export of attnlab's, never one holding a file it did not write or a
+file edited since (the model card included); the new folder is swapped in atomically.
 
 evaluate it with lm-evaluation-harness's own model:
   lm_eval --model hf --model_args pretrained=DIR,trust_remote_code=True --tasks ...

@@ -36,6 +36,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="positions drawn (the last M of a longer prompt; the rest is summarised)",
     )
     p.add_argument("--out", required=True, metavar="PAGE.html", help="the page to write")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="replace an earlier page of attnlab's at --out (never a file it did not write, "
+        "nor one edited since)",
+    )
+    p.add_argument(
+        "--trust-remote-code",
+        action="store_true",
+        help="run the code a model folder carries (an export's plugin parts, a Hugging Face "
+        "folder's own modeling code); read it first. Without it such a folder is refused",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -54,6 +66,8 @@ def run(args: argparse.Namespace) -> int:
         index=args.index,
         length=args.length,
         max_tokens=args.max_tokens,
+        trust_remote_code=args.trust_remote_code,
+        force=args.force,
     )
     for c in caps:
         views = sum(len(lv.maps) for lv in c.layers)

@@ -16,8 +16,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from attnlab.base.safepath import check_tree
     from attnlab.experiments import build_report
+    from attnlab.experiments.record import claim_experiment, read_record
 
     check_tree(args.out)
+    read_record(args.out)  # an experiment directory, or the error that says what to give
+    claim_experiment(args.out)  # its files are recorded, so a report edited later is kept
     path = build_report(args.out)
     print(f"wrote {path}")
     return 0

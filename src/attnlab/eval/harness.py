@@ -91,6 +91,7 @@ class AttnlabEvalLM(TemplateLM):
         max_length: int | None = None,
         max_gen_toks: int = 256,
         stride: int | None = None,
+        trust_remote_code: bool | str = False,
         **kwargs: Any,
     ) -> None:
         super().__init__()
@@ -108,6 +109,7 @@ class AttnlabEvalLM(TemplateLM):
                 device=_device_arg(device),
                 dtype=dtype,
                 max_length=int(max_length) if max_length else None,
+                trust_remote_code=str(trust_remote_code).lower() in ("true", "1", "yes"),
             )
         elif max_length:
             lm.limit_context(int(max_length))

@@ -53,11 +53,17 @@ class HFCausalLM(LanguageModel):
         device: str | torch.device | None = "auto",
         dtype: str | None = None,
         max_length: int | None = None,
+        trust_remote_code: bool = False,
         **model_kwargs: Any,
     ) -> HFCausalLM:
         """Load with ``AutoModelForCausalLM`` / ``AutoTokenizer``: a hub id (online), a local
         directory, or ``gguf_file`` inside the directory ``name_or_path`` (de-quantized to
-        ``dtype``, float32 by default; needs the ``gguf`` package)."""
+        ``dtype``, float32 by default; needs the ``gguf`` package).
+
+        ``trust_remote_code`` is the user's consent to run code the folder carries (its
+        ``auto_map`` modules, an attnlab export's plugin files: :mod:`attnlab.base.consent`);
+        without it such a folder is refused, naming the code and ``--trust-remote-code``."""
+        from attnlab.base.consent import FLAG, trusting_remote_code
         from attnlab.base.extras import require
 
         require("eval", "transformers", what=f"evaluating the Hugging Face model {name_or_path}")
@@ -69,11 +75,15 @@ class HFCausalLM(LanguageModel):
         extra: dict[str, Any] = {"gguf_file": gguf_file} if gguf_file else {}
         if dtype is not None and dtype not in _DTYPES:
             raise UserError(f"dtype={dtype!r} is not one of {', '.join(_DTYPES)}")
+        extra["trust_remote_code"] = bool(trust_remote_code)  # never transformers' prompt
         try:
-            tokenizer = AutoTokenizer.from_pretrained(src, **extra)
-            model = AutoModelForCausalLM.from_pretrained(
-                src, dtype=_DTYPES[dtype or "float32"], **extra, **model_kwargs
-            )
+            with trusting_remote_code(trust_remote_code):
+                tokenizer = AutoTokenizer.from_pretrained(src, **extra)
+                model = AutoModelForCausalLM.from_pretrained(
+                    src, dtype=_DTYPES[dtype or "float32"], **extra, **model_kwargs
+                )
+        except UserError:
+            raise
         except ImportError as e:
             raise UserError(
                 f"loading {src!r} needs a package that is missing ({e}); GGUF files need "
@@ -82,6 +92,12 @@ class HFCausalLM(LanguageModel):
         except Exception as e:  # transformers raises many kinds for files it cannot use
             where = f"{src}/{gguf_file}" if gguf_file else src
             reason = " ".join(str(e).split())[:400] or type(e).__name__
+            if "trust_remote_code" in str(e) and not trust_remote_code:
+                raise UserError(
+                    f"{where!r} holds its own modeling code, which loading it would run; "
+                    f"attnlab runs a folder's code only with your consent: read its .py files, "
+                    f"then pass {FLAG}"
+                ) from None
             raise UserError(
                 f"cannot load the Hugging Face model {where!r} ({type(e).__name__}: {reason}). "
                 "Give a local directory with config.json, tokenizer files and intact weights, a "

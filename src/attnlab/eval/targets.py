@@ -94,14 +94,33 @@ def load_language_model(
     device: str | torch.device | None = "auto",
     dtype: str | None = None,
     max_length: int | None = None,
+    trust_remote_code: bool = False,
 ) -> LanguageModel:
-    """Resolve ``target`` (see the module docstring) and load it on ``device``."""
+    """Resolve ``target`` (see the module docstring) and load it on ``device``.
+
+    ``trust_remote_code`` is the user's consent to run code that a model folder carries (a
+    Hugging Face folder's ``auto_map`` modules, an attnlab export's plugin files, also as a
+    probe's base): :mod:`attnlab.base.consent`. Without it such code is refused, never run."""
+    from attnlab.base.consent import guarding, trusting_remote_code
+
     if isinstance(target, LanguageModel):
         return target
     text = str(target)
+    folder = text.partition(":")[2] if text.partition(":")[0] in ("hf", "run", *_KINDS) else text
+    with trusting_remote_code(trust_remote_code), guarding(folder or text):
+        return _load(text, device, dtype, max_length, trust_remote_code)
+
+
+def _load(
+    text: str,
+    device: str | torch.device | None,
+    dtype: str | None,
+    max_length: int | None,
+    trust: bool,
+) -> LanguageModel:
     prefix, _, rest = text.partition(":")
     if prefix == "hf" and rest:
-        return _load_hf(rest, device, dtype, max_length)
+        return _load_hf(rest, device, dtype, max_length, trust)
     if prefix == "run" and rest:
         return _load_run(Path(rest), device).limit_context(max_length)
     if rest and prefix in target_kinds():
@@ -109,7 +128,7 @@ def load_language_model(
         return kind.load(Path(rest), resolve_device(device)).limit_context(max_length)
     path = Path(text)
     if path.suffix == ".gguf":
-        return _load_hf(text, device, dtype, max_length)
+        return _load_hf(text, device, dtype, max_length, trust)
     if not path.exists():
         raise UserError(
             f"evaluation target {text!r} does not exist. Give a run directory, a checkpoint "
@@ -123,7 +142,7 @@ def load_language_model(
     if path.is_dir() and (is_run_dir(path) or _is_checkpoint_dir(path)):
         return _load_run(path, device).limit_context(max_length)
     if path.is_dir() and (path / "config.json").is_file():
-        return _load_hf(text, device, dtype, max_length)
+        return _load_hf(text, device, dtype, max_length, trust)
     others = "".join(f"; {k.describe}" for k in _KINDS.values() if k.describe)
     if "probe" not in _KINDS:
         others += " (probe directories are recognised once attnlab.probe is imported)"
@@ -135,16 +154,19 @@ def load_language_model(
 
 
 def _load_hf(
-    text: str, device: str | torch.device | None, dtype: str | None, max_length: int | None
+    text: str,
+    device: str | torch.device | None,
+    dtype: str | None,
+    max_length: int | None,
+    trust: bool = False,
 ) -> HFCausalLM:
     path = Path(text)
+    settings = {"device": device, "dtype": dtype, "max_length": max_length}
     if path.suffix == ".gguf":
         if not path.is_file():
             raise UserError(f"GGUF file {text!r} does not exist")
-        return HFCausalLM.from_pretrained(
-            path.parent, gguf_file=path.name, device=device, dtype=dtype, max_length=max_length
-        )
-    return HFCausalLM.from_pretrained(text, device=device, dtype=dtype, max_length=max_length)
+        return HFCausalLM.from_pretrained(path.parent, gguf_file=path.name, **settings)
+    return HFCausalLM.from_pretrained(text, trust_remote_code=trust, **settings)
 
 
 def _is_checkpoint_dir(path: Path) -> bool:

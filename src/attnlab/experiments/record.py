@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from attnlab.base.atomic import atomic_write_json
+from attnlab.base.atomic import dumps_json
 from attnlab.base.errors import UserError
 from attnlab.experiments.resolve import Experiment
 
@@ -31,12 +31,14 @@ def claim_experiment(out_dir: str | Path) -> None:
 
 def write_record(exp: Experiment, out_dir: Path) -> None:
     """Store the resolved experiment in ``OUT/experiment.json`` (atomically)."""
+    from attnlab.base.owned import write_owned
     from attnlab.parts.plugins import manifest
 
     out_dir.mkdir(parents=True, exist_ok=True)
     specs = sorted({p for v in exp.variants.values() for p in v.config.plugins})
     record = exp.to_record() | {"plugins": manifest(specs)}  # the parts' sources, hashed
-    atomic_write_json(out_dir / EXPERIMENT_FILE, record)
+    text = dumps_json(record, indent=2) + "\n"
+    write_owned(out_dir, EXPERIMENT_FILE, text.encode("utf-8"))  # an edited one: kept aside
 
 
 def read_record(out_dir: str | Path) -> dict[str, Any]:

@@ -6,13 +6,14 @@
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from attnlab.base.atomic import atomic_write_json
+from attnlab.base.atomic import dumps_json
 from attnlab.experiments.resolve import run_dir
 from attnlab.runs import rundir
 
@@ -172,23 +173,22 @@ def val_curve(path: str | Path) -> list[tuple[int, float]]:
 
 def write_results(out_dir: str | Path, rows: list[RunRow], record: dict[str, Any]) -> None:
     """``results.csv`` (fixed columns, then ``eval/...``) and ``results.json``."""
+    from attnlab.base.owned import write_owned
+
     out = Path(out_dir)
     eval_cols = sorted({f"eval/{k}" for r in rows for k in r.eval})
     cols = [*COLUMNS, *eval_cols]
-    tmp = out / "results.csv.tmp"
-    with open(tmp, "w", encoding="utf-8", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: ("" if v is None else v) for k, v in r.to_dict().items()})
-    tmp.replace(out / "results.csv")
-    atomic_write_json(
-        out / "results.json",
-        {
-            "experiment": record["name"],
-            "baseline": record["baseline"],
-            "steps": record["steps"],
-            "tokens_per_step": record["tokens_per_step"],
-            "runs": [r.to_dict() for r in rows],
-        },
-    )
+    text = io.StringIO(newline="")
+    w = csv.DictWriter(text, fieldnames=cols, extrasaction="ignore")
+    w.writeheader()
+    for r in rows:
+        w.writerow({k: ("" if v is None else v) for k, v in r.to_dict().items()})
+    write_owned(out, "results.csv", text.getvalue().encode("utf-8"))
+    body = {
+        "experiment": record["name"],
+        "baseline": record["baseline"],
+        "steps": record["steps"],
+        "tokens_per_step": record["tokens_per_step"],
+        "runs": [r.to_dict() for r in rows],
+    }
+    write_owned(out, "results.json", (dumps_json(body, indent=2) + "\n").encode("utf-8"))

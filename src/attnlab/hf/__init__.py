@@ -7,7 +7,9 @@ folder loads without ``trust_remote_code`` in a process that has imported attnla
     import attnlab.hf  # noqa: F401
     model = AutoModelForCausalLM.from_pretrained("exported/")
 
-Without attnlab, the folder's own copy of the code loads it (``trust_remote_code=True``).
+A model with plugin parts carries their code (``plugins/NAME.py``), which attnlab imports only with
+``trust_remote_code=True`` (:mod:`attnlab.hf.export_plugins`). Without attnlab, the folder's own
+copy of the code loads it (``trust_remote_code=True``).
 ``attnlab export`` writes the folder (:mod:`attnlab.hf.export`); ``attnlab train --init-from``
 maps GPT-2, GPT-NeoX and Llama checkpoints into attnlab's parts (:mod:`attnlab.hf.init_from`).
 """

@@ -259,7 +259,8 @@ def _load_lines(name: str) -> list[str]:
         "with attnlab's model sources they import (`attnlab_*.py`, copied, imports made "
         "relative). It needs torch and transformers (pydantic, which attnlab's configs use, "
         "comes with transformers). With attnlab installed, `import attnlab.hf` registers the "
-        "classes and `trust_remote_code` is not needed.",
+        "classes and `trust_remote_code` is not needed, unless the model has plugin parts "
+        "(their code is in `plugins/`).",
         "",
     ]
 

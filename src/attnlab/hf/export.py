@@ -13,7 +13,9 @@ The folder::
 
 The weights are written by transformers' own ``save_pretrained`` from an
 :class:`~attnlab.hf.modeling.AttnlabForCausalLM` holding the run's model, and the folder is
-written next to ``DIR`` and renamed into place, so a failed export leaves no half folder.
+written whole next to ``DIR`` and swapped into place atomically, so a failed or killed export
+leaves the old folder or the new one at ``DIR``, never half of one (:mod:`.export_out`: where an
+export may go, the recorded SHA-256 of every file, and what a killed export left).
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ from torch import nn
 import attnlab
 from attnlab.base.errors import UserError
 from attnlab.config import Config
-from attnlab.hf.vendor import PluginModule, check_tracked, flatten
+from attnlab.hf.export_out import check_out, put_in_place, recover_out
+from attnlab.hf.vendor import PluginModule, Vendored, check_tracked, flatten
 from attnlab.parts import registry
 from attnlab.parts.plugins import loaded, source_hash
 
@@ -102,14 +105,16 @@ def plugin_modules(cfg: Config) -> tuple[list[PluginModule], list[dict[str, Any]
     return modules, entries
 
 
-def _copy_plugin_sources(folder: Path, entries: list[dict[str, Any]], flat: dict[str, str]) -> None:
-    """Each plugin's original file under ``plugins/`` (what attnlab loads when installed)."""
+def _copy_plugin_sources(folder: Path, entries: list[dict[str, Any]], vendored: Vendored) -> None:
+    """Each plugin's original file under ``plugins/`` (what attnlab loads when installed), and
+    the SHA-256 of both copies (checked before either is imported)."""
     import sys
 
     for entry in entries:
         module = sys.modules.get(entry["module"])
         path = Path(getattr(module, "__file__", "") or "")
-        entry["flat_module"] = flat[entry["module"]]
+        entry["flat_module"] = vendored.names[entry["module"]]
+        entry["flat_sha256"] = vendored.plugin_sha256[entry["flat_module"]]
         if not path.is_file() or path.name == "__init__.py" or "." in entry["module"]:
             entry["file"], entry["sha256"] = None, None  # a package: loaded by name when installed
             continue
@@ -133,82 +138,10 @@ def _quiet_transformers() -> Iterator[None]:
             hf_logging.enable_progress_bar()
 
 
-EXPORT_KIND = "export"
-
-
-def _source_run(source: str | Path) -> Path:
-    path = Path(source)
-    if (path / "model.safetensors").is_file() and path.parent.name == "checkpoints":
-        return path.parent.parent
-    return path
-
-
-def check_out(source: str | Path, out: str | Path, *, force: bool = False) -> None:
-    """Refuse an ``--out`` that would replace anything but an earlier export of attnlab's.
-
-    ``out`` may not be, contain or lie inside the exported run or any run directory; an existing
-    non-empty ``out`` is replaced (``force``) only when it carries attnlab's export marker and
-    holds nothing but the files that export wrote."""
-    from attnlab.base.owned import enclosing_owned, foreign, kind_of, overlaps, read_marker, shown
-    from attnlab.runs.load import is_run_dir
-
-    out = Path(out)
-    run = _source_run(source)
-    how = overlaps(out, run) if run.exists() else None
-    if how is not None:
-        raise UserError(
-            f"--out {out} {how} the run being exported ({run}); the export would replace it. "
-            "Give --out a new directory outside the run"
-        )
-    resolved = Path(os.path.abspath(out))
-    home = enclosing_owned(resolved.parent, ("run", "experiment", "probe"))
-    if home is None:
-        home = next((d for d in resolved.parents if is_run_dir(d)), None)
-    if home is not None:
-        raise UserError(
-            f"--out {out} lies inside the attnlab directory {home}; an export there would mix "
-            "with its files. Give --out a directory outside it"
-        )
-    if not out.exists():
-        return
-    if not out.is_dir():
-        raise UserError(f"--out {out} is a file; give a directory")
-    entries = sorted(p.name for p in out.iterdir())
-    if not entries:
-        return
-    if kind_of(out) != EXPORT_KIND:
-        raise UserError(
-            f"--out {out} is not empty and is not an export of attnlab's: it holds "
-            f"{shown(entries)}. attnlab never replaces a folder it did not write; give another "
-            "--out (a new or empty directory)"
-        )
-    written = set((read_marker(out) or {}).get("files") or [])
-    tops = {f.split("/", 1)[0] for f in written if isinstance(f, str)}
-    extra = foreign(out, lambda n: n in tops)
-    if not extra:
-        extra = [
-            str(p.relative_to(out))
-            for p in sorted(out.rglob("*"))
-            if not p.is_dir()
-            and str(p.relative_to(out)) not in written
-            and p.name not in (".attnlab.json", ".lock")
-        ]
-    if extra:
-        raise UserError(
-            f"--out {out} is an earlier export, but it also holds files the export did not "
-            f"write: {shown(extra)}; attnlab will not delete them. Move them out, or give another "
-            "--out"
-        )
-    if not force:
-        raise UserError(
-            f"--out {out} holds an earlier export; pass --force to replace it, or give another "
-            "--out"
-        )
-
-
 def export(source: str | Path, out: str | Path, *, force: bool = False) -> ExportResult:
     """Write the Hugging Face folder of a run or checkpoint (see the module doc)."""
     out = Path(out)
+    recover_out(out)  # what a killed export to the same --out left behind
     check_out(source, out, force=force)
     model, cfg, tokenizer, run_dir, step = load_source(source)
     return export_model(model, cfg, tokenizer, out, source=str(source), step=step, run_dir=run_dir)
@@ -229,7 +162,8 @@ def export_model(
     :func:`export` and by ``attnlab check``, which exports small models that have no run."""
     from transformers import GenerationConfig
 
-    from attnlab.base.owned import MARKER, mark
+    from attnlab.base.owned import MARKER
+    from attnlab.base.swap import staging_dir
     from attnlab.hf import AttnlabConfig, AttnlabForCausalLM
     from attnlab.hf.card import ATTRIBUTION_FILE, attribution_file, model_card, read_json
     from attnlab.hf.tokenizer_files import write_tokenizer
@@ -244,11 +178,12 @@ def export_model(
         )
     modules, plugins = plugin_modules(cfg)
     vendored = flatten(modules)
-    tmp = out.with_name(f".{out.name}.export-{os.getpid()}")
+    recover_out(out)
+    tmp = staging_dir(out)  # written whole there, then swapped in (export_out.put_in_place)
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
-        _copy_plugin_sources(tmp, plugins, vendored.names)
+        _copy_plugin_sources(tmp, plugins, vendored)
         eos = tokenizer.eos_id
         config = AttnlabConfig(
             attnlab_model=m.model_dump(mode="json"),
@@ -296,11 +231,7 @@ def export_model(
             name=out.name,
         )
         (tmp / "README.md").write_text(card, encoding="utf-8")
-        written = sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*") if p.is_file())
-        mark(tmp, EXPORT_KIND, files=written)
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
+        put_in_place(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -23,15 +23,24 @@ This module is also the remote code of an exported folder (``modeling_attnlab.py
 
 from __future__ import annotations
 
+import contextlib
+import warnings
 from typing import ClassVar
 
 import pydantic  # noqa: F401  (attnlab's configs need it; named so transformers checks for it)
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from transformers import DynamicCache, GenerationMixin, PreTrainedModel
+from transformers import (
+    DynamicCache,
+    GenerationMixin,
+    PreTrainedModel,
+    StoppingCriteria,
+    StoppingCriteriaList,
+)
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
+from attnlab.base.consent import trusting_remote_code
 from attnlab.config import ModelConfig
 from attnlab.hf.configuration import AttnlabConfig
 from attnlab.hf.export_plugins import load_export_plugins
@@ -70,6 +79,28 @@ def _check_padding(attention_mask: Tensor | None) -> None:
         )
 
 
+class PositionLimit(StoppingCriteria):
+    """Stops ``generate()`` when the sequence fills the positions the model can place (a learned
+    table's ``max_seq_len``), with one warning saying so, instead of failing at the next step:
+    what transformers does for its own models when ``max_length`` is left at its default."""
+
+    def __init__(self, limit: int, noun: str) -> None:
+        self.limit, self.noun, self.warned = limit, noun, False
+
+    def __call__(self, input_ids: Tensor, scores: Tensor, **kwargs) -> Tensor:
+        done = input_ids.shape[-1] >= self.limit
+        if done and not self.warned:
+            self.warned = True
+            warnings.warn(
+                f"generation stopped at {self.limit} tokens: this model has {self.limit} "
+                f"{self.noun} (max_position_embeddings) and cannot place a token past them; ask "
+                "for fewer new tokens (max_new_tokens) or give a shorter prompt",
+                UserWarning,
+                stacklevel=2,
+            )
+        return torch.full((input_ids.shape[0],), done, dtype=torch.bool, device=input_ids.device)
+
+
 class AttnlabPreTrainedModel(PreTrainedModel):
     """transformers' base for attnlab models: attnlab initialises its own parts."""
 
@@ -80,6 +111,15 @@ class AttnlabPreTrainedModel(PreTrainedModel):
 
     def _init_weights(self, module) -> None:
         """Nothing: every attnlab part initialises itself when built (``init_weights``)."""
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
+        """transformers' ``from_pretrained``; ``trust_remote_code=True`` is also the consent to
+        import the plugin files the folder carries (:mod:`attnlab.hf.export_plugins`), which a
+        folder's modeling code is as much as its ``modeling_attnlab.py``."""
+        trusted = kwargs.get("trust_remote_code") is True
+        with trusting_remote_code() if trusted else contextlib.nullcontext():
+            return super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
 
 
 class AttnlabForCausalLM(AttnlabPreTrainedModel, GenerationMixin):
@@ -98,6 +138,17 @@ class AttnlabForCausalLM(AttnlabPreTrainedModel, GenerationMixin):
             )
         self.model = Transformer(cfg)
         self.post_init()
+
+    def generate(self, *args, **kwargs):
+        """transformers' ``generate()``; a model whose positions end (``position_limit``, e.g.
+        learned positions) stops cleanly at that length (:class:`PositionLimit`). A prompt
+        already past it is refused by the first forward (a ``ValueError`` naming the limit)."""
+        limit = self.model.cfg.position_limit
+        if limit is not None:
+            criteria = StoppingCriteriaList(kwargs.get("stopping_criteria") or [])
+            criteria.append(PositionLimit(limit, self.model.cfg.position_limit_noun))
+            kwargs["stopping_criteria"] = criteria
+        return super().generate(*args, **kwargs)
 
     def get_input_embeddings(self):
         return self.model.embed

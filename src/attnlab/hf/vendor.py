@@ -10,7 +10,10 @@ rather than copied:
 
 - ``attnlab.model.parts``: a flat copy cannot be listed like a package, so it names its part
   modules in ``PART_MODULES`` (read by :func:`attnlab.parts.registry._builtin_modules`);
-- ``attnlab.hf.export_plugins``: it imports the copied plugin modules, which registers their parts.
+- ``attnlab.hf.export_plugins``: it imports the copied plugin modules, which registers their parts,
+  each only after checking that its file holds the code exported (SHA-256, recorded in the module
+  and in config.json's ``attnlab_plugins`` as ``flat_sha256``): transformers' consent
+  (``trust_remote_code=True``) is to run the folder as exported, not whatever it holds later.
 
 Everything else is byte for byte the installed source except the rewritten import statements.
 """
@@ -18,6 +21,7 @@ Everything else is byte for byte the installed source except the rewritten impor
 from __future__ import annotations
 
 import ast
+import hashlib
 import importlib.util
 import keyword
 import re
@@ -55,10 +59,12 @@ class Vendored:
 
     files: dict[str, str] = field(default_factory=dict)
     names: dict[str, str] = field(default_factory=dict)
+    #: flat name of each copied plugin module -> SHA-256 of its file's UTF-8 bytes
+    plugin_sha256: dict[str, str] = field(default_factory=dict)
 
     def write(self, folder: Path) -> list[str]:
         for name, text in self.files.items():
-            (folder / name).write_text(text, encoding="utf-8")
+            (folder / name).write_bytes(text.encode("utf-8"))  # the bytes that were hashed
         return sorted(self.files)
 
 
@@ -209,7 +215,9 @@ def _parts_package(flat: _Flattener, part_modules: list[str]) -> str:
     )
 
 
-def _plugins_module(flat: _Flattener, plugins: list[PluginModule]) -> str:
+def _plugins_module(flat: _Flattener, plugins: list[PluginModule], hashes: dict[str, str]) -> str:
+    """The folder's ``attnlab.hf.export_plugins``: it imports each copied plugin module only
+    after checking its file against ``hashes`` (flat name -> SHA-256, also in config.json)."""
     body = []
     for p in plugins:
         classes = ", ".join(sorted({cls for _, _, cls in p.parts}))
@@ -217,14 +225,58 @@ def _plugins_module(flat: _Flattener, plugins: list[PluginModule]) -> str:
             f"    with registering_as({p.spec!r}):\n"
             f"        from .{flat.flat(p.module)} import {classes}  # noqa: F401\n"
         )
-    text = "".join(body) or "    return\n"
+    listed = "".join(f"    {name!r}: {digest!r},\n" for name, digest in sorted(hashes.items()))
     return (
-        '"""The plugin parts this model uses, copied from its run by `attnlab export`."""\n\n'
-        "from .attnlab_parts_registry import registering_as\n\n\n"
+        '"""The plugin parts this model uses, copied from its run by `attnlab export`.\n\n'
+        "A copied plugin module is imported only after its file, beside this one, is found to hold\n"
+        "the code the model was exported with: the SHA-256 recorded here and in config.json's\n"
+        'attnlab_plugins (flat_sha256). A changed, missing or linked-out file is refused."""\n\n'
+        "import hashlib\n"
+        "from pathlib import Path\n\n"
+        "from .attnlab_parts_registry import registering_as\n\n"
+        f"#: copied plugin module -> SHA-256 of its file as exported\nSHA256 = {{\n{listed}}}\n\n\n"
+        f"{_CHECK_SOURCE}\n\n"
         "def load_export_plugins(config) -> None:\n"
-        '    """Import the copied plugin modules: their @register decorators add their parts."""\n'
-        f"{text}"
+        '    """Check the copied plugin modules, then import them: their @register decorators add\n'
+        '    their parts."""\n'
+        "    check_plugin_files(config)\n"
+        f"{''.join(body)}"
     )
+
+
+#: the check the folder's own export_plugins module runs before importing any plugin module
+_CHECK_SOURCE = '''def check_plugin_files(config) -> None:
+    """Refuse (ValueError, naming the files) a copied plugin module whose file is missing, is a
+    link out of its folder (here, or the model folder transformers copied it from), or differs
+    from the SHA-256 recorded here and in config.json."""
+    here = Path(__file__).resolve().parent
+    source = Path(str(getattr(config, "name_or_path", "") or ""))
+    recorded = {
+        p.get("flat_module"): p.get("flat_sha256")
+        for p in getattr(config, "attnlab_plugins", None) or []
+        if isinstance(p, dict)
+    }
+    bad = []
+    for name, digest in SHA256.items():
+        path = here / f"{name}.py"
+        folders = (here, source.resolve()) if source.is_dir() else (here,)
+        out = [r for r in ((f / path.name).resolve() for f in folders) if r.parent not in folders]
+        if out:
+            bad.append(f"{name}.py (a link to {out[0]}, outside the folder)")
+            continue
+        try:
+            data = path.read_bytes()
+        except OSError:
+            bad.append(f"{name}.py (missing)")
+            continue
+        if hashlib.sha256(data).hexdigest() != digest or recorded.get(name) != digest:
+            bad.append(f"{name}.py (not the code the model was exported with)")
+    if bad:
+        raise ValueError(
+            "this attnlab export will not import its plugin code: " + ", ".join(bad) + ". "
+            "Export the run again, or restore the folder's files as exported"
+        )
+'''
 
 
 def flatten(plugins: list[PluginModule] = ()) -> Vendored:
@@ -249,13 +301,22 @@ def flatten(plugins: list[PluginModule] = ()) -> Vendored:
             out.files[f"{flat.flat(module)}.py"] = _parts_package(flat, parts)
             todo.extend(parts)
             continue
-        if module == PLUGINS_MODULE:
-            out.files[f"{flat.flat(module)}.py"] = _plugins_module(flat, list(plugins))
+        if module == PLUGINS_MODULE:  # written once the plugin modules are (it hashes them)
+            flat.flat(module)
             todo.append("attnlab.parts.registry")
             continue
         text, deps = flat.rewrite(module, path, is_pkg)
         out.files[f"{flat.flat(module)}.py"] = _header(module, path) + text
         todo.extend(d for d in deps if d not in seen)
+    out.plugin_sha256 = {
+        flat.flat(p.module): hashlib.sha256(
+            out.files[f"{flat.flat(p.module)}.py"].encode()
+        ).hexdigest()
+        for p in plugins
+    }
+    out.files[f"{flat.flat(PLUGINS_MODULE)}.py"] = _plugins_module(
+        flat, list(plugins), out.plugin_sha256
+    )
     for root in ROOTS:
         name = f"{flat.flat(root)}.py"
         out.files[name] += _name_every_module(sorted(set(out.files) - {name}))

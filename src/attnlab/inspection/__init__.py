@@ -16,12 +16,14 @@ from attnlab.inspection.capture import Capture, LayerView, PartView, capture
 from attnlab.inspection.page import page_data, render, write_page
 
 
-def load_target(target: str):
-    """(language model, family, mask name) of an ``attnlab eval`` target, on the CPU."""
+def load_target(target: str, *, trust_remote_code: bool = False):
+    """(language model, family, mask name) of an ``attnlab eval`` target, on the CPU;
+    ``trust_remote_code``: consent to run code the model folder carries
+    (:mod:`attnlab.base.consent`)."""
     import attnlab.probe  # noqa: F401  (registers probe directories as targets)
     from attnlab.eval.targets import load_language_model
 
-    lm = load_language_model(target, device="cpu")
+    lm = load_language_model(target, device="cpu", trust_remote_code=trust_remote_code)
     cfg = getattr(lm, "config", None)
     model_cfg = getattr(cfg, "model", None)
     if model_cfg is None:  # an export: its config.json carries the attnlab model config
@@ -74,15 +76,23 @@ def inspect_targets(
     index: int = 0,
     length: int = 64,
     max_tokens: int = 128,
+    trust_remote_code: bool = False,
+    force: bool = False,
 ) -> tuple[Path, list[Capture]]:
-    """Capture every target on the same prompt and write the page to ``out``."""
+    """Capture every target on the same prompt and write the page to ``out``
+    (``trust_remote_code``: see :func:`load_target`). ``out`` may replace only an earlier page of
+    attnlab's, unchanged since, and only with ``force`` (:func:`attnlab.base.outfile.claim_out_file`:
+    never a user's file, a device, a link, or a file inside an attnlab directory)."""
+    from attnlab.base.outfile import claim_out_file
+
     if not 1 <= len(targets) <= 2:
         raise UserError("attnlab inspect takes one run, or two to compare")
     if max_tokens < 1:
         raise UserError("--max-tokens must be at least 1")
+    claim_out_file(out, force=force, what="page")  # before anything is loaded
     caps, notes = [], []
     for i, target in enumerate(targets):
-        lm, family, mask = load_target(target)
+        lm, family, mask = load_target(target, trust_remote_code=trust_remote_code)
         ids = prompt_ids(lm, prompt=prompt, data_dir=data_dir, index=index, length=length)
         limit = lm.max_length
         if len(ids) > limit:
@@ -106,7 +116,18 @@ def inspect_targets(
                 mask_name=mask,
             )
         )
-    return write_page(out, caps, notes), caps
+    return write_stamped_page(out, caps, notes), caps
+
+
+def write_stamped_page(out: str | Path, caps: list[Capture], notes: list[str]) -> Path:
+    """The page, with a closing comment that stamps it as attnlab's (its own SHA-256:
+    :mod:`attnlab.base.outfile`), written atomically."""
+    from attnlab.base.atomic import atomic_write_text
+    from attnlab.base.outfile import PLACEHOLDER, stamp
+
+    text = render(page_data(caps, notes)) + f"<!-- written by attnlab inspect; {PLACEHOLDER} -->\n"
+    atomic_write_text(out, stamp(text))
+    return Path(out)
 
 
 __all__ = [
@@ -120,4 +141,5 @@ __all__ = [
     "prompt_ids",
     "render",
     "write_page",
+    "write_stamped_page",
 ]

@@ -42,6 +42,7 @@ from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
 
+from attnlab.base.consent import check_code_path
 from attnlab.base.errors import UserError
 from attnlab.parts.exits import exit_message, is_exit
 from attnlab.parts.identity import Helper, helper_changes, helpers, identity_hash
@@ -222,6 +223,8 @@ def load_plugin(
             return _loaded[resolved]
         if is_path_spec(resolved) and not Path(resolved).exists():
             return _stand_in(resolved, missing)
+        if is_path_spec(resolved):  # a file inside a model folder being loaded needs consent
+            check_code_path(resolved)
         try:
             module, appeared = _import(resolved)
         except (PluginError, PartError) as e:

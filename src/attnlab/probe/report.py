@@ -17,8 +17,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from attnlab.base.atomic import atomic_write_bytes
-
 # metric(s) shown per task name (the part before ':'); others: acc if present, else all scalars
 PRIMARY = {
     "perplexity": ("perplexity",),
@@ -124,11 +122,13 @@ def write_report(
     appendix: str = "",
 ) -> list[Path]:
     """``results.csv``, ``results.json`` (rows + notes) and ``report.md`` in ``out_dir``."""
+    from attnlab.base.owned import write_owned
+
     out_dir = Path(out_dir)
-    paths = [out_dir / "results.csv", out_dir / "results.json", out_dir / "report.md"]
-    atomic_write_bytes(paths[0], to_csv(rows).encode())
     payload = {"title": title, "rows": list(rows), "notes": list(notes)}
-    atomic_write_bytes(paths[1], (json.dumps(payload, indent=2) + "\n").encode())
     md = to_markdown(rows, title, notes) + (f"\n{appendix}" if appendix else "")
-    atomic_write_bytes(paths[2], md.encode())
-    return paths
+    return [  # a file the user edited since attnlab wrote it is kept aside first
+        write_owned(out_dir, "results.csv", to_csv(rows).encode()),
+        write_owned(out_dir, "results.json", (json.dumps(payload, indent=2) + "\n").encode()),
+        write_owned(out_dir, "report.md", md.encode()),
+    ]

@@ -133,7 +133,10 @@ def clear_run(run_dir: Path) -> None:
     """Delete the files a probe run writes (for ``--restart``); nothing else is touched.
     Refuses, deleting nothing, when ``checkpoints/`` holds anything a checkpoint writer did not
     make."""
+    from attnlab.base.owned import keep_if_edited
+
     rundir.check_clearable(run_dir)
+    keep_if_edited(run_dir, artifacts.PROBE_TOML, rundir.known_configs(run_dir))  # edits: kept
     for name in (
         checkpoint.CHECKPOINTS,
         artifacts.LORA_DIR,

@@ -19,6 +19,16 @@ from attnlab.runs import checkpoint, rundir
 
 
 def _config_of(run_dir: Path, ckpt: checkpoint.Checkpoint):
+    """The config ``ckpt`` was trained with; a plugin file inside the run directory is imported
+    only with the user's consent (:func:`attnlab.base.consent.guarding`: code that came with a
+    received directory)."""
+    from attnlab.base.consent import guarding
+
+    with guarding(run_dir):
+        return _read_config_of(run_dir, ckpt)
+
+
+def _read_config_of(run_dir: Path, ckpt: checkpoint.Checkpoint):
     from attnlab.config import ConfigError, load_config, validate
 
     record = ckpt.state.config
@@ -41,10 +51,17 @@ def _config_of(run_dir: Path, ckpt: checkpoint.Checkpoint):
 
 def run_config(run_dir: str | Path):
     """The run's Config: its ``config.toml`` when that is intact, else the config recorded in its
-    newest intact checkpoint (the file may be missing or torn), else None."""
+    newest intact checkpoint (the file may be missing or torn), else None. A plugin file inside
+    the run directory is imported only with consent, as in :func:`load_run_model`."""
+    from attnlab.base.consent import guarding
+
+    with guarding(run_dir):
+        return _read_run_config(Path(run_dir))
+
+
+def _read_run_config(run_dir: Path):
     from attnlab.config import ConfigError, load_config, validate
 
-    run_dir = Path(run_dir)
     cfg_path = run_dir / rundir.CONFIG_FILE
     rundir.recorded_plugins(run_dir)
     if cfg_path.is_file() and rundir.parse_config_text(_text(cfg_path)) is not None:

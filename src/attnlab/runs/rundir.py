@@ -328,15 +328,28 @@ def reconcile_config(
                 f"{path} was {why}; rewriting it from the config recorded in checkpoint "
                 f"{trained_at}, which trained this run's weights"
             )
-            atomic_write_text(path, trained.text)
+            write_config(run_dir, trained.text, file)
     elif problem not in ("", "missing"):
         _warn(f"{path} was {problem} and no checkpoint records a config; writing the given one")
-        atomic_write_text(path, given_text)
+        write_config(run_dir, given_text, file)
+
+
+def known_configs(run_dir: Path) -> list[bytes]:
+    """The config texts attnlab recorded for ``run_dir`` (its newest checkpoint's): a config
+    file with these bytes is attnlab's even where the marker records no hash (an earlier
+    attnlab's run)."""
+    trained, _ = _trained_config(run_dir)
+    return [trained.text.encode("utf-8")] if trained is not None else []
 
 
 def write_config(run_dir: str | Path, text: str, file: str = CONFIG_FILE) -> None:
-    """Atomically replace the run's config file."""
-    atomic_write_text(Path(run_dir) / file, text)
+    """Atomically replace the run's config file. One the user edited since attnlab wrote it is
+    kept aside first, with a warning (:func:`attnlab.base.owned.write_owned`), and the new
+    file's SHA-256 is recorded in the run's marker."""
+    from attnlab.base.owned import write_owned
+
+    run_dir = Path(run_dir)
+    write_owned(run_dir, file, text.encode("utf-8"), known_configs(run_dir))
 
 
 PLUGINS_FILE = "plugins.json"
@@ -479,13 +492,16 @@ def check_clearable(run_dir: str | Path) -> None:
 def clear_run(run_dir: str | Path, files: Iterable[str] = ()) -> None:
     """Delete what training wrote into ``run_dir`` (``--restart``): its checkpoints, metrics,
     status, config and ``files``. Refuses, deleting nothing, when ``checkpoints/`` holds anything
-    a checkpoint writer did not make."""
+    a checkpoint writer did not make; a config file that is not the one attnlab wrote (edited)
+    is kept aside (``config.user-edited-TIME.toml``) with a warning."""
     import shutil
 
+    from attnlab.base.owned import keep_if_edited
     from attnlab.runs import checkpoint as ck
 
     run_dir = Path(run_dir)
     check_clearable(run_dir)
+    keep_if_edited(run_dir, CONFIG_FILE, known_configs(run_dir))  # a user's edits: kept
     shutil.rmtree(run_dir / ck.CHECKPOINTS, ignore_errors=True)
     for name in (METRICS_FILE, STATUS_FILE, CONFIG_FILE, *files):
         (run_dir / name).unlink(missing_ok=True)

@@ -70,9 +70,8 @@ def image(alt: str, path: Path, out: Path) -> list[str]:
 
 
 def write_report(out: Path, lines: list[str]) -> Path:
-    """``out/report.md``, replaced whole (written beside it, then renamed)."""
-    path = out / REPORT
-    tmp = out / (REPORT + ".tmp")
-    tmp.write_text("\n".join(lines), encoding="utf-8")
-    tmp.replace(path)
-    return path
+    """``out/report.md``, replaced whole (atomically); a report the user edited since attnlab
+    wrote it is kept aside first (``report.user-edited-TIME.md``, with a warning)."""
+    from attnlab.base.owned import write_owned
+
+    return write_owned(out, REPORT, "\n".join(lines).encode("utf-8"))

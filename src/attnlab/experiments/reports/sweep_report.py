@@ -9,6 +9,7 @@ section, in the order the report shows them (:func:`sweep_report`).
 from __future__ import annotations
 
 import csv
+import io
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -431,27 +432,26 @@ def _runs_table(rows: list[RunRow]) -> str:
 
 
 def write_sweep_csv(out: Path, rows: list[RunRow], record: dict[str, Any]) -> Path:
-    """One row per run with the grid values as columns."""
+    """One row per run with the grid values as columns (an edited file is kept aside first)."""
+    from attnlab.base.owned import write_owned
+
     keys = list(record["sweep"]["grid"])
     arm = {v["name"]: v for v in record["variants"]}
-    path = out / SWEEP_CSV
-    tmp = out / (SWEEP_CSV + ".tmp")
-    with open(tmp, "w", encoding="utf-8", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["variant", *keys, "seed", "status", "final_val_loss", "steps", "reason", "run"])
-        for r in rows:
-            a = arm[r.variant]
-            w.writerow(
-                [
-                    a["sweep_variant"],
-                    *(a["sweep_point"].get(k) for k in keys),
-                    r.seed,
-                    r.status,
-                    "" if r.final_val_loss is None else r.final_val_loss,
-                    r.steps,
-                    r.reason or "",
-                    r.variant,
-                ]
-            )
-    tmp.replace(path)
-    return path
+    text = io.StringIO(newline="")
+    w = csv.writer(text)
+    w.writerow(["variant", *keys, "seed", "status", "final_val_loss", "steps", "reason", "run"])
+    for r in rows:
+        a = arm[r.variant]
+        w.writerow(
+            [
+                a["sweep_variant"],
+                *(a["sweep_point"].get(k) for k in keys),
+                r.seed,
+                r.status,
+                "" if r.final_val_loss is None else r.final_val_loss,
+                r.steps,
+                r.reason or "",
+                r.variant,
+            ]
+        )
+    return write_owned(out, SWEEP_CSV, text.getvalue().encode("utf-8"))
