@@ -146,3 +146,177 @@ def test_generate_of_a_retrieval_run_without_bm25s_names_the_extra(
     assert "Traceback" not in err and "pip install 'attnlab[retrieval]'" in err
     assert "--no-retrieval" in err
     assert main([*argv, "--no-retrieval"]) == 0  # the way around it works
+
+
+# ----------------------------------------------------------------- advice names real flags
+def _parsers() -> dict[tuple[str, ...], set[str]]:
+    """Every (sub)command's flags, by its words: ("data", "retrieval") -> {"--data", ...}."""
+    import argparse
+
+    from attnlab.cli import build_parser
+
+    table: dict[tuple[str, ...], set[str]] = {}
+
+    def walk(parser: argparse.ArgumentParser, path: tuple[str, ...]) -> None:
+        table[path] = {o for a in parser._actions for o in a.option_strings}
+        for a in parser._actions:
+            if isinstance(a, argparse._SubParsersAction):
+                for name, sub in a.choices.items():
+                    walk(sub, (*path, name))
+
+    walk(build_parser(), ())
+    return table
+
+
+def _messages() -> list[tuple[str, int, str]]:
+    """(file, line, text) of every string in attnlab's source, an f-string's fields as ``X``."""
+    import ast
+
+    import attnlab
+
+    out = []
+    for path in sorted(Path(attnlab.__file__).parent.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.JoinedStr):
+                text = "".join(v.value if isinstance(v, ast.Constant) else "X" for v in node.values)
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                text = node.value
+            else:
+                continue
+            out.append((str(path.relative_to(Path(attnlab.__file__).parent)), node.lineno, text))
+    return out
+
+
+def _advised(text: str, table: dict[tuple[str, ...], set[str]]):
+    """(command words, flag) of each ``attnlab CMD [SUB] ... --flag`` that ``text`` advises; the
+    command line ends at a backtick, a comma, a semicolon, a closing parenthesis or the end."""
+    import re
+
+    for found in re.finditer(r"attnlab ((?:[a-z][\w-]* ?){1,2})([^`,;)]*)", text):
+        words = tuple(found.group(1).split())
+        while words and words not in table:
+            words = words[:-1]
+        if not words:
+            continue
+        for flag in re.findall(r"(?<![\w-])--[a-z][\w-]*", found.group(1) + found.group(2)):
+            yield words, flag
+
+
+def test_every_command_line_the_source_advises_uses_flags_that_command_has():
+    """Advice like "rebuild with `attnlab data retrieval --data D ... --restart`" is checked
+    against the real parsers: each flag must exist on the command it is given to."""
+    table = _parsers()
+    wrong = []
+    seen = 0
+    for file, line, text in _messages():
+        for words, flag in _advised(text, table):
+            seen += 1
+            if flag not in table[words] and not any(
+                flag in flags for path, flags in table.items() if path[: len(words)] == words
+            ):
+                wrong.append(f"{file}:{line}: `attnlab {' '.join(words)}` has no {flag}")
+    assert seen > 20  # the walk finds the advice
+    assert not wrong, "\n".join(wrong)
+
+
+#: command lines of other programs in attnlab's help texts (their flags are not attnlab's)
+OTHER_TOOLS = r"(?:lm_eval|pip|python|torchrun|tensorboard|git|apt-get) (?:\\\n|[^`\n;])*"
+
+
+def test_a_command_module_advises_only_its_own_flags():
+    """The messages written in ``attnlab/commands/CMD.py`` reach only CMD's users: every bare
+    ``--flag`` there (one not inside an ``attnlab OTHER ...`` command line) is one of CMD's."""
+    import re
+
+    table = _parsers()
+    wrong = []
+    for file, line, text in _messages():
+        if not file.startswith("commands/") or file.startswith("commands/_"):
+            continue
+        cmd = Path(file).stem
+        mine = set().union(*(f for p, f in table.items() if p[:1] == (cmd,)))
+        bare = re.sub(r"attnlab [a-z][^`,;)]*", "", text)  # other commands' lines: above
+        bare = re.sub(OTHER_TOOLS, "", bare)
+        for flag in re.findall(r"(?<![\w-])--[a-z][\w-]*", bare):
+            if flag not in mine and not text.lstrip().startswith(flag):  # its own declaration
+                wrong.append(f"{file}:{line}: `attnlab {cmd}` has no {flag}: {text[:80]!r}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_data_retrieval_that_cannot_write_names_the_data_directory_not_out(
+    one_document, tmp_path, capsys
+):
+    """`data retrieval` has no --out: the database goes inside the data directory."""
+    data = tmp_path / "data"
+    shutil.copytree(one_document, data, ignore=shutil.ignore_patterns("retrieval"))
+    (data / "retrieval").write_text("a file where the databases go\n")
+    assert _retrieval(data) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "--out" not in err
+    assert f"make {data} writable" in err
+
+
+def test_train_preparing_its_data_names_data_dir_not_its_own_out(tmp_path, monkeypatch, capsys):
+    """`train` prepares a missing default data directory itself; its --out is the run's, so
+    a problem with the data directory names data.dir."""
+    from attnlab.data import default_data_dir
+
+    monkeypatch.chdir(tmp_path)
+    word_corpus(tmp_path / "c.jsonl", WORDS, n_docs=20, length=40, seed=0)
+    target = default_data_dir("c.jsonl", "bytes")
+    target.parent.mkdir(parents=True)
+    target.write_text("not a directory\n")
+    argv = ["train", "tiny", "--out", "run", "--skip-check", "--set", "data.corpus=c.jsonl"]
+    argv += ["--set", "data.tokenizer=bytes", "--set", "train.max_steps=1"]
+    assert main([*argv, "--set", "train.warmup_steps=0"]) == 2
+    err = capsys.readouterr().err
+    assert "error: data.dir " in err and f"{target} is a file" in err and "--out" not in err
+
+
+@pytest.fixture(scope="module")
+def tiny_run(data_dir, tmp_path_factory) -> Path:
+    """A 2-step run of ``tiny`` (checkpoints at steps 2)."""
+    from attnlab.train import train
+    from data_helpers import tiny_run_config
+
+    out = tmp_path_factory.mktemp("tiny-run") / "run"
+    train(tiny_run_config(data_dir, steps=2, eval_every=2), out)
+    return out
+
+
+def test_a_run_whose_checkpoints_are_all_damaged_is_retrained_with_train_not_generate(
+    tiny_run, tmp_path, capsys
+):
+    """`generate` has no --restart: the advice names `attnlab train ... --restart`."""
+    run = tmp_path / "run"
+    shutil.copytree(tiny_run, run)
+    for f in (run / "checkpoints").rglob("*"):
+        if f.is_file() and f.suffix in (".safetensors", ".pt", ".json"):
+            f.write_bytes(b"damaged")
+    assert main(["generate", str(run), "--prompt", "the", "--max-new-tokens", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "is intact" in err
+    assert "`attnlab train CONFIG --out RUN_DIR --restart`" in err
+    assert "rerun with --restart" not in err
+
+
+def test_the_engine_advises_each_command_its_own_way_to_start_over():
+    """train and probe have --restart; compare restarts a run by deleting its directory."""
+    from attnlab.base.advice import restart
+    from attnlab.cli import build_parser
+
+    parser = build_parser()
+    said = {}
+    for cmd, argv in {
+        "train": ["train", "tiny", "--out", "x"],
+        "compare": ["compare", "e.toml", "--out", "x"],
+        "eval": ["eval", "x"],
+    }.items():
+        from attnlab.base.advice import restart_as
+
+        with restart_as(parser.parse_args(argv)._restart):
+            said[cmd] = restart()
+    assert "--restart" in said["train"] and "attnlab train" not in said["train"]
+    assert "--restart" not in said["compare"] and "attnlab compare" in said["compare"]
+    assert "attnlab train" in said["eval"]
+    assert "--restart" in _parsers()[("train",)] and "--restart" not in _parsers()[("compare",)]

@@ -277,7 +277,8 @@ def build_database(
         raise UserError(f"workers={workers} must be >= 1")
     data = TokenData.open(data_dir)
     out = database_dir(data_dir, m, k, cont)
-    with output_lock(out, wait=True):  # concurrent runs of an experiment build it once
+    writable = f"the database is written inside the data directory: make {data_dir} writable"
+    with output_lock(out, wait=True, fix=writable):  # an experiment's runs build it once
         db = _build(data, out, m, k, cont, workers, restart)
     short = shortfall(db, np.asarray(data.train), data.eos_id)
     if short is not None:
@@ -313,7 +314,7 @@ def _build(
     if n_db <= k:
         raise UserError(
             f"the training split has {n_db} chunks of {m} tokens, too few for {k} neighbours; "
-            "use a smaller --chunk-size or more data"
+            "use a smaller --chunk-size (model.retrieval.chunk_size in a run) or more data"
         )
     docs = document_ids(train, data.eos_id)
     starts = np.arange(n_db) * m

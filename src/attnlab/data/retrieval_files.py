@@ -103,7 +103,7 @@ def _documents_shared(train: np.ndarray, eos_id: int, m: int, cont: int) -> tupl
     starts = np.arange(n) * m
     q_lo, q_hi = docs[starts], docs[starts + m - 1]
     db_lo, db_hi = docs[starts], docs[np.minimum(starts + m + cont, len(train)) - 1]
-    # db_lo and db_hi are sorted: the clashing chunks j are one run, db_hi[j] >= q_lo, db_lo[j] <= q_hi
+    # db_lo, db_hi are sorted: the clashing chunks j (db_hi[j] >= q_lo, db_lo[j] <= q_hi) are a run
     first = np.searchsorted(db_hi, q_lo, side="left")
     last = np.searchsorted(db_lo, q_hi, side="right")
     return np.maximum(last - first, 0), int(docs[-1]) + 1 if len(docs) else 0
@@ -132,7 +132,8 @@ def shortfall(db: Any, train_tokens: np.ndarray, eos_id: int) -> str | None:
             f"database chunk that shares a document with it: the training split holds "
             f"{n_docs:,} document{'s' if n_docs != 1 else ''}, so the rule excluded, per training "
             f"chunk, {shared.mean():,.0f} of the {n_db:,} database chunks on average "
-            f"({shared.max():,} at most). The missing neighbours are empty (padding) in training; prepare the data "
-            "from more, shorter documents (one per line of a .jsonl) for real neighbours"
+            f"({shared.max():,} at most). The missing neighbours are empty (padding) in "
+            "training; prepare the data from more, shorter documents (one per line of a .jsonl) "
+            "for real neighbours"
         )
     return text

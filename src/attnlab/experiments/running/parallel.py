@@ -45,6 +45,9 @@ def _init_worker(events: Any, devices: Any, threads: int | None, plugins: list[s
     from attnlab.base.warning_lines import install
 
     install("compare")  # a run's warnings as the parent prints them, one line each
+    from attnlab.base.advice import COMPARE, set_restart
+
+    set_restart(COMPARE)  # a run's advice in compare's terms
     # the parent's plugins first: the runs' configs hold their parts' options classes
     from attnlab.parts.plugins import load_plugins
 
