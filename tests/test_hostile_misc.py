@@ -320,3 +320,44 @@ def test_the_engine_advises_each_command_its_own_way_to_start_over():
     assert "--restart" not in said["compare"] and "attnlab compare" in said["compare"]
     assert "attnlab train" in said["eval"]
     assert "--restart" in _parsers()[("train",)] and "--restart" not in _parsers()[("compare",)]
+
+
+# ---------------------------------------------- "does not exist" only when nothing is there
+def _not_files(tmp: Path) -> dict[str, tuple[list[str], str]]:
+    corpus = word_corpus(tmp / "c.jsonl", WORDS, n_docs=4, length=20, seed=0)
+    (tmp / "dir.toml").mkdir()
+    (tmp / "broken.toml").symlink_to(tmp / "gone.toml")
+    prep = ["data", "prepare", "--out", str(tmp / "p")]
+    return {
+        "config-a-device": (["train", "/dev/null", "--out", str(tmp / "r")], "a character device"),
+        "config-a-broken-link": (
+            ["train", str(tmp / "broken.toml"), "--out", str(tmp / "r")],
+            "a broken symbolic link",
+        ),
+        "experiment-a-directory": (
+            ["compare", str(tmp / "dir.toml"), "--out", str(tmp / "o")],
+            "is a directory, not a file",
+        ),
+        "corpus-a-device": ([*prep, "--corpus", "/dev/null"], "a character device"),
+        "tokenizer-a-device": (
+            [*prep, "--corpus", str(corpus), "--tokenizer", "/dev/null"],
+            "a character device",
+        ),
+    }
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "config-a-device",
+        "config-a-broken-link",
+        "experiment-a-directory",
+        "corpus-a-device",
+        "tokenizer-a-device",
+    ],
+)
+def test_a_path_that_is_there_but_not_a_file_is_named_for_what_it_is(tmp_path, capsys, case):
+    argv, said = _not_files(tmp_path)[case]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert said in err and "does not exist" not in err and "Traceback" not in err
