@@ -361,3 +361,124 @@ def test_a_path_that_is_there_but_not_a_file_is_named_for_what_it_is(tmp_path, c
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert said in err and "does not exist" not in err and "Traceback" not in err
+
+
+# ------------------------------------------------------------------------- the inspect page
+#: run directory names (no "/": a path component) that are markup in some HTML context
+HOSTILE_NAMES = ["<!--", "<!--<script>", "<script>x<", "a&amp;b\u2028c", "]]>--><img src=x>"]
+
+
+def _page_json(page: Path):
+    import re
+
+    text = page.read_text(encoding="utf-8")
+    payload = re.search(r"<script id='data' type='application/json'>(.*?)</script>", text, re.S)
+    return text, payload.group(1)
+
+
+@pytest.mark.parametrize("name", HOSTILE_NAMES)
+def test_a_hostile_run_name_is_data_in_the_page_not_markup(tiny_run, tmp_path, capsys, name):
+    """The page's JSON holds no <, > or &: nothing in it is read as markup by the HTML
+    parser, and JSON gives the name back unchanged."""
+    run = tmp_path / name
+    shutil.copytree(tiny_run, run)
+    page = tmp_path / "page.html"
+    assert main(["inspect", str(run), "--prompt", "the model", "--out", str(page)]) == 0
+    capsys.readouterr()
+    text, payload = _page_json(page)
+    assert not set("<>&") & set(payload) and "\u2028" not in payload
+    data = json.loads(payload)
+    assert data["captures"][0]["name"] == name and name in data["title"]
+    assert text.count("</script>") == 2  # the data's and the page script's
+
+
+def test_a_hostile_run_name_renders_in_chromium(tiny_run, tmp_path, capsys):
+    """In a browser: every hostile name's page draws all its panels, and shows the name."""
+    import html
+    import re
+
+    from browser_helpers import run_browser
+
+    for i, name in enumerate(HOSTILE_NAMES):
+        run = tmp_path / f"{i}" / name
+        shutil.copytree(tiny_run, run)
+        page = tmp_path / f"{i}.html"
+        assert main(["inspect", str(run), "--prompt", "the model", "--out", str(page)]) == 0
+        capsys.readouterr()
+        dom, console = run_browser(page, "--dump-dom")
+        assert console == [], name
+        assert 'data-rendered="yes"' in dom, name
+        assert int(re.search(r'data-panels="(\d+)"', dom).group(1)) > 2, name
+        h1 = html.unescape(re.search(r"<h1>(.*?)</h1>", dom, re.S).group(1))
+        assert h1 == f"attnlab inspect: {name}", name
+
+
+def _nan_capture():
+    import torch
+
+    from attnlab.config import load_config
+    from attnlab.inspection import capture
+    from attnlab.model.transformer import build_model
+
+    torch.manual_seed(0)
+    model = build_model(load_config("tiny").model)
+    with torch.no_grad():  # one query weight of the last layer: its maps and the loss
+        dict(model.named_parameters())["decoder.blocks.1.attention.query.w_q.weight"][0, 0] = float(
+            "nan"
+        )
+    ids = list(b"a NaN weight in one layer")
+    decode = lambda t: bytes(t).decode("utf-8", "replace")  # noqa: E731
+    return capture(model, ids, decode, name="nan", target="nan")
+
+
+def test_a_nan_model_writes_a_page_that_shows_its_nans(tmp_path):
+    """JSON has no NaN: the values are written as strings the page reads back, a note counts
+    them, and nothing is turned into a harmless-looking 0."""
+    from attnlab.inspection import write_page
+
+    c = _nan_capture()
+    assert any(x is not None and np.isnan(x) for x in c.loss)  # the premise
+    page = write_page(tmp_path / "nan.html", [c])
+    _, payload = _page_json(page)
+    data = json.loads(payload)
+    loss = data["captures"][0]["loss"]
+    assert "NaN" in loss
+    maps = [
+        v for lv in data["captures"][0]["layers"] for m in lv["maps"].values() for v in m["data"]
+    ]
+    assert "NaN" in maps
+    assert any("NaN or infinite" in n for n in data["notes"])
+
+
+def test_a_nan_model_page_renders_in_chromium(tmp_path):
+    import re
+
+    from attnlab.inspection import write_page
+    from browser_helpers import run_browser
+
+    page = write_page(tmp_path / "nan.html", [_nan_capture()])
+    dom, console = run_browser(page, "--dump-dom")
+    assert console == [] and 'data-rendered="yes"' in dom
+    assert int(re.search(r'data-panels="(\d+)"', dom).group(1)) > 2
+    assert "mean loss NaN" in dom and "NaN or infinite" in dom
+
+
+def test_inspect_cuts_a_prompt_only_where_the_position_part_has_a_limit(data_dir, tmp_path, capsys):
+    """RoPE places any length: a prompt past max_seq_len is read whole; learned positions
+    (a table of max_seq_len rows) cut it to the last max_seq_len tokens, with a note."""
+    from attnlab.train import train
+    from data_helpers import tiny_run_config
+
+    prompt = "the model learns " * 12  # 204 bytes > max_seq_len = 128
+    pages = {}
+    for kind in ("rope", "learned"):
+        cfg = tiny_run_config(data_dir, f"model.position.kind={kind}", steps=2, eval_every=2)
+        assert cfg.model.max_seq_len < len(prompt)
+        train(cfg, tmp_path / kind)
+        out = tmp_path / f"{kind}.html"
+        assert main(["inspect", str(tmp_path / kind), "--prompt", prompt, "--out", str(out)]) == 0
+        notes = " ".join(json.loads(_page_json(out)[1])["notes"])
+        pages[kind] = (capsys.readouterr().out, notes)
+    assert f"{len(prompt)} tokens" in pages["rope"][0] and "exceed" not in pages["rope"][1]
+    assert f"{cfg.model.max_seq_len} tokens" in pages["learned"][0]
+    assert f"the prompt's {len(prompt)} tokens exceed" in pages["learned"][1]
