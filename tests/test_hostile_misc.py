@@ -482,3 +482,33 @@ def test_inspect_cuts_a_prompt_only_where_the_position_part_has_a_limit(data_dir
     assert f"{len(prompt)} tokens" in pages["rope"][0] and "exceed" not in pages["rope"][1]
     assert f"{cfg.model.max_seq_len} tokens" in pages["learned"][0]
     assert f"the prompt's {len(prompt)} tokens exceed" in pages["learned"][1]
+
+
+# ------------------------------------------------------------------------------ --init-from
+def test_init_from_weights_of_another_shape_than_config_json_names_each_tensor(
+    data_dir, tmp_path, capsys
+):
+    """A folder whose config.json was edited (64 -> 128 positions) after its weights were
+    saved: transformers raised a RuntimeError pointing at a logged report; the error names the
+    tensor, both shapes and the fix, and the run trains nothing."""
+    from data_helpers import run_config
+    from eval_doubles import tiny_hf_model
+
+    folder = tmp_path / "gpt2"
+    tiny_hf_model("gpt2", max_length=64).save_pretrained(folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["n_positions"] = 128
+    (folder / "config.json").write_text(json.dumps(config))
+    cfg = run_config(
+        tmp_path / "run.toml", data_dir.parent / "corpus.jsonl", data_dir, max_steps=1,
+        warmup_steps=0, threads=1,
+    )  # fmt: skip
+    argv = ["train", str(cfg), "--out", str(tmp_path / "run"), "--init-from", str(folder)]
+    assert main([*argv, "--quiet", "--skip-check"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "RuntimeError" not in err
+    assert (
+        "transformer.wpe.weight: the weights hold [64, 32], config.json makes it [128, 32]" in err
+    )
+    assert "restore the config.json saved with these weights" in err
+    assert not list((tmp_path / "run").rglob("*.safetensors"))
