@@ -512,3 +512,27 @@ def test_init_from_weights_of_another_shape_than_config_json_names_each_tensor(
     )
     assert "restore the config.json saved with these weights" in err
     assert not list((tmp_path / "run").rglob("*.safetensors"))
+
+
+# ------------------------------------------------------- names with "[...]" on a terminal
+def test_data_info_shows_a_directory_named_like_terminal_markup(one_document, tmp_path, capsys):
+    data = tmp_path / "[ratio=0.25]"
+    shutil.copytree(one_document, data)
+    assert main(["data", "info", str(data)]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == str(data)
+
+
+def test_compare_progress_prints_names_and_reasons_as_text():
+    import io
+
+    from attnlab.experiments.running.progress import ExperimentProgress
+
+    out = io.StringIO()
+    progress = ExperimentProgress(1, {"v[ratio=0.25]": 1.0}, rich=True, stream=out)
+    progress.begin([("v[ratio=0.25]", 0, 5)])
+    progress.start_run("v[ratio=0.25]", 0, 5)
+    progress.note("a note about runs/[bold]x/[ratio=0.25]")
+    progress.finish()
+    text = out.getvalue()
+    assert "v[ratio=0.25] seed0" in text
+    assert "runs/[bold]x/[ratio=0.25]" in text

@@ -97,14 +97,16 @@ def _fmt(n: int) -> str:
 
 def _print_summary(meta: dict, directory: str) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     console = Console()
     tok = meta["tokenizer"]
-    console.print(f"[bold]{directory}[/bold]")
+    console.print(f"[bold]{escape(directory)}[/bold]")  # a path's "[x]" is text, not markup
     console.print(
         f"corpus {meta['corpus_spec']!r} ({meta['corpus']}), tokenizer {tok['name']!r} "
-        f"(vocab {_fmt(meta['vocab_size'])}, eos {meta['eos_id']}), dtype {meta['dtype']}"
+        f"(vocab {_fmt(meta['vocab_size'])}, eos {meta['eos_id']}), dtype {meta['dtype']}",
+        markup=False,
     )
     table = Table("split", "documents", "tokens", "sha256")
     for split, info in meta["splits"].items():
@@ -121,7 +123,7 @@ def _print_summary(meta: dict, directory: str) -> None:
     if "n_articles" in attribution:
         credit.append(f"{attribution['n_articles']} articles")
     if credit:
-        console.print("attribution: " + "; ".join(credit))
+        console.print("attribution: " + "; ".join(credit), markup=False)
 
 
 def _prepare(args: argparse.Namespace) -> int:

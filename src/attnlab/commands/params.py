@@ -7,6 +7,7 @@ import json
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from attnlab.commands._common import add_config_arguments, config_from_args
 
@@ -39,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     for part, n in rep.by_part.items():
         emb = part in ("embedding", "position", "lm_head")
         share = "" if emb else f"{100 * n / max(rep.non_embedding, 1):.1f}%"
-        table.add_row(part, _m(n), f"{n:,}", share)
+        table.add_row(Text(part), _m(n), f"{n:,}", share)  # Text: a plugin's name is no markup
     con = Console()
     con.print(table)
     con.print(f"total                      {_m(rep.total):>10}  ({rep.total:,})")
@@ -51,5 +52,5 @@ def run(args: argparse.Namespace) -> int:
         f"forward FLOPs per token     {rep.flops_per_token / 1e6:,.1f}M at T={cfg.model.max_seq_len}"
     )
     for note in rep.notes:
-        con.print(f"note: {note}")
+        con.print(f"note: {note}", markup=False)
     return 0

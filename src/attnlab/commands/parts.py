@@ -11,6 +11,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 NAME = "parts"
 HELP = "List the registered parts by slot: options, declared costs, and where each comes from."
@@ -107,12 +108,13 @@ def run(args: argparse.Namespace) -> int:
                 f"{k}: {v['type']} = {v['default']!r}" for k, v in row["options"].items()
             )
             what = row["summary"] + (f"\n{row['cost']}" if row["cost"] else "")
-            table.add_row(
+            cells = [
                 row["kind"],
                 what,
                 opts or "—",
                 "\n".join([f"params row: {row['param_label']}", *row["declares"]]),
                 _short(row["source"]),
-            )
+            ]
+            table.add_row(*map(Text, cells))  # a plugin's text and path are no markup
         con.print(table)
     return 0

@@ -166,7 +166,7 @@ def _progress(enabled: bool) -> Any:
 
     return Progress(
         SpinnerColumn(),
-        TextColumn("{task.description}"),
+        TextColumn("{task.description}", markup=False),  # names a tokenizer path
         BarColumn(),
         DownloadColumn(),
         TransferSpeedColumn(),
@@ -386,7 +386,8 @@ def _encode(
         bar.update(task, completed=writer.text_bytes)
         bar.console.print(
             f"resuming {stage.out}: {writer.documents:,} documents "
-            f"({writer.text_bytes / 1e6:,.1f} MB, {writer.tokens:,} tokens) already encoded"
+            f"({writer.text_bytes / 1e6:,.1f} MB, {writer.tokens:,} tokens) already encoded",
+            markup=False,
         )
     last_commit, last_time = writer.text_bytes, time.monotonic()
     reached = False

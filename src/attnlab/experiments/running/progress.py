@@ -137,7 +137,10 @@ class ExperimentProgress:
                     break
         label = f"{variant} seed{seed}"
         if self._progress is not None:
-            self._tasks[key] = self._progress.add_task(label, total=max_steps, info="")
+            from rich.markup import escape
+
+            # a variant's name is text: "[ratio=0.25]" in it is not markup to apply
+            self._tasks[key] = self._progress.add_task(escape(label), total=max_steps, info="")
             self._refresh()
         else:
             self._say(f"[{self.done + len(self.active)}/{self.total}] {label}: starting")
@@ -185,7 +188,7 @@ class ExperimentProgress:
             task = self._tasks.pop(key, None)
             if task is not None:
                 self._progress.remove_task(task)
-            self._progress.console.print(msg)
+            self._progress.console.print(msg, markup=False)  # names and reasons are text
             self._refresh()
         else:
             self._say(f"{msg}  | experiment ETA {fmt_duration(self.remaining())}")
@@ -211,7 +214,7 @@ class ExperimentProgress:
 
     def note(self, message: str) -> None:
         if self._progress is not None:
-            self._progress.console.print(message)
+            self._progress.console.print(message, markup=False)
         else:
             self._say(message)
 
