@@ -4,12 +4,17 @@ other runs are not blamed; SIGINT at any moment ends with "interrupted" and no t
 
 from __future__ import annotations
 
+import contextlib
 import json
+import multiprocessing as mp
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -23,6 +28,26 @@ THREE = '[[variants]]\nname = "a"\n[[variants]]\nname = "b"\nset = ["train.lr=0.
 
 def _start(exp: Path, out: Path, *extra: str) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")]))
+    with _sigint_handled():
+        return _popen(exp, out, env, *extra)
+
+
+@contextlib.contextmanager
+def _sigint_handled() -> Iterator[None]:
+    """SIGINT handled here while compare starts, so compare starts with its default (a
+    background shell starts the suite with SIGINT ignored, and children inherit that: the
+    Ctrl-C these tests send would then be ignored, not tested)."""
+    ignored = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    if ignored:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        if ignored:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _popen(exp: Path, out: Path, env: dict[str, str], *extra: str) -> subprocess.Popen:
     return subprocess.Popen(
         [
             sys.executable,
@@ -136,3 +161,53 @@ def test_a_killed_resource_tracker_prints_no_traceback(experiment, tmp_path):
     assert "Traceback" not in err and "KeyError" not in err, err
     statuses = [json.loads(s.read_text())["status"] for s in sorted(out_dir.rglob("status.json"))]
     assert statuses == ["finished"] * 4, (statuses, err)
+
+
+def test_a_ctrl_c_while_workers_start_waits_until_they_are_started():
+    """Issue 32: SIGINT reaching another thread (a queue's feeder, SIGINT unblocked) made
+    Python raise ``KeyboardInterrupt`` in the main thread whatever its mask, in the middle of
+    starting a worker (it then died on "EOFError: Ran out of input"). The interrupt is held
+    until the block ends, then raised."""
+    from attnlab.experiments.running.parallel import _no_sigint
+
+    assert threading.current_thread() is threading.main_thread()
+    q = mp.get_context("spawn").Queue()
+    q.put(1)  # its feeder thread starts now, with SIGINT unblocked
+    body_finished = False
+    with pytest.raises(KeyboardInterrupt), _no_sigint():
+        os.kill(os.getpid(), signal.SIGINT)
+        deadline = time.time() + 0.5
+        while time.time() < deadline:  # Python checks for signals meanwhile
+            pass
+        body_finished = True
+    assert body_finished
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    q.close()
+    q.join_thread()
+
+
+def _slow_manager_exit(pool) -> None:
+    """Make ``pool``'s manager thread take a second to close its pipes, as under load."""
+    thread = pool._executor_manager_thread
+    join_internals = thread.join_executor_internals
+
+    def slow() -> None:
+        time.sleep(1.0)
+        join_internals()
+
+    thread.join_executor_internals = slow
+
+
+def test_stopping_the_pool_waits_for_its_manager_thread():
+    """Issue 32: Python 3.11's exit hook writes to the pool manager's wakeup pipe unlocked
+    while that thread closes it ("Exception ignored ... OSError: [Errno 9] Bad file descriptor"
+    at exit after Ctrl-C under load). ``_stop`` returns only when the thread has ended."""
+    from attnlab.experiments.running.parallel import _stop
+
+    pool = ProcessPoolExecutor(1, mp_context=mp.get_context("spawn"))
+    pool.submit(time.sleep, 30)
+    thread = pool._executor_manager_thread
+    _slow_manager_exit(pool)
+    _stop(pool)
+    assert not thread.is_alive()
+    assert thread.thread_wakeup._closed

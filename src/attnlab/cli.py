@@ -18,6 +18,7 @@ from collections.abc import Sequence
 
 from attnlab import __version__
 from attnlab.base import exitcodes
+from attnlab.base.advice import RETRAIN, restart_as
 from attnlab.base.errors import UserError
 from attnlab.base.failures import SYSTEM_FAILURES, describe, os_error_of
 from attnlab.base.warning_lines import cli_warnings
@@ -49,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(mod.NAME, help=mod.HELP, description=mod.HELP)
         mod.add_arguments(p)
         add_plugin_argument(p)
-        p.set_defaults(_run=mod.run)
+        p.set_defaults(_run=mod.run, _restart=getattr(mod, "RESTART", RETRAIN))
     return parser
 
 
@@ -125,7 +126,8 @@ def _main(argv: list[str], command: str) -> int:
     if hasattr(signal, "SIGXFSZ"):  # a file-size limit then fails the write (EFBIG), not us
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     try:
-        return int(args._run(args) or 0)
+        with restart_as(args._restart):  # "how to start a run over", in this command's flags
+            return int(args._run(args) or 0)
     except BrokenPipeError:
         raise  # the output pipe closed: main() decides (see there)
     except UserError as e:

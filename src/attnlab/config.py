@@ -22,6 +22,7 @@ from pydantic import BaseModel, Field, ValidationError, ValidationInfo, model_va
 from pydantic_core import PydanticCustomError
 
 from attnlab.base.errors import UserError
+from attnlab.base.pathkind import not_a_file
 from attnlab.base.schema import PartOptions, Section, default_options, slot_field, slot_of
 from attnlab.base.section import seed_type
 from attnlab.recipe import TrainRecipe
@@ -506,7 +507,7 @@ def read_toml_file(path: str | Path, what: str = "config file") -> dict[str, Any
     """A TOML file as a dict; a missing file, non-UTF-8 bytes or bad syntax is a ConfigError."""
     p = Path(path)
     if not p.is_file():
-        raise ConfigError(f"{what} {str(path)!r} does not exist; check the path")
+        raise ConfigError(f"{what} {str(path)!r} {not_a_file(p)}; give the path of a TOML file")
     try:
         text = p.read_text(encoding="utf-8")
     except UnicodeDecodeError:
@@ -678,7 +679,7 @@ def source_dict(name_or_path: str | Path) -> dict[str, Any]:
         if Path(s).is_dir():
             raise ConfigError(f"config {s!r} is a directory; give a TOML file or a preset name")
         if not Path(s).is_file():
-            raise ConfigError(f"config file {s!r} does not exist; give a preset name or a path")
+            raise ConfigError(f"config file {s!r} {not_a_file(s)}; give a preset name or a path")
         return _resolve_extends(resolve_plugin_paths(read_toml_file(s), Path(s).parent))
     return _preset_dict(s)
 

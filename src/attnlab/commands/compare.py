@@ -12,11 +12,14 @@ import sys
 import time
 from pathlib import Path
 
+from attnlab.base.advice import COMPARE
 from attnlab.base.errors import UserError
 from attnlab.commands._common import add_set_argument, add_skip_argument
 
 NAME = "compare"
 HELP = "run a multi-variant, multi-seed experiment file and write a report with statistics"
+#: how this command's user starts a run over (``attnlab.base.advice``)
+RESTART = COMPARE
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -214,8 +214,11 @@ def _retrieval(args: argparse.Namespace) -> int:
         f"({m['database_tokens']:,} tokens), neighbours of {db.neighbour_len} tokens"
     )
     q = m["query_chunks"]
+    short = [f"{db.short(s):,} {s}" for s in ("train", "val") if db.short(s)]
+    lacking = f"; fewer for {' and '.join(short)} chunks (see the warning)" if short else ""
     print(
         f"  neighbours      k={m['neighbours']} for {q['train']:,} train, {q['val']:,} val chunks"
+        + lacking
     )
     print(f"  took            {time.perf_counter() - t0:.1f} s")
     return 0

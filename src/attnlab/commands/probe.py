@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import argparse
 
+from attnlab.base.advice import RERUN
 from attnlab.commands._common import add_set_argument, add_skip_argument
 
 NAME = "probe"
 HELP = "frozen probe: inject pre-projection / content skip / anchored query (or LoRA) into a pretrained LM"
+#: how this command's user starts a run over (``attnlab.base.advice``)
+RESTART = RERUN
 
 EPILOG = """\
 methods: frozen, lora, preproj, skip, anchored-query and their '+' combinations

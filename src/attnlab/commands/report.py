@@ -10,7 +10,7 @@ HELP = "rebuild the report, plots and results tables of an `attnlab compare` dir
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("out", metavar="DIR", help="the --out directory of `attnlab compare`")
+    p.add_argument("out", metavar="DIR", help="the directory of `attnlab compare --out DIR`")
 
 
 def run(args: argparse.Namespace) -> int:

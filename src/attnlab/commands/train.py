@@ -10,16 +10,21 @@ import sys
 from pathlib import Path
 
 from attnlab.base import exitcodes
+from attnlab.base.advice import RERUN
 from attnlab.base.errors import UserError
 from attnlab.commands._common import add_config_arguments, add_skip_argument, config_from_args
 
 NAME = "train"
 HELP = "train a model from scratch into RUN_DIR; the same command again resumes it"
+#: how this command's user starts a run over (``attnlab.base.advice``)
+RESTART = RERUN
 EPILOG = f"""\
 exit codes: {exitcodes.OK} finished (or already finished), {exitcodes.USER_ERROR} bad input, \
 {exitcodes.DIVERGED} the run diverged (recorded in RUN_DIR/status.json), \
 {exitcodes.INTERRUPTED} interrupted (rerun to resume)
 """
+#: how this command's user starts a run over (``attnlab.base.advice``)
+RESTART = RERUN
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

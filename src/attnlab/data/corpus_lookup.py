@@ -19,6 +19,7 @@ import glob
 from pathlib import Path
 
 from attnlab.base.errors import UserError
+from attnlab.base.pathkind import not_a_file
 from attnlab.data.corpus import REGISTRY, Corpus, SourceOptions
 
 
@@ -64,7 +65,7 @@ def open_corpus(
             raise UserError(f"corpus glob {spec!r} matched no files; check the pattern")
         return LocalFiles.from_glob(spec, [Path(m) for m in matches], options)
     if "/" in spec or "\\" in spec or path.suffix:
-        raise UserError(f"corpus path {spec!r} does not exist")
+        raise UserError(f"corpus path {spec!r} {not_a_file(path)}")
     near = difflib.get_close_matches(spec, list(REGISTRY), n=1)
     hint = f"did you mean {near[0]!r}? " if near else ""
     raise UserError(

@@ -147,7 +147,8 @@ class HubCorpus(Corpus):
             if field not in row:
                 raise UserError(
                     f"hf:{self.dataset.path} row {i} has no {field!r} field "
-                    f"(fields: {sorted(row)}); choose one with --text-field"
+                    f"(fields: {sorted(row)}); choose one with --text-field (data.text_field "
+                    "in a run config)"
                 )
             value = row[field]
             if isinstance(value, str):

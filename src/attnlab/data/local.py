@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from attnlab.base.errors import UserError
+from attnlab.base.pathkind import kind, not_a_file
 from attnlab.data.corpus import Corpus, SourceOptions
 
 TXT_SPLIT_CHARS = 1 << 20
@@ -69,6 +70,7 @@ def decode_utf8(data: bytes, path: Path, replace: bool, base_offset: int = 0) ->
             raise UserError(
                 f"{path}: invalid UTF-8 at byte offset {offset} "
                 f"(byte 0x{data[e.start]:02x}); fix the file or pass --replace-invalid-utf8 "
+                "(data.replace_invalid_utf8 = true in a run config) "
                 "to replace invalid bytes with U+FFFD"
             ) from None
     return text.removeprefix("\ufeff")
@@ -119,7 +121,7 @@ def iter_jsonl(path: Path, options: SourceOptions) -> Iterator[str]:
                 keys = sorted(record) if isinstance(record, dict) else type(record).__name__
                 raise UserError(
                     f"{path}:{lineno}: no {field!r} field (found {keys}); "
-                    "choose the text field with --text-field"
+                    "choose the text field with --text-field (data.text_field in a run config)"
                 )
             value = record[field]
             if not isinstance(value, str):
@@ -144,7 +146,8 @@ def iter_parquet(path: Path, options: SourceOptions) -> Iterator[str]:
     names = pf.schema_arrow.names
     if field not in names:
         raise UserError(
-            f"{path}: no column {field!r} (columns: {names}); choose one with --text-field"
+            f"{path}: no column {field!r} (columns: {names}); choose one with --text-field "
+            "(data.text_field in a run config)"
         )
     kind = pf.schema_arrow.field(field).type
     is_binary = pa.types.is_binary(kind) or pa.types.is_large_binary(kind)
@@ -178,9 +181,12 @@ class LocalFiles(Corpus):
             if not files:
                 raise UserError(
                     f"directory {path} has no {'/'.join(SUFFIXES)} files; "
-                    "point --corpus at a file, a glob, or a directory with text files"
+                    "point --corpus (data.corpus in a run config) at a file, a glob, or a "
+                    "directory with text files"
                 )
             return cls(_slug(path.resolve().name), files, options, str(path))
+        if kind(path) is not None:  # a device or a pipe: reading it may never end
+            raise UserError(f"corpus path {str(path)!r} {not_a_file(path)}")
         if not file_kind(path):
             raise UserError(f"{path}: unsupported file type; use one of {', '.join(SUFFIXES)}")
         return cls(_slug(_stem(path)), [path], options, str(path))

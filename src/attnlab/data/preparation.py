@@ -35,6 +35,7 @@ import numpy as np
 
 from attnlab.base.atomic import atomic_write_json
 from attnlab.base.errors import UserError
+from attnlab.base.pathkind import kind
 from attnlab.data.corpus import Corpus
 from attnlab.data.corpus_lookup import open_corpus
 from attnlab.data.encoding import CHUNK_BYTES, chunk_documents, default_workers, encode_chunks
@@ -86,7 +87,8 @@ def _document_bytes(
             if not replace_invalid_utf8:
                 raise UserError(
                     f"document {i} of {corpus.name} contains an unpaired surrogate "
-                    f"({doc[e.start]!r}) that is not valid UTF-8; pass --replace-invalid-utf8"
+                    f"({doc[e.start]!r}) that is not valid UTF-8; pass --replace-invalid-utf8 "
+                    "(data.replace_invalid_utf8 = true in a run config)"
                 ) from None
             data = doc.encode("utf-16", "surrogatepass").decode("utf-16", "replace").encode()
         n += 1
@@ -138,7 +140,7 @@ def _check_documents(n_docs: int, opts: dict[str, Any]) -> None:
     if n_docs == 0:
         raise UserError(
             f"corpus {corpus!r} has no non-empty documents; check the path, the "
-            "--text-field, or the file contents"
+            "--text-field (data.text_field), or the file contents"
         )
     if opts["val_fraction"] > 0 and n_docs < 2:
         raise UserError(
@@ -178,11 +180,11 @@ def _progress(enabled: bool) -> Any:
     )
 
 
-def _check_out_dir(out: Path, overwrite: bool) -> None:
+def _check_out_dir(out: Path, overwrite: bool, out_flag: str) -> None:
     if not out.exists():
         return
     if not out.is_dir():
-        raise UserError(f"--out {out} is a file; choose a directory path")
+        raise UserError(f"{out_flag} {out} is {kind(out) or 'a file'}; choose a directory path")
     if (out / "meta.json").exists():
         if not overwrite:
             raise UserError(
@@ -191,7 +193,8 @@ def _check_out_dir(out: Path, overwrite: bool) -> None:
             )
     elif any(out.iterdir()):
         raise UserError(
-            f"--out {out} exists and is not a prepared data directory; choose a new or empty path"
+            f"{out_flag} {out} exists and is not a prepared data directory; choose a new or "
+            "empty path"
         )
 
 
@@ -214,6 +217,7 @@ def prepare(
     commit_bytes: int = COMMIT_BYTES,
     parallel_after: int = PARALLEL_AFTER_BYTES,
     wait: bool = False,
+    out_flag: str = "--out",
 ) -> dict[str, Any]:
     """Tokenize ``corpus`` into ``out_dir`` (see module docstring); returns the meta dict.
 
@@ -221,7 +225,8 @@ def prepare(
     ``max_tokens`` stops after the document that brings both splits together to that many
     tokens; ``restart`` discards the progress of an interrupted run instead of resuming it.
     A second prepare of the same ``out_dir`` fails at once, or with ``wait`` waits for the first
-    and then uses what it prepared.
+    and then uses what it prepared. ``out_flag`` is how the user named ``out_dir``, for the
+    messages: ``--out`` of ``attnlab data prepare``, ``data.dir`` when a run prepares its data.
     """
     started = time.perf_counter()
     out = Path(out_dir)
@@ -235,7 +240,7 @@ def prepare(
     if workers < 1:
         raise UserError(f"workers={workers} must be >= 1")
     if not (wait and (out / "meta.json").exists()):
-        _check_out_dir(out, overwrite)
+        _check_out_dir(out, overwrite, out_flag)
     bpe_size = bpe_vocab_size(tokenizer)
     tok: Tokenizer | None = None
     if bpe_size is None:
@@ -255,7 +260,8 @@ def prepare(
         "split_seed": split_seed,
         "version": FORMAT_VERSION,
     }
-    with output_lock(out, wait=wait), _progress(show) as bar:
+    lock = output_lock(out, wait=wait, fix=f"choose a writable {out_flag}")
+    with lock, _progress(show) as bar:
         if wait and not overwrite and (out / "meta.json").exists():
             return read_meta(out)  # prepared by the process we waited for
         remove_stale(out)
@@ -453,5 +459,6 @@ def ensure_prepared(data_cfg: Any, root: str | Path = "data") -> TokenData:
         text_field=data_cfg.text_field,
         split_seed=data_cfg.split_seed,
         wait=True,
+        out_flag="data.dir",
     )
     return ensure_prepared(data_cfg, root)  # checks what a concurrent prepare may have made

@@ -35,6 +35,7 @@ import itertools
 import json
 import multiprocessing as mp
 import shutil
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,12 +46,26 @@ from attnlab.base.atomic import atomic_write_json, sha256_file
 from attnlab.base.errors import UserError
 from attnlab.base.extras import require
 from attnlab.data.encoding import default_workers
+from attnlab.data.retrieval_files import (
+    damaged,
+    document_ids,
+    load_index,
+    read_meta,
+    rebuild_command,
+    shortfall,
+)
 from attnlab.data.staging import output_lock
 from attnlab.data.tokendata import TokenData
 
 FORMAT = "attnlab-retrieval"
 FORMAT_VERSION = 1
 BLOCK = 256  # queries per work unit (and per resumable file)
+
+
+class RetrievalWarning(UserWarning):
+    """A database that was built but lacks neighbours (too few documents for the leakage rule)."""
+
+
 EMBEDDER = "bm25 over token 2- and 3-grams (bm25s, method lucene, k1=1.5, b=0.75)"
 
 
@@ -69,12 +84,6 @@ def chunk_terms(chunk: np.ndarray) -> list[str]:
     return [f"{a}_{b}" for a, b in itertools.pairwise(t)] + [
         f"{a}_{b}_{c}" for a, b, c in zip(t, t[1:], t[2:], strict=False)
     ]
-
-
-def document_ids(tokens: np.ndarray, eos_id: int) -> np.ndarray:
-    """Document number of every token (documents end with eos; the eos belongs to its document)."""
-    ends = np.asarray(tokens) == eos_id
-    return np.concatenate([[0], np.cumsum(ends)[:-1]]).astype(np.int64)
 
 
 def neighbour_tokens(
@@ -184,27 +193,28 @@ class Database:
     def split(self, name: str) -> np.ndarray:
         return self.train if name == "train" else self.val
 
+    def short(self, name: str) -> int:
+        """How many query chunks of split ``name`` have fewer than k neighbours (-1 entries)."""
+        return int((np.asarray(self.split(name)) < 0).any(axis=1).sum())
+
     @classmethod
     def open(cls, directory: str | Path, *, verify: bool = False) -> Database:
+        """The database in ``directory``; a damaged file is a ``UserError`` naming it and the
+        command that rebuilds it. ``verify`` also checks each file's sha256."""
         directory = Path(directory)
         path = directory / "meta.json"
-        if not path.is_file():
+        if not path.exists():
             raise UserError(
-                f"{directory} holds no retrieval database; build it with `attnlab data retrieval "
-                "--data DATA_DIR --chunk-size M --neighbours K`"
+                f"{directory} holds no retrieval database; build it with "
+                f"`{rebuild_command(directory)}`"
             )
-        try:
-            meta = json.loads(path.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise UserError(f"{path} is damaged ({e}); rebuild with --restart") from None
-        if meta.get("format") != FORMAT or meta.get("version") != FORMAT_VERSION:
-            raise UserError(f"{path} is not an attnlab retrieval database v{FORMAT_VERSION}")
+        meta = read_meta(path, FORMAT, FORMAT_VERSION)
         arrays = {}
         for split in ("train", "val"):
             f = directory / f"{split}.npy"
-            if verify and sha256_file(f) != meta["files"][f"{split}.npy"]:
-                raise UserError(f"{f} does not match meta.json; rebuild with --restart")
-            arrays[split] = np.load(f, mmap_mode="r")
+            if verify and sha256_file(f) != meta["files"].get(f"{split}.npy"):
+                raise damaged(f, "does not match meta.json")
+            arrays[split] = load_index(f, meta, split)
         return cls(directory, meta, arrays["train"], arrays["val"])
 
     def retriever(self, data: TokenData, *, live: bool = True):
@@ -217,6 +227,13 @@ class Database:
 def live_retriever(train: np.ndarray, m: int, k: int, r: int, eos_id: int):
     """A callable chunk [m] -> neighbours [k, r]: BM25 over the chunks of ``train`` (the index
     is built here, once), the chunk's k best with their continuations (``neighbour_tokens``)."""
+    require(
+        "retrieval",
+        "bm25s",
+        "scipy",
+        what="live retrieval (`attnlab generate` of a retrieval run; --no-retrieval decodes "
+        "without it)",
+    )
     S, vocab = _score_matrix(np.asarray(train), m)
 
     def retrieve(chunk: np.ndarray) -> np.ndarray:
@@ -260,8 +277,13 @@ def build_database(
         raise UserError(f"workers={workers} must be >= 1")
     data = TokenData.open(data_dir)
     out = database_dir(data_dir, m, k, cont)
-    with output_lock(out, wait=True):  # concurrent runs of an experiment build it once
-        return _build(data, out, m, k, cont, workers, restart)
+    writable = f"the database is written inside the data directory: make {data_dir} writable"
+    with output_lock(out, wait=True, fix=writable):  # an experiment's runs build it once
+        db = _build(data, out, m, k, cont, workers, restart)
+    short = shortfall(db, np.asarray(data.train), data.eos_id)
+    if short is not None:
+        warnings.warn(RetrievalWarning(f"{out}: {short}"), stacklevel=2)
+    return db
 
 
 def _build(
@@ -272,7 +294,9 @@ def _build(
         db = Database.open(out)
         if {x: db.meta.get(x) for x in key} == key:
             return db
-        raise UserError(f"{out} was built from other data or settings; rerun with --restart")
+        raise UserError(
+            f"{out} was built from other data or settings; rebuild it with `{rebuild_command(out)}`"
+        )
     if out.exists():
         shutil.rmtree(out)
     partial = out.parent / f".{out.name}.partial"
@@ -280,7 +304,7 @@ def _build(
         shutil.rmtree(partial)
     partial.mkdir(parents=True, exist_ok=True)
     key_file = partial / "key.json"
-    if key_file.exists() and json.loads(key_file.read_text()) != key:
+    if key_file.exists() and _read_key(key_file) != key:
         shutil.rmtree(partial)
         partial.mkdir(parents=True)
     atomic_write_json(key_file, key)
@@ -290,7 +314,7 @@ def _build(
     if n_db <= k:
         raise UserError(
             f"the training split has {n_db} chunks of {m} tokens, too few for {k} neighbours; "
-            "use a smaller --chunk-size or more data"
+            "use a smaller --chunk-size (model.retrieval.chunk_size in a run) or more data"
         )
     docs = document_ids(train, data.eos_id)
     starts = np.arange(n_db) * m
@@ -351,6 +375,14 @@ def _build(
     shutil.rmtree(partial)
     _STATE.clear()
     return Database.open(out)
+
+
+def _read_key(path: Path) -> Any:
+    """An interrupted build's settings; None when the file is damaged (the build starts over)."""
+    try:
+        return json.loads(path.read_bytes())
+    except (ValueError, OSError):
+        return None
 
 
 def sequence_neighbours(

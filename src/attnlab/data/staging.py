@@ -51,9 +51,12 @@ def lock_path(out: Path) -> Path:
 
 
 @contextlib.contextmanager
-def output_lock(out: Path, wait: bool = False) -> Iterator[None]:
+def output_lock(
+    out: Path, wait: bool = False, fix: str = "choose a writable --out"
+) -> Iterator[None]:
     """Hold the exclusive lock of ``out`` (see the module docstring); if another process has it,
-    a UserError, or with ``wait`` block until it is released."""
+    a UserError, or with ``wait`` block until it is released. ``fix`` ends the error when the
+    lock cannot be created (it names the running command's way to choose another place)."""
     import fcntl
 
     path = lock_path(out)
@@ -62,9 +65,7 @@ def output_lock(out: Path, wait: bool = False) -> Iterator[None]:
             path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as e:
-            raise UserError(
-                f"cannot write in {path.parent} ({e.strerror or e}); choose a writable --out"
-            ) from None
+            raise UserError(f"cannot write in {path.parent} ({e.strerror or e}); {fix}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
         except BlockingIOError:

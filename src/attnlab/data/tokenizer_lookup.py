@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from attnlab.base.errors import UserError
+from attnlab.base.pathkind import not_a_file
 from attnlab.data.tokenizer import Tokenizer, bpe_vocab_size
 
 BUILTIN_NAMES = ("bytes", "bpe-4096", "bpe-8192", "gpt2", "pythia")
@@ -119,13 +120,13 @@ def load_tokenizer(name_or_path: str | None, data_dir: str | Path | None = None)
 
         return AutoTokenizerAdapter(str(path), name=str(path), local=True)
     if path.suffix.lower() == ".json":
-        raise UserError(f"tokenizer file {name!r} does not exist")
+        raise UserError(f"tokenizer file {name!r} {not_a_file(path)}")
     if re.fullmatch(r"[\w.-]+/[\w.-]+", name) and not name.startswith((".", "/")):
         from attnlab.data.hf_tokenizer import AutoTokenizerAdapter
 
         return AutoTokenizerAdapter(name, name=f"hf:{name}", local=False)
     if "/" in name or path.suffix:
-        raise UserError(f"tokenizer path {name!r} does not exist")
+        raise UserError(f"tokenizer path {name!r} {not_a_file(path)}")
     near = difflib.get_close_matches(name, BUILTIN_NAMES, n=1)
     hint = f"did you mean {near[0]!r}? " if near else ""
     raise UserError(

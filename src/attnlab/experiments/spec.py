@@ -39,6 +39,7 @@ from typing import Any
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
+from attnlab.base.pathkind import not_a_file
 from attnlab.base.section import Section, seed_type
 from attnlab.config import (
     ConfigError,
@@ -266,7 +267,7 @@ def read_experiment(path: str | Path) -> tuple[ExperimentSpec, dict[str, Any]]:
             names = sorted(f.name for f in shipped.glob("*.toml"))
             near = difflib.get_close_matches(p.name, names, n=1, cutoff=0.5)
             hint = f"; did you mean configs/experiments/{near[0]}?" if near else ""
-        raise ConfigError(f"experiment file {str(path)!r} does not exist{hint}")
+        raise ConfigError(f"experiment file {str(path)!r} {not_a_file(p)}{hint}")
     raw = resolve_plugin_paths(read_toml_file(p, "experiment file"), p.parent)
     load_config_plugins(raw)  # before any variant's config names one of their parts
     spec = parse_experiment(raw, str(path))

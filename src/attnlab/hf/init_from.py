@@ -13,6 +13,8 @@ and are listed when the weights are loaded.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -95,6 +97,56 @@ class InitReport:
     fresh: list[str]
 
 
+@contextlib.contextmanager
+def _quiet_transformers() -> Iterator[None]:
+    """transformers' loading report and progress bar off for a block (restored after)."""
+    from transformers.utils import logging as hf_logging
+
+    level, bar = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(level)
+        if bar:
+            hf_logging.enable_progress_bar()
+
+
+def _load_failure(spec: str, source: str, local: bool, error: RuntimeError) -> UserError:
+    """The error for weights transformers would not load: each tensor whose shape in the
+    weights is not the one the folder's config.json gives it, with both shapes (transformers
+    names them only in a logged report). Loads once more, keeping mismatched tensors aside."""
+    from transformers import AutoModelForCausalLM
+
+    try:
+        with _quiet_transformers():
+            _, info = AutoModelForCausalLM.from_pretrained(
+                source,
+                local_files_only=local,
+                dtype=torch.float32,
+                use_safetensors=True,
+                ignore_mismatched_sizes=True,
+                output_loading_info=True,
+            )
+        bad = sorted((str(k), tuple(a), tuple(b)) for k, a, b in info.get("mismatched_keys", ()))
+    except Exception:  # the first error is the one to report then
+        bad = []
+    if not bad:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        return UserError(f"--init-from {spec}: transformers cannot load its weights ({first})")
+    shown = "\n  ".join(
+        f"{k}: the weights hold {list(a)}, config.json makes it {list(b)}" for k, a, b in bad[:6]
+    )
+    more = f"\n  ... and {len(bad) - 6} more" if len(bad) > 6 else ""
+    return ArchitectureError(
+        f"--init-from {spec}: {len(bad)} tensor(s) of its weights do not have the shape its "
+        f"config.json gives them:\n  {shown}{more}\nThe folder's config.json and weights do not "
+        "belong together (edited, or copied from another model): restore the config.json saved "
+        "with these weights, or give a folder whose config.json and weights agree"
+    )
+
+
 def load_pretrained(spec: str, model: nn.Module) -> InitReport:
     """Copy the checkpoint's weights into ``model`` (built from :func:`model_table`'s table)."""
     from transformers import AutoModelForCausalLM
@@ -105,11 +157,14 @@ def load_pretrained(spec: str, model: nn.Module) -> InitReport:
     if local:
         refuse_pickled_weights(source, f"--init-from {spec!r}")
     try:
-        hf = AutoModelForCausalLM.from_pretrained(
-            source, local_files_only=local, dtype=torch.float32, use_safetensors=True
-        )
+        with _quiet_transformers():  # its load report: this function says what matters
+            hf = AutoModelForCausalLM.from_pretrained(
+                source, local_files_only=local, dtype=torch.float32, use_safetensors=True
+            )
     except (OSError, ValueError) as e:
         raise UserError(f"--init-from {spec!r}: cannot load its weights ({e})") from None
+    except RuntimeError as e:  # transformers: weights of other shapes than config.json's
+        raise _load_failure(spec, source, local, e) from None
     mapped = arch.weights(config, hf.state_dict())
     own = model.state_dict()
     wrong = [

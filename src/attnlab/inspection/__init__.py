@@ -94,8 +94,8 @@ def inspect_targets(
     for i, target in enumerate(targets):
         lm, family, mask = load_target(target, trust_remote_code=trust_remote_code)
         ids = prompt_ids(lm, prompt=prompt, data_dir=data_dir, index=index, length=length)
-        limit = lm.max_length
-        if len(ids) > limit:
+        limit = lm.context_limit  # the position part's limit; None: it places any length
+        if limit is not None and len(ids) > limit:
             notes.append(
                 f"{target}: the prompt's {len(ids)} tokens exceed the model's context of {limit}; "
                 f"it reads the last {limit}"

@@ -19,7 +19,6 @@ show their own statistics.
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,7 +65,8 @@ class Capture:
     tokens: list[str]  # label of every shown position
     start: int  # first shown position
     n_tokens: int  # the whole prompt's length (after any cut to the model's context)
-    loss: list[float | None]  # per shown position: -log p(the token it predicts), None if none
+    loss: list[float | None]  # per shown position: -log p(the token it predicts) (NaN for a NaN
+    # model), None if it predicts none
     top: list[list[tuple[str, float]]]  # per shown position: top predictions (token, prob)
     predicts: str  # what a position's loss/top refer to ("next token" or "this token")
     mask: np.ndarray | None  # [R, K] bool, the mask of the first self-attention call
@@ -337,7 +337,7 @@ def _predictions(
         logp = torch.log_softmax(logits[t].float(), dim=-1)
         want = ids[t + 1] if next_token and t + 1 < T else (ids[t] if not next_token else None)
         value = None if want is None else float(-logp[want])
-        loss.append(value if value is None or math.isfinite(value) else None)
+        loss.append(value)  # NaN or inf too: the page shows them (None: nothing predicted)
         p, i = logp.exp().topk(min(TOP_K, logp.shape[-1]))
         top.append([(_token_label(decode, int(j)), float(x)) for x, j in zip(p, i, strict=True)])
     return loss, top

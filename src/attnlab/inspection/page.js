@@ -24,6 +24,21 @@ function diverging(t) {  // t in [-1, 1]: blue - white - red
                : [255, Math.round(255 * (1 - t)), Math.round(255 * (1 - t))];
 }
 function mean(xs) { const v = xs.filter((x) => x !== null); return v.length ? v.reduce((a, b) => a + b, 0) / v.length : null; }
+// JSON holds no NaN or infinity: the page data writes them "NaN", "Infinity", "-Infinity"
+function num(x) { return typeof x === "string" ? Number(x) : x; }
+function nums(x) { return Array.isArray(x) ? x.map(nums) : num(x); }
+function readNumbers(cap) {  // every number of a capture as a JS number (NaN and ±Infinity too)
+  cap.loss = cap.loss.map(num);
+  cap.top = cap.top.map((row) => row.map(([w, p]) => [w, num(p)]));
+  for (const lv of cap.layers) for (const k of Object.keys(lv.earlier)) lv.earlier[k] = nums(lv.earlier[k]);
+  for (const p of cap.parts) {
+    for (const t of Object.values(p.tokens)) t.data = nums(t.data);
+    for (const k of Object.keys(p.summary)) p.summary[k] = nums(p.summary[k]);
+    for (const k of Object.keys(p.numbers)) p.numbers[k] = num(p.numbers[k]);
+  }
+}
+const finite = Number.isFinite;
+const NONFINITE = [255, 0, 255];  // magenta: NaN or infinite
 function fmt(x) { return x === null || x === undefined ? "—" : Number(x).toFixed(3); }
 
 // A heatmap panel: value(i, j) for i < rows, j < cols; labels for hover.
@@ -35,7 +50,7 @@ function heatmap(kind, title, rows, cols, value, opts) {
   const img = ctx.createImageData(cols * cell, rows * cell);
   for (let i = 0; i < rows; i++) for (let j = 0; j < cols; j++) {
     const v = value(i, j);
-    const rgb = v === null ? [235, 235, 235]
+    const rgb = v === null ? [235, 235, 235] : !finite(v) ? NONFINITE
       : (o.signed ? diverging(v / o.scale) : viridis(Math.sqrt(Math.max(0, v) / o.scale)));
     for (let y = 0; y < cell; y++) for (let x = 0; x < cell; x++) {
       const p = ((i * cell + y) * cols * cell + j * cell + x) * 4;
@@ -57,16 +72,16 @@ function heatmap(kind, title, rows, cols, value, opts) {
 }
 
 function labels(cap) { return cap.tokens.map((t, i) => `${cap.start + i} '${t}'`); }
-function mapValue(m, h, n) { return (i, j) => m.data[(h * n + i) * n + j] / 1000; }
+function mapValue(m, h, n) { return (i, j) => { const v = m.data[(h * n + i) * n + j]; return typeof v === "string" ? Number(v) : v / 1000; }; }
 
 function predictions(cap) {
   const t = el("table", {class: "preds"},
     el("tr", {}, el("th", {}, "pos"), el("th", {}, "token"), el("th", {}, `loss (${cap.predicts})`),
        el("th", {}, "top predictions")));
-  const maxLoss = Math.max(1e-9, ...cap.loss.filter((x) => x !== null));
+  const maxLoss = Math.max(1e-9, ...cap.loss.filter((x) => x !== null && finite(x)));
   cap.tokens.forEach((tok, i) => {
     const l = cap.loss[i];
-    const bar = el("span", {class: "bar", style: `width:${l === null ? 0 : Math.round(80 * l / maxLoss)}px`});
+    const bar = el("span", {class: "bar", style: `width:${l === null || !finite(l) ? 0 : Math.round(80 * l / maxLoss)}px`});
     t.append(el("tr", {}, el("td", {}, cap.start + i), el("td", {}, el("span", {class: "tok"}, tok)),
       el("td", {}, bar, " ", fmt(l)),
       el("td", {}, cap.top[i].map(([w, p]) => `'${w}' ${(100 * p).toFixed(1)}%`).join("  "))));
@@ -86,6 +101,7 @@ function runHeader(cap) {
 
 function render() {
   const caps = DATA.captures;
+  caps.forEach(readNumbers);
   root.append(el("h1", {}, DATA.title));
   for (const n of DATA.notes) root.append(el("div", {class: "note"}, n));
   caps.forEach((c) => root.append(runHeader(c)));
@@ -131,7 +147,10 @@ function render() {
         vals[0].forEach((f0, h) => {
           const f1 = vals[1][h];
           let scale = 1e-6;
-          for (let i = 0; i < n; i++) for (let j = 0; j < n; j++) scale = Math.max(scale, Math.abs(f1(i, j) - f0(i, j)));
+          for (let i = 0; i < n; i++) for (let j = 0; j < n; j++) {
+            const d = Math.abs(f1(i, j) - f0(i, j));
+            if (finite(d)) scale = Math.max(scale, d);
+          }
           row.append(heatmap("difference", `head ${h} (max |Δ| ${fmt(scale)})`, n, n,
             (i, j) => f1(i, j) - f0(i, j),
             {signed: true, scale: scale, rowLabels: labels(caps[0]), colLabels: labels(caps[0]), what: "Δp = "}));
@@ -160,7 +179,7 @@ function render() {
         const n = t.data.length, m = t.data[0].length;
         const tail = doc[1] || [];
         const cols = Array.from({length: m}, (_, j) => j >= m - tail.length ? tail[j - (m - tail.length)] : `${j}`);
-        const scale = Math.max(1e-9, ...t.data.flat().map(Math.abs));
+        const scale = Math.max(1e-9, ...t.data.flat().map(Math.abs).filter(finite));
         row.append(heatmap("part", `${p.name} (${p.kind}): ${doc[0]}`, n, m, (i, j) => t.data[i][j],
           {scale: scale, rowLabels: labels(c), colLabels: cols, what: `${key} = `}));
       }

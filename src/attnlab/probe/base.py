@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from attnlab.base.errors import UserError
+from attnlab.base.pathkind import not_a_file
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -92,7 +93,7 @@ def resolve_base(
     path = Path(text).expanduser()
     if path.suffix.lower() == ".gguf":
         if not path.is_file():
-            raise UserError(f"GGUF file {text!r} does not exist")
+            raise UserError(f"GGUF file {text!r} {not_a_file(path)}")
         return BaseSource(str(path.parent.resolve()), path.name, "gguf")
     if path.is_dir():
         if gguf_file:

@@ -32,6 +32,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from attnlab.base.errors import UserError
+from attnlab.base.pathkind import not_a_file
 from attnlab.base.section import Section
 from attnlab.config import (
     ConfigError,
@@ -313,7 +314,7 @@ def read_probe_file(path: str | Path | None) -> dict[str, Any]:
     if path is None:
         return {}
     if not Path(path).is_file():
-        raise ConfigError(f"probe config {str(path)!r} does not exist; give a .toml file")
+        raise ConfigError(f"probe config {str(path)!r} {not_a_file(path)}; give a .toml file")
     return resolve_plugin_paths(read_toml_file(path, "probe config"), Path(path).parent)
 
 

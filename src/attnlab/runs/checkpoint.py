@@ -38,6 +38,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from attnlab.base.advice import restart
 from attnlab.base.atomic import dumps_json, fsync_dir, json_safe, sha256_file
 from attnlab.base.errors import UserError
 from attnlab.runs.records import (
@@ -347,7 +348,7 @@ def load_latest(run_dir: Path, *, with_optim: bool = True) -> Checkpoint | None:
         raise UserError(
             f"no checkpoint in {Path(run_dir) / CHECKPOINTS} is intact:\n  "
             + "\n  ".join(problems)
-            + "\nRestore them from a backup, or rerun with --restart to train from step 0"
+            + f"\nRestore them from a backup, or {restart()}"
         )
     return None
 

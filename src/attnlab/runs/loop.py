@@ -37,6 +37,7 @@ import torch
 from torch import nn
 
 import attnlab
+from attnlab.base.advice import restart
 from attnlab.base.errors import UserError
 from attnlab.parts.exits import as_error
 from attnlab.parts.stats import train_stats
@@ -233,8 +234,8 @@ class Loop:
             raise UserError(
                 f"the batch schedule changed since {ckpt.path} was written (hash "
                 f"{st.schedule_hash[:16]} -> {self.task.schedule_hash[:16]}): the data directory "
-                "was re-prepared or the recipe's batch shape changed. Restore the data, or rerun "
-                "with --restart to train from step 0"
+                f"was re-prepared or the recipe's batch shape changed. Restore the data, or "
+                f"{restart()}"
             )
         self.task.load_state_dicts(ckpt)
         self.counters = Counters(

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from attnlab.base.advice import restart
 from attnlab.base.atomic import atomic_write_json, atomic_write_text, dumps_json
 from attnlab.base.errors import UserError
 from attnlab.runs.records import (
@@ -317,7 +318,7 @@ def reconcile_config(
         raise UserError(
             f"{run_dir} {what}; resuming would mix two runs. Differences (saved -> given):\n  "
             + "\n  ".join(diff)
-            + "\nUse another --out, or --restart to delete this run's progress and start over"
+            + f"\nUse another --out, or {restart()} (its progress is deleted)"
         )
     problem, on_disk = _config_state(path)
     if trained is not None:

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from attnlab.base.advice import restart
 from attnlab.base.errors import UserError
 from attnlab.config import Config, dump_toml
 from attnlab.data.integrity import check_ids
@@ -408,7 +409,7 @@ class _Pretraining(TrainTask):
         except (RuntimeError, KeyError, ValueError) as e:
             raise UserError(
                 f"checkpoint {ckpt.path} does not fit this model ({e}); was the model code "
-                "changed? Rerun with --restart to start over"
+                f"changed? To train this config anyway, {restart()}"
             ) from None
 
     # ---------------------------------------------------------------------------------- run

@@ -45,6 +45,9 @@ def _init_worker(events: Any, devices: Any, threads: int | None, plugins: list[s
     from attnlab.base.warning_lines import install
 
     install("compare")  # a run's warnings as the parent prints them, one line each
+    from attnlab.base.advice import COMPARE, set_restart
+
+    set_restart(COMPARE)  # a run's advice in compare's terms
     # the parent's plugins first: the runs' configs hold their parts' options classes
     from attnlab.parts.plugins import load_plugins
 
@@ -109,8 +112,17 @@ RETRIES = 1
 
 def _stop(pool: ProcessPoolExecutor) -> None:
     """End ``pool`` now: cancel what has not started, terminate the workers (a run resumes from
-    its last checkpoint next time), and wait for them, so no worker prints anything after."""
+    its last checkpoint next time), and wait for them and for the pool's manager thread, so
+    nothing of the pool runs or prints after.
+
+    The manager thread must be finished before the interpreter exits: Python 3.11's exit hook
+    (``concurrent.futures.process._python_exit``) writes to the thread's wakeup pipe without
+    the lock the thread holds while closing it, and under load the close lands between the
+    hook's "still open?" check and its write ("Exception ignored in: <module 'threading'> ...
+    OSError: [Errno 9] Bad file descriptor"; CPython gh-125451, fixed in 3.12.8 only). Once
+    the thread has closed the pipe, the hook skips it."""
     procs = list((getattr(pool, "_processes", None) or {}).values())
+    manager = getattr(pool, "_executor_manager_thread", None)  # shutdown forgets it
     pool.shutdown(wait=False, cancel_futures=True)
     for proc in procs:
         with contextlib.suppress(Exception):
@@ -118,23 +130,39 @@ def _stop(pool: ProcessPoolExecutor) -> None:
     for proc in procs:
         with contextlib.suppress(Exception):
             proc.join(timeout=10)
+    if manager is not None:
+        manager.join(timeout=30)  # it sees the dead workers, then closes its pipes
 
 
 @contextlib.contextmanager
 def _no_sigint() -> Iterator[None]:
-    """SIGINT blocked (held, not lost) while workers start: a spawned interpreter starts with
-    the blocked mask, so a Ctrl-C reaches no worker while it imports (no worker
+    """Ctrl-C held (not lost) while workers start; it raises ``KeyboardInterrupt`` when the
+    block ends, and this process then stops the workers itself.
+
+    Two halves, both needed. SIGINT is blocked in this thread, so a spawned interpreter
+    starts with it blocked and a Ctrl-C reaches no worker while it imports (no worker
     ``KeyboardInterrupt`` traceback; each worker ignores SIGINT and unblocks it in its
-    initializer), and this process receives a Ctrl-C that came meanwhile as soon as the block
-    ends, then stops the workers itself."""
+    initializer). And the Python-level handler only records the signal meanwhile: the kernel
+    hands a process-wide SIGINT to any thread that has it unblocked (a queue's feeder thread,
+    started earlier), and Python then raises ``KeyboardInterrupt`` in the main thread whatever
+    its mask, which, landing between a worker's ``fork`` and the write of its start-up data,
+    left that worker to die on "EOFError: Ran out of input" and out of the pool's books."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    caught: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, _frame: caught.append(signum))
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # a held one runs now
+        signal.signal(signal.SIGINT, previous)
+    if caught:
+        if callable(previous):
+            previous(signal.SIGINT, None)
+        elif previous != signal.SIG_IGN:
+            raise KeyboardInterrupt
 
 
 def _quiet_tracker_relaunch() -> None:
