@@ -14,6 +14,7 @@ import shutil
 from pathlib import Path
 
 from attnlab.base.errors import UserError
+from attnlab.base.pathkind import not_a_file
 
 TASKS_DIR = Path(__file__).parent / "tasks"
 #: the module the YAMLs' ``!function`` names, copied beside every copy of them
@@ -40,7 +41,7 @@ def write_task_yamls(out_dir: str | Path, **files: str | Path) -> Path:
             raise UserError(f"unknown local task {kind!r}; choose from {', '.join(LOCAL_TASKS)}")
         data = Path(path).resolve()
         if not data.is_file():
-            raise UserError(f"{kind} file {str(path)!r} does not exist")
+            raise UserError(f"{kind} file {str(path)!r} {not_a_file(path)}")
         name, split = LOCAL_TASKS[kind]
         text = (TASKS_DIR / name).read_text(encoding="utf-8")
         line = json.dumps(str(data)).replace("\\", "\\\\")

@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from attnlab.base.errors import UserError
+from attnlab.base.pathkind import not_a_file
 
 
 def read_jsonl(path: str | Path, required: tuple[str, ...] = ()) -> list[dict[str, Any]]:
@@ -36,10 +37,8 @@ def read_jsonl_lines(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
     missing, not a file, empty, not UTF-8, or has a line that is not one JSON object is a
     :class:`UserError` naming the file and the line."""
     p = Path(path)
-    if not p.exists():
-        raise UserError(f"task file {str(p)!r} does not exist")
     if not p.is_file():
-        raise UserError(f"task file {str(p)!r} is not a file; give a JSON-lines (.jsonl) file")
+        raise UserError(f"task file {str(p)!r} {not_a_file(p)}; give a JSON-lines (.jsonl) file")
     rows = []
     with p.open("rb") as f:
         for n, raw in enumerate(f, 1):

@@ -44,6 +44,7 @@ from pathlib import Path
 
 from attnlab.base.consent import check_code_path
 from attnlab.base.errors import UserError
+from attnlab.base.pathkind import not_a_file
 from attnlab.parts.exits import exit_message, is_exit
 from attnlab.parts.identity import Helper, helper_changes, helpers, identity_hash
 from attnlab.parts.source import PartError, registering_as
@@ -189,7 +190,7 @@ def _import_module(spec: str) -> object:
                 raise PluginError(f"plugin directory {spec!r} has no __init__.py; add one")
             path = init
         if not path.is_file():
-            raise PluginError(f"plugin file {spec!r} does not exist; check the path")
+            raise PluginError(f"plugin file {spec!r} {not_a_file(path)}; check the path")
         name = _module_name_for(path)
         if name in sys.modules:
             return sys.modules[name]

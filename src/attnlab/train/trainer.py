@@ -19,6 +19,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from attnlab.base import advice
 from attnlab.base.advice import restart
 from attnlab.base.errors import UserError
 from attnlab.config import Config, dump_toml
@@ -240,8 +241,13 @@ class _Pretraining(TrainTask):
                 f"{self.run_dir} was trained to step {step} with other plugin source code; "
                 "resuming would train one model with two different parts:\n  "
                 + "\n  ".join(conflicts)
-                + "\nRestore the plugin's source, or train into another --out; to resume with "
-                "the new source anyway, pass --allow-plugin-change (plugins.json records it)"
+                + "\nRestore the plugin's source, or "
+                + (
+                    advice.COMPARE  # compare has no --out of a run and no --allow-plugin-change
+                    if advice.restart() == advice.COMPARE
+                    else "train into another --out; to resume with the new source anyway, pass "
+                    "--allow-plugin-change (plugins.json records it)"
+                )
             )
         warnings.warn(
             f"{self.run_dir}: resuming at step {step} with changed plugin source "
