@@ -11,6 +11,8 @@ from torch import Tensor, nn
 
 from attnlab.base.errors import UserError
 from attnlab.eval.lm import LanguageModel
+from attnlab.parts import families
+from attnlab.parts.family import LM_ROUTE, RETRIEVAL_ROUTE
 from attnlab.runs.device import resolve_device
 
 
@@ -90,11 +92,12 @@ class AttnlabLM(LanguageModel):
                 raise UserError(f"cannot read checkpoint {checkpoint} of {run_dir}: {e}") from None
             model.load_state_dict(ckpt.model, strict=True)
             step = ckpt.step
-        if cfg.model.family != "decoder":
+        if not families.of(cfg.model).evaluates(LM_ROUTE):
             raise UserError(
                 f"{run_dir} is a model.family='{cfg.model.family}' model; perplexity, cloze and "
-                "multiple choice score a causal LM, so only model.family='decoder' runs can be "
-                "evaluated"
+                f"multiple choice score a causal LM, so only "
+                f"{families.where(lambda f: f.evaluates(LM_ROUTE))} runs can be evaluated"
+                + _other_routes(cfg.model)
             )
         lm = cls(
             model,
@@ -166,6 +169,12 @@ class AttnlabLM(LanguageModel):
 
     @torch.no_grad()
     def logits(self, input_ids: Tensor, attention_mask: Tensor | None = None) -> Tensor:
+        """The model's family scores it (:meth:`~attnlab.parts.family.Family.score_logits`: a
+        family whose positions see ahead, as a prefix LM's prefix, keeps the contract that
+        position t reads only tokens <= t); any other module is called as it is."""
+        cfg = getattr(self.model, "cfg", None)
+        if hasattr(cfg, "family"):
+            return families.of(cfg).score_logits(self.model, input_ids).float()
         out = self.model(input_ids)
         logits = out if isinstance(out, Tensor) else out.logits
         return logits.float()
@@ -174,6 +183,13 @@ class AttnlabLM(LanguageModel):
         n_params = sum(p.numel() for p in self.model.parameters())
         out = super().info() | {"backend": "attnlab", "parameters": n_params}
         return out if self.step is None else out | {"step": self.step}
+
+
+def _other_routes(model_cfg: Any) -> str:
+    """The evaluation a family has instead, for the refusal's advice."""
+    if families.of(model_cfg).evaluates(RETRIEVAL_ROUTE):
+        return "; its loss with and without neighbours is `attnlab eval RUN --tasks retrieval`"
+    return ""
 
 
 def _module_device(model: nn.Module) -> torch.device:

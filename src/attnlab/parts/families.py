@@ -26,6 +26,8 @@ F = TypeVar("F", bound=type[Family])
 
 #: the family of a config that names none
 DEFAULT = "decoder"
+#: what an export's record of a plugin calls the family it provides (beside its parts' slots)
+SLOT = "family"
 
 
 class FamilyError(PartError):
@@ -64,7 +66,8 @@ def register(name: str) -> Callable[[F], F]:
             )
         if not _builtins_loading:
             _load_builtins()  # built-in names are taken first: a plugin never pre-empts one
-        source = current_source(cls)
+        # a built-in module first imported by a plugin (to derive from it) is still built-in
+        source = BUILTIN if cls.__module__ in _builtin_modules()[0] else current_source(cls)
         with _lock:
             old = _families.get(name)
             if old is not None and old.cls is not cls:

@@ -35,6 +35,7 @@ declaration                what reads it
 ``check_inputs``           ``attnlab check``: the model's inputs beside the tokens
 ``alone_inputs``           ``inspect``: the inputs of a forward over one sequence alone
 ``score_logits``           ``attnlab eval``: logits where position t depends on tokens <= t
+``param_rows``             ``attnlab params``: its own rows for whole modules (a stack)
 ``notes``, ``card_lines``  ``attnlab params`` notes; ``attnlab export``'s model card section
 =========================  =====================================================================
 
@@ -147,6 +148,9 @@ class Family:
     reads_cross_attention: ClassVar[bool] = False
     has_peers: ClassVar[bool] = False
     check_cases: ClassVar[tuple[CheckCase, ...]] = ()
+    #: ``attnlab params`` rows of whole modules of the model (a stack, a module it builds) by
+    #: their attribute name, e.g. ``{"encoder": "neighbour_encoder"}``
+    param_rows: ClassVar[dict[str, str]] = {}
 
     # ------------------------------------------------------------------------- assembly
     def stacks(self, cfg: Any) -> list[StackPlan]:

@@ -50,6 +50,7 @@ class Retrieval(Family):
     exports = True
     eval_routes = (RETRIEVAL_ROUTE,)
     reads_cross_attention = True
+    param_rows = {"cca": "chunked_cross_attention", "encoder": "neighbour_encoder"}  # noqa: RUF012
     check_cases = (CheckCase("causal", "learned", _CASE),)
 
     def stacks(self, cfg) -> list[StackPlan]:
