@@ -85,6 +85,11 @@ class StackPlan:
     tokens_per_token: float = 1.0
     length: int | None = None
 
+    def describe(self) -> str:
+        """``decoder (causal, cross-attending)``: for messages."""
+        how = ["causal" if self.causal else "bidirectional"]
+        return f"{self.name} ({', '.join(how + (['cross-attending'] if self.cross else []))})"
+
 
 @dataclass(frozen=True)
 class CheckCase:

@@ -24,8 +24,10 @@ _BIGBIRD = (
 
 @register("decoder")
 class Decoder(Family):
-    """One causal stack named ``decoder``; a family derived from it changes what differs (its
-    objective, its checks, how it is scored)."""
+    """A causal LM (GPT): one causal stack ``decoder``, the next-token loss at every position.
+
+    A family derived from it changes what differs (its objective, its checks, how it is
+    scored)."""
 
     objective = CAUSAL_LM
     continues_text = True

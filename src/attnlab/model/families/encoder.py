@@ -17,7 +17,8 @@ from attnlab.parts.family import CheckCase, Family, StackPlan
 
 @register("encoder")
 class Encoder(Family):
-    """One bidirectional stack named ``encoder``."""
+    """A masked LM (BERT): one bidirectional stack ``encoder``, the loss at the hidden
+    positions."""
 
     objective = MASKED_LM
     causal_lm = False

@@ -17,7 +17,8 @@ from attnlab.parts.family import CheckCase, Family, StackPlan
 
 @register("encoder_decoder")
 class EncoderDecoder(Family):
-    """Stacks ``encoder`` (``model.n_layers``) and ``decoder`` (``model.n_decoder_layers``)."""
+    """A seq2seq model (T5): a bidirectional ``encoder`` (``model.n_layers``) read by a causal,
+    cross-attending ``decoder`` (``model.n_decoder_layers``); span corruption."""
 
     objective = SPAN_CORRUPTION
     decodes_with_cache = True

@@ -41,8 +41,11 @@ _CASE = (
 
 @register("retrieval")
 class Retrieval(Family):
-    """Stacks ``encoder`` (the neighbour encoder, ``model.retrieval.encoder_layers``) and
-    ``decoder``, with ``model.cca`` (one ``cross_attention`` part per CCA layer) between them."""
+    """A retrieval decoder (RETRO): a causal ``decoder`` whose CCA layers read k neighbours per
+    chunk through a bidirectional neighbour ``encoder``.
+
+    ``model.cca`` holds one ``cross_attention`` part per CCA layer (built between the two
+    stacks)."""
 
     objective = CAUSAL_LM
     data_needs = (NEIGHBOURS,)

@@ -135,7 +135,7 @@ class MoEValues(ValuePart):
                 out.append(
                     "model.value.kind='moe' is implemented for a family of one causal stack "
                     f"without cross-attention (model.family='decoder'); model.family="
-                    f"{model.family!r} has {len(plans)} stack(s)"
+                    f"{model.family!r} has {', '.join(p.describe() for p in plans)}"
                 )
             return out
 
