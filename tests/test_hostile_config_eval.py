@@ -736,7 +736,10 @@ def test_the_documented_example_loads_and_uses_every_key(tmp_path) -> None:
 #: module (under src/attnlab) -> the commands its messages speak for
 ADVICE_MODULES = {
     "commands/eval.py": ("eval",),
-    "config.py": ("params", "train", "compare", "bench", "probe"),
+    **{
+        f"config/{p.name}": ("params", "train", "compare", "bench", "probe")
+        for p in (Path(__file__).resolve().parents[1] / "src" / "attnlab" / "config").glob("*.py")
+    },
     "recipe.py": ("train", "compare", "probe"),
     "base/section.py": ("params", "train", "compare", "bench", "probe"),
     "experiments/resolve.py": ("compare",),

@@ -39,7 +39,7 @@ UPWARD = {
     ("attnlab.parts.families", "attnlab.model.families"),
 }
 #: modules at the package root (each with its reason in docs/CONTRACTS.md)
-ROOT_MODULES = {"__init__", "__main__", "cli", "config", "recipe"}
+ROOT_MODULES = {"__init__", "__main__", "cli", "recipe"}
 
 
 def _modules() -> dict[str, Path]:

@@ -24,7 +24,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "attnlab"
 ALLOWED = (
     "model/parts/position_*.py",
     "model/parts/norm_*.py",
-    "config.py",
+    "config/legacy.py",
     "parts/slots.py",
     "hf/arch_*.py",
     "bench/peers.py",

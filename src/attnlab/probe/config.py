@@ -35,12 +35,14 @@ from attnlab.base.errors import UserError
 from attnlab.base.pathkind import not_a_file
 from attnlab.base.section import Section
 from attnlab.config import (
+    PROBE_RENAMED,
     ConfigError,
     apply_overrides,
     deep_merge,
     load_config_plugins,
     read_toml_file,
     resolve_plugin_paths,
+    to_toml,
     with_plugins,
 )
 from attnlab.config import explain as explain_validation
@@ -277,22 +279,14 @@ class MethodEntry(BaseModel):
 # ----------------------------------------------------------------------------------- errors
 
 
-#: probe keys of earlier attnlab versions -> what replaced them
-RENAMED = {
-    "pre_projection": "[parts.pre_projection]",
-    "content_skip": "[parts.content_skip]",
-    "anchored_query": "[parts.anchored] (eps follows the part: 1e-5)",
-}
-
-
 def explain(
     err: ValidationError, root: type[BaseModel] = ProbeConfig, raw: Mapping[str, Any] | None = None
 ) -> str:
-    """The shared config error messages, with valid keys looked up in the probe schema."""
-    text = explain_validation(err, root, title="invalid probe config", raw=raw)
-    for old, new in RENAMED.items():
-        text = text.replace(f"unknown key '{old}'.", f"unknown key '{old}'. it is now {new}.")
-    return text
+    """The shared config error messages, with valid keys looked up in the probe schema and the
+    probe's old keys named (:data:`attnlab.config.legacy.PROBE_RENAMED`)."""
+    return explain_validation(
+        err, root, title="invalid probe config", raw=raw, renamed=PROBE_RENAMED
+    )
 
 
 # ---------------------------------------------------------------------------------- loading
@@ -440,6 +434,4 @@ def _check_same_batches(cfg: ProbeConfig, first: ProbeConfig, where: str, i: int
 
 def dump_probe_toml(cfg: ProbeConfig) -> str:
     """The resolved config as TOML (None values left out: they are the defaults)."""
-    from attnlab.config import _to_toml
-
-    return _to_toml(cfg.to_dict())
+    return to_toml(cfg.to_dict())
