@@ -97,6 +97,10 @@ def describe_family(spec) -> dict[str, Any]:
     }
 
 
+#: the columns of the families' table
+COLUMNS = ("family", "what it is", "declares", "check cases", "from")
+
+
 def _families(as_json: bool) -> int:
     from attnlab.parts import families
 
@@ -107,7 +111,7 @@ def _families(as_json: bool) -> int:
     table = Table(
         title="model families  (config: model.family)", title_justify="left", show_lines=True
     )
-    for column in ("family", "what it is", "declares", "check cases", "from"):
+    for column in COLUMNS:
         table.add_column(column, overflow="fold")
     for row in rows:
         cells = (
