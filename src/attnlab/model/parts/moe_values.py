@@ -134,8 +134,8 @@ class MoEValues(ValuePart):
             if [(p.causal, p.cross) for p in plans] != [(True, False)]:
                 out.append(
                     "model.value.kind='moe' is implemented for a family of one causal stack "
-                    f"without cross-attention (model.family='decoder'); model.family="
-                    f"{model.family!r} has {', '.join(p.describe() for p in plans)}"
+                    "without cross-attention (of the built-in ones, model.family='decoder' only); "
+                    f"model.family={model.family!r} has {', '.join(p.describe() for p in plans)}"
                 )
             return out
 
