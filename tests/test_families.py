@@ -66,6 +66,27 @@ def test_the_builtin_families_are_registered_from_their_files() -> None:
     assert not families.get("encoder").continues_text
 
 
+def test_a_plugin_that_imports_a_builtin_family_first_leaves_it_builtin(tmp_path: Path) -> None:
+    """In a fresh interpreter the plugin's own ``from attnlab.model.families.decoder import
+    Decoder`` is the first use of the registry: the decoder is still recorded as built-in,
+    listed first, and the plugin's family under the plugin."""
+    import subprocess
+    import sys
+
+    code = (
+        "import json, sys\n"
+        "from attnlab.parts import families, load_plugin\n"
+        "load_plugin(sys.argv[1])\n"
+        "print(json.dumps([[s.name, s.source] for s in families.specs()]))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(EXAMPLE)], capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr
+    listed = json.loads(proc.stdout)
+    assert listed == [[n, "built-in"] for n in BUILTIN] + [["prefix_lm", str(EXAMPLE)]]
+
+
 def test_an_unknown_family_names_the_nearest_spelling_and_the_families() -> None:
     with pytest.raises(ConfigError) as e:
         load_config("tiny", ["model.family=encodr"])

@@ -155,14 +155,17 @@ def of(cfg: Any) -> Family:
 
 
 def names() -> list[str]:
-    """Registered family names in registration order (built-ins first)."""
-    _load_builtins()
-    return list(_families)
+    """Registered family names: the built-ins in module order, then the others as registered."""
+    return [s.name for s in specs()]
 
 
 def specs() -> list[FamilySpec]:
+    """Every registered family, in the order of :func:`names` (a plugin that imports a built-in
+    family module to derive from it may have it registered after the others)."""
     _load_builtins()
-    return list(_families.values())
+    order = {name: i for i, name in enumerate(_builtin_modules()[0])}
+    found = list(_families.values())
+    return sorted(found, key=lambda s: order.get(s.cls.__module__, len(order)))
 
 
 def objective(name: str) -> Objective:
