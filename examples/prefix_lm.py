@@ -50,11 +50,12 @@ class PrefixLM(Decoder):
             ]
         return []
 
-    def score_logits(self, model, input_ids):
+    def score_logits(self, model, input_ids, scored_from=0):
         """Position t < P - 1 would see x_{t+1} in the prefix: its logits come from the
         sequence cut after t instead (a prefix of the t + 1 tokens there are), so every
-        position reads only tokens <= t. Cost: P - 1 extra forwards of at most P tokens."""
+        position reads only tokens <= t. Cost: a forward of t + 1 tokens per such position
+        read (from ``scored_from`` on)."""
         logits = model(input_ids).logits
-        for t in range(min(model.cfg.attention.prefix_len - 1, input_ids.shape[1])):
+        for t in range(scored_from, min(model.cfg.attention.prefix_len - 1, input_ids.shape[1])):
             logits[:, t] = model(input_ids[:, : t + 1], last_logits_only=True).logits[:, -1]
         return logits

@@ -15,6 +15,8 @@ import torch
 
 from attnlab.cli import main
 from attnlab.config import ConfigError, load_config
+from attnlab.data.byte_tokenizer import ByteTokenizer
+from attnlab.eval.native import AttnlabLM
 from attnlab.model import build_model
 from attnlab.parts import PluginError, families, load_plugin
 from attnlab.testing.cases import all_cases
@@ -193,6 +195,10 @@ def test_the_prefix_lm_is_scored_with_position_t_reading_tokens_up_to_t(prefix_l
         y[:, 1] = (y[:, 1] + 1) % 200
         assert not torch.allclose(model(y).logits[:, 0], plain[:, 0])  # the plain forward peeks
     assert torch.allclose(scored[:, 3:], plain[:, 3:])  # after the prefix they are the same
+    lm = AttnlabLM(model, ByteTokenizer(), 16, device="cpu")
+    assert torch.allclose(lm.logits(x), scored, atol=1e-6)
+    # a caller that reads positions 2.. only spares the forwards of 0 and 1, and gets the rest
+    assert torch.allclose(lm.scored_logits(x, None, 2)[:, 2:], scored[:, 2:], atol=1e-6)
 
 
 def _attnlab(capsys: pytest.CaptureFixture[str], *args: str) -> str:

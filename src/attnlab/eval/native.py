@@ -169,12 +169,19 @@ class AttnlabLM(LanguageModel):
 
     @torch.no_grad()
     def logits(self, input_ids: Tensor, attention_mask: Tensor | None = None) -> Tensor:
+        return self.scored_logits(input_ids, attention_mask, 0)
+
+    @torch.no_grad()
+    def scored_logits(
+        self, input_ids: Tensor, attention_mask: Tensor | None, scored_from: int
+    ) -> Tensor:
         """The model's family scores it (:meth:`~attnlab.parts.family.Family.score_logits`: a
         family whose positions see ahead, as a prefix LM's prefix, keeps the contract that
         position t reads only tokens <= t); any other module is called as it is."""
         cfg = getattr(self.model, "cfg", None)
         if hasattr(cfg, "family"):
-            return families.of(cfg).score_logits(self.model, input_ids).float()
+            family = families.of(cfg)
+            return family.score_logits(self.model, input_ids, scored_from).float()
         out = self.model(input_ids)
         logits = out if isinstance(out, Tensor) else out.logits
         return logits.float()

@@ -207,9 +207,10 @@ class Family:
         is a sequence of its own for a family that reads a second one (default: ``x``)."""
         return self.alone_inputs(x if enc is None else enc)
 
-    def score_logits(self, model: Any, input_ids: Tensor) -> Tensor:
+    def score_logits(self, model: Any, input_ids: Tensor, scored_from: int = 0) -> Tensor:
         """Logits [B, T, V] in which position t depends only on tokens <= t of its row, for the
-        language-model tasks (rows are right-padded)."""
+        language-model tasks (rows are right-padded); positions before ``scored_from`` are not
+        read (a family that pays for a position's scoring may skip them)."""
         return model(input_ids).logits
 
     def notes(self, cfg: Any) -> list[str]:
