@@ -168,16 +168,13 @@ class AttnlabLM(LanguageModel):
         return self.tokenizer.decode(list(ids))
 
     @torch.no_grad()
-    def logits(self, input_ids: Tensor, attention_mask: Tensor | None = None) -> Tensor:
-        return self.scored_logits(input_ids, attention_mask, 0)
-
-    @torch.no_grad()
-    def scored_logits(
-        self, input_ids: Tensor, attention_mask: Tensor | None, scored_from: int
+    def logits(
+        self, input_ids: Tensor, attention_mask: Tensor | None = None, scored_from: int = 0
     ) -> Tensor:
         """The model's family scores it (:meth:`~attnlab.parts.family.Family.score_logits`: a
         family whose positions see ahead, as a prefix LM's prefix, keeps the contract that
-        position t reads only tokens <= t); any other module is called as it is."""
+        position t reads only tokens <= t; ``scored_from``: the first position read, see
+        :meth:`scored_logits`); any other module is called as it is."""
         cfg = getattr(self.model, "cfg", None)
         if hasattr(cfg, "family"):
             family = families.of(cfg)
@@ -185,6 +182,11 @@ class AttnlabLM(LanguageModel):
         out = self.model(input_ids)
         logits = out if isinstance(out, Tensor) else out.logits
         return logits.float()
+
+    def scored_logits(
+        self, input_ids: Tensor, attention_mask: Tensor | None, scored_from: int
+    ) -> Tensor:
+        return self.logits(input_ids, attention_mask, scored_from=scored_from)
 
     def info(self) -> dict[str, object]:
         n_params = sum(p.numel() for p in self.model.parameters())
