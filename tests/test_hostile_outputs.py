@@ -1,0 +1,223 @@
+"""Issue 32, the rest of "lost data" and "code runs from data": every output file a user names is
+attnlab's own or new, code comes from the bytes that were checked, and an export carries what
+its plugins import.
+
+- ``bench --out``/``--save``, ``eval --out`` and ``eval --build-cloze --out`` follow the rule of
+  ``inspect --out`` (:mod:`attnlab.base.outfile`): never a link, a device, a FIFO, a file inside an
+  attnlab directory, a file attnlab did not write or one edited since; ``--force`` (bench,
+  inspect) replaces only attnlab's own unedited file, and ``eval --out`` merges only into one;
+- an old page without a stamp is refused even with ``--force``, and the message says to move or
+  delete it by hand.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from attnlab.base.outfile import STAMP_KEY, written_by_attnlab
+from attnlab.cli import main
+
+torch.set_num_threads(1)
+PROMPT = ["--prompt", "the cat sat on the mat"]
+#: the fastest bench there is: one tiny peer, one training step
+BENCH = ["bench", "tiny", "--variants", "none", "--peers", "nanogpt", "--sections", "training"]
+BENCH += ["--steps", "1", "--repeats", "1", "--warmup", "0", "--batch-size", "1", "--seq-len", "8"]
+BENCH += ["--threads", "1"]
+
+
+def _err(capsys) -> str:
+    err = capsys.readouterr().err
+    assert "Traceback" not in err, err
+    return err
+
+
+@pytest.fixture
+def hostile_outs(hostile_lab, tmp_path) -> dict[str, Path]:
+    """Paths an output must never replace: a user's file, a copied run's config, /dev/null, a
+    FIFO, a link to the user's file."""
+    run = Path(shutil.copytree(hostile_lab.run, tmp_path / "run"))
+    thesis = tmp_path / "thesis.md"
+    thesis.write_text("three years of work\n")
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    link = tmp_path / "link.json"
+    link.symlink_to(thesis)
+    return {
+        "user": thesis,
+        "run": run / "config.toml",
+        "device": Path("/dev/null"),
+        "fifo": fifo,
+        "link": link,
+    }
+
+
+def _same(paths: dict[str, Path], before: dict[str, bytes | None]) -> None:
+    for case, p in paths.items():
+        if before[case] is not None:
+            assert p.read_bytes() == before[case], case
+    assert paths["link"].is_symlink() and paths["fifo"].exists() and not paths["fifo"].is_file()
+
+
+def _bytes(paths: dict[str, Path]) -> dict[str, bytes | None]:
+    return {k: p.read_bytes() if p.is_file() else None for k, p in paths.items()}
+
+
+# ----------------------------------------------------------------------------- bench --out
+
+
+def test_bench_out_writes_stamped_files_and_replaces_them_only_with_force(tmp_path, capsys):
+    stem = tmp_path / "speed"
+    md, js = stem.with_suffix(".md"), stem.with_suffix(".json")
+    assert main([*BENCH, "--out", str(stem)]) == 0, _err(capsys)
+    assert written_by_attnlab(md) is True and written_by_attnlab(js) is True
+    assert STAMP_KEY in json.loads(js.read_text())
+    first = md.read_bytes(), js.read_bytes()
+    assert main([*BENCH, "--out", str(stem)]) == 2
+    assert "pass --force" in _err(capsys)
+    assert (md.read_bytes(), js.read_bytes()) == first
+    assert main([*BENCH, "--out", str(stem), "--force"]) == 0, _err(capsys)
+    assert js.read_bytes() != first[1] and written_by_attnlab(js) is True
+    md.write_text(md.read_text().replace("# attnlab bench", "# my notes", 1))
+    edited = md.read_bytes(), js.read_bytes()
+    assert main([*BENCH, "--out", str(stem), "--force"]) == 2
+    assert "changed since" in _err(capsys)
+    assert (md.read_bytes(), js.read_bytes()) == edited  # neither file of the pair is written
+
+
+@pytest.mark.parametrize("case", ["user", "run", "fifo", "link"])
+def test_bench_out_never_replaces_what_attnlab_did_not_write(hostile_outs, tmp_path, case, capsys):
+    """FILE.md or FILE.json of ``--out FILE`` is the user's file, a run's own file, a FIFO or a
+    link; the other one of the pair is not written either."""
+    fifo = tmp_path / "fifo.md"
+    os.mkfifo(fifo)
+    link = tmp_path / "linked.json"
+    link.symlink_to(hostile_outs["user"])
+    run_file = hostile_outs["run"].parent / "notes.md"  # a new name, but inside a run
+    target = {"user": hostile_outs["user"], "run": run_file, "fifo": fifo, "link": link}[case]
+    before = _bytes(hostile_outs)
+    stem = target.with_suffix("")
+    for force in ([], ["--force"]):
+        assert main([*BENCH, "--out", str(stem), *force]) == 2
+        err = _err(capsys)
+        assert str(target) in err, err
+    _same(hostile_outs, before)
+    assert not run_file.exists() and link.is_symlink() and not fifo.is_file()
+    other = {".md": ".json", ".json": ".md"}[target.suffix]
+    assert not target.with_suffix(other).exists()  # nothing half-written beside it
+
+
+def test_bench_save_refuses_a_result_file_it_did_not_write(tmp_path, monkeypatch, capsys):
+    """``--save`` names its file itself (benchmarks/results/MACHINE-CONFIG); a file there that
+    attnlab did not write is not replaced either, and the message names --save."""
+    monkeypatch.setenv("ATTNLAB_RESULTS_DIR", str(tmp_path))
+    assert main([*BENCH, "--save"]) == 0, _err(capsys)
+    (md,) = tmp_path.glob("*.md")
+    md.write_text("my own notes about this machine\n")
+    assert main([*BENCH, "--save", "--force"]) == 2
+    err = _err(capsys)
+    assert "--save" in err and "carries no attnlab stamp" in err, err
+    assert md.read_text() == "my own notes about this machine\n"
+
+
+# ------------------------------------------------------------------------------- eval --out
+
+
+def _eval(hostile_lab, tmp_path: Path, out: Path, *tasks: str) -> list[str]:
+    text = tmp_path / "text.txt"
+    if not text.exists():
+        text.write_text("the cat sat on the mat and looked at the dog. " * 8)
+    tasks = tasks or (f"perplexity:{text}",)
+    args = ["eval", str(hostile_lab.run), "--tasks", ",".join(tasks), "--limit", "2"]
+    return [*args, "--no-save", "--device", "cpu", "--no-progress", "--out", str(out)]
+
+
+def test_eval_out_merges_only_into_its_own_unedited_results(hostile_lab, tmp_path, capsys):
+    out = tmp_path / "results.json"
+    assert main(_eval(hostile_lab, tmp_path, out)) == 0, _err(capsys)
+    assert written_by_attnlab(out) is True
+    (key,) = json.loads(out.read_text())["tasks"]
+    other = tmp_path / "other.txt"
+    other.write_text("a dog and a cat. " * 20)
+    assert main(_eval(hostile_lab, tmp_path, out, f"perplexity:{other}")) == 0, _err(capsys)
+    tasks = json.loads(out.read_text())["tasks"]
+    assert len(tasks) == 2 and key in tasks  # merged: the first result is kept
+    assert written_by_attnlab(out) is True
+    data = json.loads(out.read_text())
+    data["tasks"][key]["metrics"]["note"] = "checked by hand"
+    out.write_text(json.dumps(data, indent=2))
+    edited = out.read_bytes()
+    assert main(_eval(hostile_lab, tmp_path, out)) == 2
+    err = _err(capsys)
+    assert "changed since" in err and "--force" not in err, err  # eval has no --force
+    assert out.read_bytes() == edited
+
+
+@pytest.mark.parametrize("case", ["user", "run", "device", "fifo", "link"])
+def test_eval_out_never_writes_into_what_attnlab_did_not_write(
+    hostile_lab, hostile_outs, tmp_path, case, capsys
+):
+    before = _bytes(hostile_outs)
+    assert main(_eval(hostile_lab, tmp_path, hostile_outs[case])) == 2
+    err = _err(capsys)
+    assert str(hostile_outs[case]) in err, err
+    _same(hostile_outs, before)
+
+
+def test_an_unstamped_results_file_says_to_move_it_by_hand(hostile_lab, tmp_path, capsys):
+    """A results file from before eval --out stamped its files: refused, and the message says
+    what to do about it (no flag of eval's replaces it)."""
+    out = tmp_path / "old.json"
+    out.write_text(json.dumps({"tasks": {"perplexity": {"metrics": {"ppl": 3.0}}}}))
+    before = out.read_bytes()
+    assert main(_eval(hostile_lab, tmp_path, out)) == 2
+    err = _err(capsys)
+    assert "carries no attnlab stamp" in err and "by hand" in err, err
+    assert out.read_bytes() == before
+
+
+def test_build_cloze_writes_only_a_new_file(hostile_lab, hostile_outs, tmp_path, capsys):
+    """A JSON-lines set has no room for a stamp: it is written only where nothing is."""
+    from attnlab.base.errors import UserError
+    from attnlab.eval.cloze_build import build_cloze_set
+
+    from test_eval_cloze import DOC
+
+    texts = [DOC.replace("boats", w) for w in ("boats", "ships", "nets", "sails")]
+    out = tmp_path / "cloze.jsonl"
+    rows = build_cloze_set(texts, n=2, min_context_words=30, out=out)
+    first = out.read_bytes()
+    assert [json.loads(line) for line in first.decode().splitlines()] == rows
+    with pytest.raises(UserError, match="only as a new file"):  # not even its own
+        build_cloze_set(texts, n=2, min_context_words=30, seed=1, out=out)
+    assert out.read_bytes() == first
+    args = ["eval", "--build-cloze", str(hostile_lab.data), "--n", "3"]
+    before = _bytes(hostile_outs)
+    for case, path in [("own", out), *hostile_outs.items()]:
+        assert main([*args, "--out", str(path)]) == 2, case
+        assert str(path) in _err(capsys)
+    _same(hostile_outs, before)
+    assert out.read_bytes() == first
+
+
+# --------------------------------------------------------------------- an old page (issue 6)
+
+
+def test_an_old_page_without_a_stamp_is_refused_even_with_force_saying_how(
+    hostile_lab, tmp_path, capsys
+):
+    """A page from before pages were stamped cannot be told from a user's file: --force does
+    not replace it, and the message says so and to move or delete it by hand."""
+    page = tmp_path / "page.html"
+    page.write_text("<html><body>an inspect page from an earlier attnlab</body></html>\n")
+    before = page.read_bytes()
+    assert main(["inspect", str(hostile_lab.run), *PROMPT, "--out", str(page), "--force"]) == 2
+    err = _err(capsys)
+    assert "not even with --force" in err and "delete it by hand" in err, err
+    assert "earlier attnlab" in err or "from before" in err, err
+    assert page.read_bytes() == before
