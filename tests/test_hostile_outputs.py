@@ -185,7 +185,6 @@ def test_build_cloze_writes_only_a_new_file(hostile_lab, hostile_outs, tmp_path,
     """A JSON-lines set has no room for a stamp: it is written only where nothing is."""
     from attnlab.base.errors import UserError
     from attnlab.eval.cloze_build import build_cloze_set
-
     from test_eval_cloze import DOC
 
     texts = [DOC.replace("boats", w) for w in ("boats", "ships", "nets", "sails")]
