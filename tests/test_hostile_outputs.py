@@ -220,3 +220,79 @@ def test_an_old_page_without_a_stamp_is_refused_even_with_force_saying_how(
     assert "not even with --force" in err and "delete it by hand" in err, err
     assert "earlier attnlab" in err or "from before" in err, err
     assert page.read_bytes() == before
+
+
+# ------------------------------------------------------------- a probe's LoRA directory (5)
+
+KILL_LORA = """
+import os, signal, sys, types
+from pathlib import Path
+import attnlab.base.swap as swap
+import attnlab.probe.artifacts as artifacts
+
+def die(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGKILL)
+
+def after(fn):
+    def run(*args, **kwargs):
+        fn(*args, **kwargs)
+        die()
+    return run
+
+def save_pretrained(folder, save_embedding_layers=False):
+    for name in artifacts.LORA_FILES:
+        Path(folder, name).write_text(sys.argv[2])
+
+moment = sys.argv[3]
+if moment == "before-swap":
+    swap._exchange = die
+elif moment == "after-swap":
+    swap._exchange = after(swap._exchange)
+elif moment == "between-renames":
+    swap._exchange = lambda a, b: False
+    swap._aside = after(swap._aside)
+artifacts.probe_record = lambda *a: {"files": {"adapter": None, "lora": artifacts.LORA_DIR}}
+probed = types.SimpleNamespace(
+    injection=None, lora=True, model=types.SimpleNamespace(save_pretrained=save_pretrained)
+)
+artifacts.save_probe(Path(sys.argv[1]), probed, None, 1)
+print("not killed")
+"""
+
+
+@pytest.mark.parametrize("moment", ["before-swap", "after-swap", "between-renames", "none"])
+def test_a_killed_probe_leaves_its_old_or_new_lora_directory(tmp_path, moment):
+    """The probe's LoRA directory is swapped in with the atomic exchange of base.swap (killed
+    right after it, the new one is in place); where the exchange is missing, the rename-aside
+    fallback's one gap is closed by the recovery that loading the probe runs."""
+    import subprocess
+    import sys
+
+    from attnlab.base.swap import leftovers
+    from attnlab.probe.artifacts import LORA_DIR, LORA_FILES, AdapterWarning, recover_lora
+
+    lora = tmp_path / "probe" / LORA_DIR
+
+    def content() -> set[str]:
+        return {(lora / name).read_text() for name in LORA_FILES}
+
+    def save(tag: str, when: str):
+        argv = [sys.executable, "-c", KILL_LORA, str(lora.parent), tag, when]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=120)
+
+    assert save("old", "none").returncode == 0 and content() == {"old"}
+    proc = save("new", moment)
+    if moment == "none":
+        assert proc.returncode == 0 and content() == {"new"} and not leftovers(lora)
+        return
+    assert proc.returncode == -9, (proc.returncode, proc.stderr[-2000:])
+    assert leftovers(lora), "the kill did not hit the replacement"
+    if moment == "between-renames":
+        assert not lora.exists()
+        with pytest.warns(AdapterWarning, match="restored the folder it was replacing"):
+            recover_lora(lora)  # what loading the probe does when the directory is missing
+    assert content() == ({"new"} if moment == "after-swap" else {"old"})
+    left = bool(leftovers(lora))
+    proc = save("newer", "none")  # the next save clears what was left, saying so
+    assert proc.returncode == 0 and ("left behind by a killed process" in proc.stderr) == left
+    assert content() == {"newer"} and not leftovers(lora)
