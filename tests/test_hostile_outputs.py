@@ -296,3 +296,96 @@ def test_a_killed_probe_leaves_its_old_or_new_lora_directory(tmp_path, moment):
     proc = save("newer", "none")  # the next save clears what was left, saying so
     assert proc.returncode == 0 and ("left behind by a killed process" in proc.stderr) == left
     assert content() == {"newer"} and not leftovers(lora)
+
+
+# ------------------------------------------------------- an export carries its plugin's helpers
+
+LOAD = """
+import json, sys, torch
+if sys.argv[2] == "without-attnlab":
+    exec(BLOCK)
+else:
+    import attnlab.hf  # attnlab's own class, which imports the folder's plugins/ copies
+from transformers import AutoModelForCausalLM
+model = AutoModelForCausalLM.from_pretrained(sys.argv[1], trust_remote_code=True).eval()
+with torch.no_grad():
+    logits = model(torch.tensor([IDS])).logits
+print("RESULT", json.dumps({"class": type(model).__module__, "logits": logits.tolist()}))
+"""
+IDS = [5, 17, 3, 99, 42, 7, 7, 250]
+
+
+@pytest.fixture(scope="module")
+def helped_export(tmp_path_factory):
+    """An export of a run whose side branch comes from a plugin with an eager and a lazy helper
+    module (beside it, found through sys.path), the reference logits, and the plugin's own
+    directory deleted afterwards."""
+    import sys
+
+    from attnlab.hf.export import export
+    from attnlab.runs.load import load_run_model
+    from hf_helpers import fake_run
+    from test_hostile_plugins import HELPED, RUNNING_MEAN, SCALE
+
+    root = tmp_path_factory.mktemp("helped")
+    lab = root / "lab"
+    lab.mkdir()
+    (lab / "helper_xo.py").write_text(RUNNING_MEAN)
+    (lab / "lazy_xo.py").write_text(SCALE)
+    (lab / "helped_xo.py").write_text(
+        HELPED.format(helper="helper_xo", lazy="lazy_xo", kind="h_xo")
+    )
+    path = list(sys.path)
+    try:
+        run = fake_run(
+            root / "run", ["model.side_branch.kind=h_xo"], plugins=[str(lab / "helped_xo.py")]
+        )
+        out = export(run, root / "hf").out
+        model, _, _ = load_run_model(run)
+        with torch.no_grad():
+            reference = model(torch.tensor([IDS])).logits
+    finally:
+        sys.path[:] = path
+        for name in ("helper_xo", "lazy_xo"):
+            sys.modules.pop(name, None)
+    shutil.rmtree(lab)  # the plugin's directory is gone: only the export holds the code
+    return out, reference
+
+
+def _load_fresh(folder: Path, route: str, tmp_path: Path) -> dict:
+    import subprocess
+    import sys
+
+    from hf_helpers import BLOCK_ATTNLAB
+
+    code = LOAD.replace("BLOCK)", f"{BLOCK_ATTNLAB!r})").replace("IDS", repr(IDS))
+    env = {**os.environ, "HF_MODULES_CACHE": str(tmp_path / f"modules-{route}")}
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(folder), route],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.split("RESULT", 1)[1])
+
+
+@pytest.mark.parametrize("route", ["without-attnlab", "with-attnlab"])
+def test_an_export_carries_its_plugins_helpers(helped_export, tmp_path, route):
+    """The folder loads in a fresh process with trust_remote_code=True, the plugin's own
+    directory deleted, and computes the run's logits: through its flat remote code (no
+    attnlab), and through attnlab's class importing plugins/ and plugins/helpers/."""
+    folder, reference = helped_export
+    entry = json.loads((folder / "config.json").read_text())["attnlab_plugins"][0]
+    helpers = {h["module"]: h for h in entry["helpers"]}
+    assert set(helpers) == {"helper_xo", "lazy_xo"}
+    for h in helpers.values():  # copied, recorded with the hash of the copy, inside plugins/
+        assert h["file"] == f"plugins/helpers/{h['module']}.py"
+        data = (folder / h["file"]).read_bytes()
+        assert h["sha256"] == __import__("hashlib").sha256(data).hexdigest()
+        assert (folder / f"{h['flat_module']}.py").is_file()
+    result = _load_fresh(folder, route, tmp_path)
+    module = "transformers_modules" if route == "without-attnlab" else "attnlab.hf"
+    assert result["class"].startswith(module), result["class"]
+    torch.testing.assert_close(torch.tensor(result["logits"]), reference, rtol=0, atol=1e-6)
