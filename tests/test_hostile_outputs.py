@@ -389,3 +389,167 @@ def test_an_export_carries_its_plugins_helpers(helped_export, tmp_path, route):
     module = "transformers_modules" if route == "without-attnlab" else "attnlab.hf"
     assert result["class"].startswith(module), result["class"]
     torch.testing.assert_close(torch.tensor(result["logits"]), reference, rtol=0, atol=1e-6)
+
+
+@pytest.fixture
+def unloaded_xo(monkeypatch):
+    """This process as a fresh one for the helped plugin: its part unregistered, its helper
+    modules not imported (all restored after the test)."""
+    import sys
+
+    from attnlab.parts import plugins, registry
+
+    parts = {slot: dict(specs) for slot, specs in registry._parts.items()}
+    loaded = dict(plugins._loaded)
+    registry._parts.get("side_branch", {}).pop("h_xo", None)
+    modules = {n: sys.modules.pop(n) for n in ("helper_xo", "lazy_xo") if n in sys.modules}
+    yield
+    registry._parts.clear()
+    registry._parts.update(parts)
+    plugins._loaded.clear()
+    plugins._loaded.update(loaded)
+    for name in ("helper_xo", "lazy_xo"):
+        sys.modules.pop(name, None)
+    sys.modules.update(modules)
+
+
+def _from_pretrained(folder: Path):
+    from transformers import AutoModelForCausalLM
+
+    import attnlab.hf  # noqa: F401
+
+    return AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True).eval()
+
+
+@pytest.mark.usefixtures("unloaded_xo")
+def test_a_changed_or_escaping_helper_is_refused(helped_export, tmp_path):
+    from attnlab.base.consent import RemoteCodeError
+
+    folder = Path(shutil.copytree(helped_export[0], tmp_path / "changed"))
+    helper = folder / "plugins" / "helpers" / "helper_xo.py"
+    helper.write_text(helper.read_text() + "\nprint('changed after export')\n")
+    with pytest.raises(RemoteCodeError, match="plugins/helpers/helper_xo.py.*SHA-256"):
+        _from_pretrained(folder)
+    folder = Path(shutil.copytree(helped_export[0], tmp_path / "escaping"))
+    config = json.loads((folder / "config.json").read_text())
+    config["attnlab_plugins"][0]["helpers"][0]["file"] = "plugins/helpers/../../../x.py"
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(RemoteCodeError, match="inside the folder"):
+        _from_pretrained(folder)
+
+
+EVIL = "open({sentinel!r}, 'a').write('EVIL ' + __name__ + '\\n')\n"
+
+
+@pytest.mark.usefixtures("unloaded_xo")
+def test_a_file_swapped_after_the_check_never_runs(helped_export, tmp_path, monkeypatch):
+    """The plugin file and its helpers are replaced on disk right after their SHA-256 was
+    checked: the bytes that were checked are the ones imported (the model computes the run's
+    logits), the swapped-in code never runs."""
+    from attnlab.hf import export_plugins
+
+    folder = Path(shutil.copytree(helped_export[0], tmp_path / "model"))
+    sentinel = tmp_path / "SWAPPED-CODE-RAN"
+    checked = export_plugins._needed
+
+    def check_then_swap(config):
+        todo = checked(config)
+        for path in (folder / "plugins").rglob("*.py"):
+            path.write_text(EVIL.format(sentinel=str(sentinel)))
+        return todo
+
+    monkeypatch.setattr(export_plugins, "_needed", check_then_swap)
+    model = _from_pretrained(folder)
+    assert not sentinel.exists(), sentinel.read_text()
+    with torch.no_grad():
+        logits = model(torch.tensor([IDS])).logits
+    torch.testing.assert_close(logits, helped_export[1], rtol=0, atol=1e-6)
+
+
+SPY = """
+import hashlib, os, pathlib
+_real = hashlib.sha256
+def _spy(data=b"", **kw):
+    h = _real(data, **kw)
+    if h.hexdigest() in TARGETS:  # the check just hashed a plugin file: swap it now
+        for p in pathlib.Path(os.environ["HF_MODULES_CACHE"]).rglob("*.py"):
+            if p.stem == TARGETS[h.hexdigest()]:
+                p.write_text(EVIL)
+    return h
+hashlib.sha256 = _spy
+"""
+
+
+def test_the_remote_codes_files_swapped_after_the_check_never_run(helped_export, tmp_path):
+    """The folder's own remote code (no attnlab): its copied plugin and helper modules are
+    replaced right after check_plugin_files hashed them; the checked bytes are imported."""
+    import subprocess
+    import sys
+
+    from hf_helpers import BLOCK_ATTNLAB
+
+    folder = helped_export[0]
+    entry = json.loads((folder / "config.json").read_text())["attnlab_plugins"][0]
+    targets = {e["flat_sha256"]: e["flat_module"] for e in [entry, *entry["helpers"]]}
+    sentinel = tmp_path / "SWAPPED-CODE-RAN"
+    spy = SPY.replace("TARGETS", repr(targets)).replace(
+        "EVIL", repr(EVIL.format(sentinel=str(sentinel)))
+    )
+    code = LOAD.replace("exec(BLOCK)", f"exec({BLOCK_ATTNLAB!r})\n    exec({spy!r})")
+    env = {**os.environ, "HF_MODULES_CACHE": str(tmp_path / "modules")}
+    proc = subprocess.run(
+        [sys.executable, "-c", code.replace("IDS", repr(IDS)), str(folder), "without-attnlab"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert not sentinel.exists(), sentinel.read_text()
+    swapped = [p for p in (tmp_path / "modules").rglob("*.py") if p.stem in targets.values()]
+    assert swapped and all("EVIL" in p.read_text() for p in swapped)  # the swap did happen
+    logits = torch.tensor(json.loads(proc.stdout.split("RESULT", 1)[1])["logits"])
+    torch.testing.assert_close(logits, helped_export[1], rtol=0, atol=1e-6)
+
+
+SELF_SWAPPING = """
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+import helper_sw  # noqa: E402
+
+# what a swap right after the loader read this file does: the file on disk changes now
+Path(__file__).write_text("raise SystemExit('the swapped file')\\n")
+Path(helper_sw.__file__).write_text("X = 'swapped'\\n")
+"""
+
+
+def test_a_plugins_recorded_hash_is_of_the_bytes_that_ran(tmp_path, monkeypatch):
+    """A run records (and a resume compares) the plugin's SHA-256: it is the hash of the code
+    that was imported, the plugin's and its helper's, not of the files read again after."""
+    import hashlib
+    import sys
+
+    from attnlab.parts.identity import Helper, identity_hash
+    from attnlab.parts.plugins import load_plugin, source_hash
+
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    lab, kept = tmp_path / "lab", tmp_path / "as-imported"
+    lab.mkdir()
+    kept.mkdir()
+    (lab / "helper_sw.py").write_text("X = 'original'\n")
+    (lab / "swapping.py").write_text(SELF_SWAPPING)
+    shutil.copy(lab / "swapping.py", kept / "swapping.py")
+    own = source_hash([kept / "swapping.py"])
+    helper = hashlib.sha256(b"X = 'original'\n").hexdigest()
+    try:
+        record = load_plugin(str(lab / "swapping.py"))
+        assert sys.modules["helper_sw"].X == "original"
+    finally:
+        sys.modules.pop("helper_sw", None)
+    assert [(h.module, h.sha256) for h in record.helpers] == [("helper_sw", helper)]
+    assert record.sha256 == identity_hash(own, [Helper("helper_sw", "", helper)])
+    assert record.sha256 != identity_hash(
+        source_hash([lab / "swapping.py"]), [Helper("helper_sw", "", helper)]
+    )
