@@ -428,7 +428,7 @@ def test_a_changed_or_escaping_helper_is_refused(helped_export, tmp_path):
     folder = Path(shutil.copytree(helped_export[0], tmp_path / "changed"))
     helper = folder / "plugins" / "helpers" / "helper_xo.py"
     helper.write_text(helper.read_text() + "\nprint('changed after export')\n")
-    with pytest.raises(RemoteCodeError, match="plugins/helpers/helper_xo.py.*SHA-256"):
+    with pytest.raises(RemoteCodeError, match=r"plugins/helpers/helper_xo\.py.*SHA-256"):
         _from_pretrained(folder)
     folder = Path(shutil.copytree(helped_export[0], tmp_path / "escaping"))
     config = json.loads((folder / "config.json").read_text())
