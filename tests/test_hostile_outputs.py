@@ -403,13 +403,15 @@ def unloaded_xo(monkeypatch):
     loaded = dict(plugins._loaded)
     registry._parts.get("side_branch", {}).pop("h_xo", None)
     modules = {n: sys.modules.pop(n) for n in ("helper_xo", "lazy_xo") if n in sys.modules}
+    before = set(sys.modules)
     yield
     registry._parts.clear()
     registry._parts.update(parts)
     plugins._loaded.clear()
     plugins._loaded.update(loaded)
-    for name in ("helper_xo", "lazy_xo"):
-        sys.modules.pop(name, None)
+    for name in set(sys.modules) - before:  # the plugin modules this test imported
+        if name.startswith("attnlab_plugin_") or name in ("helper_xo", "lazy_xo"):
+            del sys.modules[name]
     sys.modules.update(modules)
 
 
@@ -553,3 +555,124 @@ def test_a_plugins_recorded_hash_is_of_the_bytes_that_ran(tmp_path, monkeypatch)
     assert record.sha256 != identity_hash(
         source_hash([lab / "swapping.py"]), [Helper("helper_sw", "", helper)]
     )
+
+
+# ----------------------------------------------------- consent on every command that loads code
+
+
+def _flags(command: str) -> set[str]:
+    import argparse
+
+    from attnlab.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return {s for a in sub.choices[command]._actions for s in a.option_strings}
+
+
+def _refused_naming_real_flags(argv: list[str], capsys) -> str:
+    """Run ``argv``: refused (exit 2) with the consent flag named, and every flag its message
+    names is one the command has."""
+    import re
+
+    assert main(argv) == 2
+    err = _err(capsys)
+    assert "--trust-remote-code" in err, err
+    named = set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*[a-z0-9]", err))
+    assert named <= _flags(argv[0]), (argv[0], named - _flags(argv[0]), err)
+    return err
+
+
+@pytest.fixture
+def received_run(hostile_lab, tmp_path) -> Path:
+    """A run directory from elsewhere whose config.toml names a plugin file it carries."""
+    import re
+
+    run = Path(shutil.copytree(hostile_lab.run, tmp_path / "received"))
+    (run / "extra.py").write_text("X = 1\n")
+    config = run / "config.toml"
+    text = re.sub(r"(?m)^plugins = \[.*\]\n", "", config.read_text())
+    config.write_text('plugins = ["extra.py"]\n' + text)
+    return run
+
+
+def test_generate_of_a_received_run_takes_the_consent_it_asks_for(received_run, capsys):
+    generate = ["generate", str(received_run), "--prompt", "the", "--max-new-tokens", "2"]
+    err = _refused_naming_real_flags(generate, capsys)
+    assert "extra.py" in err
+    assert main([*generate, "--trust-remote-code"]) == 0, _err(capsys)
+
+
+def test_export_of_a_run_trained_with_a_plugin_inside_it_takes_the_consent_it_asks_for(
+    tmp_path, capsys
+):
+    """A run shipped with the plugin it was trained with inside it: exporting it imports that
+    file, so export asks for --trust-remote-code, a flag it has."""
+    import sys
+
+    from attnlab.parts import plugins, registry
+    from hf_helpers import fake_run
+
+    text = (Path(__file__).parent.parent / "examples" / "my_ideas.py").read_text()
+    text = text.replace('"gated")', '"gated_rcv")').replace('"low_rank_skip")', '"lrs_rcv")')
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "ideas_rcv.py").write_text(text)
+    parts = {slot: dict(specs) for slot, specs in registry._parts.items()}
+    loaded, modules = dict(plugins._loaded), set(sys.modules)
+    try:
+        fake_run(run, ["model.query.kind=gated_rcv"], plugins=[str(run / "ideas_rcv.py")])
+        for name in set(sys.modules) - modules:  # as received: nothing of it loaded here
+            if name.startswith("attnlab_plugin_ideas_rcv"):
+                del sys.modules[name]
+        registry._parts["query"].pop("gated_rcv")
+        registry._parts["side_branch"].pop("lrs_rcv")
+        plugins._loaded.clear()
+        plugins._loaded.update(loaded)
+        export = ["export", str(run), "--out", str(tmp_path / "hf")]
+        err = _refused_naming_real_flags(export, capsys)
+        assert "ideas_rcv.py" in err and not (tmp_path / "hf").exists()
+        assert main([*export, "--trust-remote-code"]) == 0, _err(capsys)
+    finally:
+        registry._parts.clear()
+        registry._parts.update(parts)
+        plugins._loaded.clear()
+        plugins._loaded.update(loaded)
+
+
+@pytest.mark.usefixtures("unloaded_xo")
+def test_train_init_from_an_export_with_plugins_takes_the_consent_it_asks_for(
+    helped_export, hostile_lab, tmp_path, capsys
+):
+    """Without --plugin, the refusal names --plugin and --trust-remote-code, both train's own;
+    with the consent, the export's checked copies (plugin and helpers) are the run's plugins,
+    where the plugin's own directory is gone."""
+    folder = helped_export[0]
+    argv = ["train", str(hostile_lab.cfg), "--init-from", str(folder), "--out"]
+    argv += [str(tmp_path / "run"), "--skip-check", "--quiet", "--set", "train.max_steps=1"]
+    argv += ["--set", "train.warmup_steps=0", "--set", "train.eval_every=1"]
+    err = _refused_naming_real_flags(argv, capsys)
+    assert "--plugin" in err and str(folder / "plugins") in err
+    assert main([*argv, "--trust-remote-code"]) == 0, _err(capsys)
+    plugins = json.loads((tmp_path / "run" / "plugins.json").read_text())["plugins"]
+    assert [p["spec"] for p in plugins] == [str(folder / "plugins" / "helped_xo.py")]
+    assert {h["module"] for h in plugins[0]["helpers"]} == {"helper_xo", "lazy_xo"}
+
+
+@pytest.mark.usefixtures("unloaded_xo")
+def test_probe_on_an_export_with_plugins_takes_the_consent_it_asks_for(
+    helped_export, tmp_path, capsys
+):
+    """The probe refused with a flag it did not have (and, for a folder of remote code, asked on
+    the terminal); now --trust-remote-code is the probe's, and with it the folder's code loads
+    (the probe then says which architectures it can inject into)."""
+    from probe_doubles import write_corpus
+
+    corpus = write_corpus(tmp_path / "corpus.jsonl")
+    argv = ["probe", "--out", str(tmp_path / "probe"), "--data-root", str(tmp_path / "data")]
+    for s in (f"base.model={helped_export[0]}", "method=lora", f"data.corpus={corpus}"):
+        argv += ["--set", s]
+    err = _refused_naming_real_flags(argv, capsys)
+    assert "plugins/helped_xo.py" in err and "plugins/helpers/helper_xo.py" in err, err
+    assert main([*argv, "--trust-remote-code"]) == 2
+    err = _err(capsys)
+    assert "--trust-remote-code" not in err and "architecture 'attnlab'" in err, err

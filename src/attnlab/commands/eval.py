@@ -11,7 +11,7 @@ from pathlib import Path
 from attnlab.base.devices import check_device
 from attnlab.base.errors import UserError
 from attnlab.base.outfile import claim_out_file
-from attnlab.commands._common import add_set_argument
+from attnlab.commands._common import add_set_argument, add_trust_argument
 
 NAME = "eval"
 HELP = "evaluate a run, checkpoint, probe or Hugging Face/GGUF model (perplexity, cloze, choice)"
@@ -107,12 +107,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="also merge the results into FILE: a new file, or one an earlier eval --out wrote "
         "and nobody edited since (never another file)",
     )
-    parser.add_argument(
-        "--trust-remote-code",
-        action="store_true",
-        help="run the code a model folder carries (an export's plugin parts, a Hugging Face "
-        "folder's own modeling code); read it first. Without it such a folder is refused",
-    )
+    add_trust_argument(parser)
     parser.add_argument(
         "--no-save", action="store_true", help="do not write RUN_DIR/eval/results.json"
     )

@@ -29,7 +29,6 @@ Each refusal names the files (and, without consent, the flag). Cost: one read an
 from __future__ import annotations
 
 import hashlib
-import importlib
 import sys
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -54,7 +53,10 @@ def _registered_hash(slot: str, kind: str) -> str | bool | None:
         return None
     p = Path(path)
     files = sorted(p.parent.rglob("*.py")) if p.name == "__init__.py" else [p]
-    return source_hash(files)
+    try:
+        return source_hash(files)
+    except OSError:  # its file is gone since: nothing to compare, so not the same code
+        return None
 
 
 def _root(config: Any) -> Path:
@@ -222,11 +224,9 @@ def load_export_plugins(config: Any) -> None:
             f"then {how_to_consent()}"
         )
     for _, own, helpers in todo:
-        files = [own, *helpers]
-        with serving({h.name: h for h in helpers}):
-            load_plugin(own.path, checked={Path(f.path).resolve(): f.data for f in files})
-            for h in helpers:  # one imported later (inside forward) comes from these bytes too
-                importlib.import_module(h.name)
+        files = {Path(f.path).resolve(): f.data for f in [own, *helpers]}
+        with serving({h.name: h for h in helpers}):  # one imported later comes from these too
+            load_plugin(own.path, checked=files, also=[h.name for h in helpers])
 
 
 __all__ = ["HELPERS", "RemoteCodeError", "folder_file", "helper_file", "load_export_plugins"]

@@ -44,7 +44,7 @@ import sys
 import threading
 import traceback
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
@@ -198,14 +198,18 @@ def _reading(read: dict[Path, bytes]) -> Iterator[None]:
 
 
 def _import(
-    spec: str, checked: Mapping[Path, bytes] | None = None
+    spec: str, checked: Mapping[Path, bytes] | None = None, also: Sequence[str] = ()
 ) -> tuple[Any, list[str], dict[Path, bytes]]:
     """(the imported module, the names that entered ``sys.modules`` while it was imported, the
-    bytes each local file it ran was read as: ``checked`` ones as given)."""
+    bytes each local file it ran was read as: ``checked`` ones as given). The modules ``also``
+    are imported right after it, as part of it (a model folder's copies of its helpers)."""
     before = set(sys.modules)
     read: dict[Path, bytes] = dict(checked or {})
     with _reading(read):
         module = _import_module(spec, read)
+        with registering_as(spec):
+            for name in also:
+                importlib.import_module(name)
     return module, [name for name in list(sys.modules) if name not in before], read
 
 
@@ -273,13 +277,15 @@ def load_plugin(
     *,
     missing: str | None = None,
     checked: Mapping[Path, bytes] | None = None,
+    also: Sequence[str] = (),
 ) -> PluginRecord:
     """Import one plugin (once per process) and return its record.
 
     A path that does not exist is served by a plugin of the same module name already loaded from
     elsewhere (see the module doc); otherwise it is an error ending in ``missing`` (default: how
     to point at a moved file). ``checked``: bytes the caller checked, by resolved path (the file
-    ``spec`` names, its helpers): imported and hashed as they are, never read again."""
+    ``spec`` names, its helpers): imported and hashed as they are, never read again; ``also``:
+    module names imported right after it as part of it (a helper used only inside ``forward``)."""
     resolved = resolve_spec(spec, base_dir)
     with _lock:
         if resolved in _loaded:
@@ -289,7 +295,7 @@ def load_plugin(
         if is_path_spec(resolved):  # a file inside a model folder being loaded needs consent
             check_code_path(resolved)
         try:
-            module, appeared, read = _import(resolved, checked)
+            module, appeared, read = _import(resolved, checked, also)
         except (PluginError, PartError) as e:
             raise PluginError(f"plugin {spec!r}: {e}") from None
         except ModuleNotFoundError as e:
