@@ -169,9 +169,10 @@ def claim_out_file(
             f"never replaces such a file{no_flag}: {by_hand}"
         )
     if mine is False:
+        verb = "write into" if merge else "replace"
         raise UserError(
             f"{flag} {p} was written by attnlab but changed since: it is yours now, and attnlab "
-            f"will not replace it: {by_hand}"
+            f"will not {verb} it: {by_hand}"
         )
     if merge or force:
         return p
