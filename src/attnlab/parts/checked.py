@@ -49,6 +49,7 @@ class CheckedLoader(importlib.abc.SourceLoader):
 
     def __init__(self, source: CheckedSource) -> None:
         self.source = source
+        self.path = source.path  # what importlib.readers.FileReader reads a package's data from
 
     def get_filename(self, fullname: str) -> str:
         return self.source.path
@@ -60,6 +61,12 @@ class CheckedLoader(importlib.abc.SourceLoader):
 
     def is_package(self, fullname: str) -> bool:
         return self.source.package
+
+    def get_resource_reader(self, fullname: str):
+        """A package's data files (``importlib.resources``), read beside its file as usual."""
+        from importlib.readers import FileReader
+
+        return FileReader(self) if self.source.package and self.source.locations else None
 
 
 def spec_of(source: CheckedSource):
