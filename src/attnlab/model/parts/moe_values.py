@@ -133,9 +133,9 @@ class MoEValues(ValuePart):
             plans = families.of(model).stacks(model)
             if [(p.causal, p.cross) for p in plans] != [(True, False)]:
                 out.append(
-                    "model.value.kind='moe' is implemented for a family of one causal stack "
-                    "without cross-attention (of the built-in ones, model.family='decoder' only); "
-                    f"model.family={model.family!r} has {', '.join(p.describe() for p in plans)}"
+                    "model.value.kind='moe' is implemented for model.family='decoder' only, or a "
+                    "family of one causal stack without cross-attention like it; model.family="
+                    f"{model.family!r} has {', '.join(p.describe() for p in plans)}"
                 )
             return out
 
