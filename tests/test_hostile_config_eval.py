@@ -835,5 +835,5 @@ def test_a_probe_methods_table_of_a_part_replaces_the_shared_one_under_another_n
         """,
     )
     _, (shared, wide) = load_experiment(path)
-    assert shared.parts["pre_projection"].expansion == 2.0
-    assert wide.parts["pre_projection"].expansion == 3.0
+    assert shared.probe.feature_map.expansion == 2.0
+    assert wide.probe.feature_map.expansion == 3.0

@@ -12,7 +12,7 @@ imported, so this module never imports it.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar, Literal, Protocol
+from typing import Annotated, Any, ClassVar, Literal, Protocol, get_args
 
 from pydantic import Field, SerializeAsAny, WrapValidator
 from pydantic_core import PydanticCustomError
@@ -106,8 +106,10 @@ def slot_field(slot: str) -> Any:
 
 
 def slot_of(field: Any) -> str | None:
-    """The slot a pydantic ``FieldInfo`` reads, or None for an ordinary field."""
-    for m in getattr(field, "metadata", ()):
+    """The slot a pydantic ``FieldInfo`` reads (also an optional one, ``slot_field(s) | None``),
+    or None for an ordinary field."""
+    inner = [getattr(a, "__metadata__", ()) for a in get_args(getattr(field, "annotation", None))]
+    for m in [*getattr(field, "metadata", ()), *(m for ms in inner for m in ms)]:
         if isinstance(m, SlotMarker):
             return m.slot
     return None

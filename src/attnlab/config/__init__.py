@@ -30,7 +30,13 @@ from attnlab.config.carried import (
 )
 from attnlab.config.errors import ConfigError, cut_repr
 from attnlab.config.explain import explain, fields_at, raw_kind, schema_at
-from attnlab.config.legacy import LEGACY_POSITION_KEYS, PROBE_RENAMED, RENAMED
+from attnlab.config.legacy import (
+    LEGACY_POSITION_KEYS,
+    OLD_PROBE_PARTS,
+    PROBE_RENAMED,
+    RENAMED,
+    moved_probe_parts,
+)
 from attnlab.config.loading import load_config, preset_names, read_toml_file, source_dict
 from attnlab.config.merge import deep_merge
 from attnlab.config.model_schema import AttentionConfig, ModelConfig, RetrievalConfig
@@ -52,6 +58,7 @@ _to_toml = to_toml
 __all__ = [
     "CARRIED",
     "LEGACY_POSITION_KEYS",
+    "OLD_PROBE_PARTS",
     "PROBE_RENAMED",
     "RENAMED",
     "SLOT_FIELDS",
@@ -74,6 +81,7 @@ __all__ = [
     "fields_at",
     "load_config",
     "load_config_plugins",
+    "moved_probe_parts",
     "parse_override",
     "preset_names",
     "raw_kind",
