@@ -19,9 +19,20 @@ from pydantic_core import PydanticCustomError
 
 from attnlab.base.section import Section
 
-__all__ = ["Activation", "PartOptions", "Section", "default_options", "slot_field"]
+__all__ = [
+    "DEFAULT_INIT_STD",
+    "Activation",
+    "PartOptions",
+    "Section",
+    "default_options",
+    "slot_field",
+]
 
 Activation = Literal["gelu", "relu", "relu2", "silu"]
+
+#: the std of the normal init of a weight when nothing sets another (GPT-2's, nanoGPT's): the
+#: default of ``model.init_std``, of a part's ``Init``, and of the probe's injected parts
+DEFAULT_INIT_STD = 0.02
 
 
 class PartOptions(Section):

@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+from attnlab.base import exitcodes
 from attnlab.base.advice import COMPARE
 from attnlab.base.errors import UserError
 from attnlab.commands._common import add_set_argument, add_skip_argument
@@ -170,7 +171,7 @@ def run(args: argparse.Namespace) -> int:
         say(est.describe() + (f"; {done} runs already over in {args.out}" if done else ""))
     check_budget(exp, args.max_runs)
     if args.plan:
-        return 0
+        return exitcodes.OK
     from attnlab.experiments.record import claim_experiment
 
     claim_experiment(args.out)  # before anything is written: never a folder of the user's
@@ -221,4 +222,4 @@ def run(args: argparse.Namespace) -> int:
     failed = [o for o in outcomes if o.status == "failed"]
     for o in failed:
         print(f"failed: {o.variant} seed{o.seed}: {o.reason}", file=sys.stderr)
-    return 1 if failed else 0
+    return exitcodes.FAILED if failed else exitcodes.OK

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+from attnlab.base import exitcodes
+
 NAME = "export"
 HELP = "write a run or checkpoint as a Hugging Face model folder (AutoModelForCausalLM)"
 
@@ -69,5 +71,5 @@ def run(args: argparse.Namespace) -> int:
         (check,) = check_exports([(result.out, model, tok)])
         print(check.sentence())
         if not check.passed:
-            return 1
-    return 0
+            return exitcodes.FAILED
+    return exitcodes.OK

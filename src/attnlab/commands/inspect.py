@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+from attnlab.base import exitcodes
+
 NAME = "inspect"
 HELP = (
     "look inside one model (or two, side by side) on a prompt: attention per layer and head, "
@@ -78,4 +80,4 @@ def run(args: argparse.Namespace) -> int:
         for n in c.notes:
             print(f"  note: {n}")
     print(f"wrote {path}")
-    return 0
+    return exitcodes.OK

@@ -38,7 +38,7 @@ from attnlab.config.legacy import (
     moved_probe_parts,
 )
 from attnlab.config.loading import load_config, preset_names, read_toml_file, source_dict
-from attnlab.config.merge import deep_merge
+from attnlab.config.merge import deep_merge, flatten
 from attnlab.config.model_schema import AttentionConfig, ModelConfig, RetrievalConfig
 from attnlab.config.overrides import apply_overrides, check_distinct, parse_override
 from attnlab.config.plugins import load_config_plugins, resolve_plugin_paths, with_plugins
@@ -79,6 +79,7 @@ __all__ = [
     "dump_toml",
     "explain",
     "fields_at",
+    "flatten",
     "load_config",
     "load_config_plugins",
     "moved_probe_parts",

@@ -26,6 +26,7 @@ from typing import Any
 from attnlab.base.advice import restart
 from attnlab.base.atomic import atomic_write_json, atomic_write_text, dumps_json
 from attnlab.base.errors import UserError
+from attnlab.config import flatten
 from attnlab.runs.records import (
     ConfigRecord,
     MetricsRow,
@@ -165,17 +166,6 @@ class MetricsLog:
 # ------------------------------------------------------------------------------------ config
 
 
-def _flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, Mapping):
-            out.update(_flatten(v, key + "."))
-        else:
-            out[key] = v
-    return out
-
-
 def parse_config_text(text: str) -> dict[str, Any] | None:
     """A config file's TOML as a dict; None when it is empty or not TOML (torn)."""
     if not text.strip():
@@ -194,7 +184,7 @@ def config_diff(
     """``key: saved -> given`` for every dotted key that differs, outside ``unchecked`` (top-level
     sections or dotted keys that do not change what is trained)."""
     skip = set(unchecked)
-    a, b = _flatten(saved), _flatten(given)
+    a, b = flatten(saved), flatten(given)
     return [
         f"{key}: {a.get(key)!r} -> {b.get(key)!r}"
         for key in sorted(set(a) | set(b))
