@@ -203,7 +203,7 @@ model = { norm = { kind = "dyt" } }
 
 
 def test_compare_reports_per_variant_what_a_kind_change_dropped(tmp_path, dyt) -> None:
-    from attnlab.commands.compare import print_plan
+    from attnlab.experiments.compare import print_plan
     from attnlab.experiments import load_experiment
 
     path = write(tmp_path / "exp.toml", f"plugins = [{json.dumps(dyt)}]\n" + EXPERIMENT)
