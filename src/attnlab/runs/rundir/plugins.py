@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from attnlab.base.atomic import atomic_write_json
-from attnlab.parts.plugins import changed, manifest, remember, source_changes
+from attnlab.parts.plugin_changes import changed, source_changes
+from attnlab.parts.plugins import manifest, remember
 from attnlab.runs.rundir.files import warn_run_file
 
 PLUGINS_FILE = "plugins.json"
