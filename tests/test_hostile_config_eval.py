@@ -204,7 +204,7 @@ model = { norm = { kind = "dyt" } }
 
 def test_compare_reports_per_variant_what_a_kind_change_dropped(tmp_path, dyt) -> None:
     from attnlab.experiments import load_experiment
-    from attnlab.experiments.compare import print_plan
+    from attnlab.experiments.sweeps.plan import print_plan
 
     path = write(tmp_path / "exp.toml", f"plugins = [{json.dumps(dyt)}]\n" + EXPERIMENT)
     exp = load_experiment(path)

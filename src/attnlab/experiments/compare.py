@@ -26,7 +26,7 @@ from attnlab.experiments.running.launch import effective_jobs
 from attnlab.experiments.running.progress import ExperimentProgress
 from attnlab.experiments.running.runner import run_all
 from attnlab.experiments.sweeps.budget import check_budget
-from attnlab.experiments.sweeps.plan import print_sweep_plan
+from attnlab.experiments.sweeps.plan import print_plan
 from attnlab.runs import lock
 from attnlab.runs.preflight import check_concurrent
 from attnlab.runs.trackers import RunInfo, log_report
@@ -135,37 +135,6 @@ def _launcher(req: CompareRequest, say: Say) -> Any:
         jobs=req.jobs,
         say=say,
     )
-
-
-def print_plan(exp: Experiment, say: Say) -> None:
-    """One line per variant: non-embedding parameters, change vs the baseline, overrides, match;
-    a sweep adds its grid and run count."""
-    if exp.sweep is not None:
-        print_sweep_plan(exp, say)
-        return
-    base_n = exp.variants[exp.baseline].params.non_embedding
-    say(
-        f"experiment {exp.name}: {len(exp.variants)} variants x {len(exp.seeds)} "
-        f"seed{'s' if len(exp.seeds) > 1 else ''} "
-        f"({', '.join(map(str, exp.seeds))}); {exp.steps:,} steps x {exp.tokens_per_step:,} "
-        "tokens/step per run"
-    )
-    width = max(len(n) for n in exp.variants) + 2
-    for v in exp.variants.values():
-        n = v.params.non_embedding
-        delta = "baseline" if v.name == exp.baseline else f"{100 * (n - base_n) / base_n:+.2f}%"
-        line = (
-            f"  {v.name:<{width}}{n:>14,} non-emb. ({delta})  {' '.join(v.overrides) or '(base)'}"
-        )
-        if v.match:
-            m = v.match
-            line += (
-                f"  [matched to {m.target_variant}: {m.achieved:,} vs {m.target:,}, "
-                f"{100 * m.rel_gap:+.3f}%]"
-            )
-        say(line)
-    for n in exp.notes:
-        say(f"  note: {n}")
 
 
 def _log_report_plots(runs: list[RunPlan], out: Path) -> None:
