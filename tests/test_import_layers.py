@@ -174,6 +174,7 @@ EXPERIMENT_LAYERS = [
     ("running", ["running"]),
     ("reports", ["reports"]),
     ("load", ["load"]),
+    ("compare", ["compare"]),
 ]
 #: side by side: neither imports the other
 SIBLINGS = {("running", "reports"), ("reports", "running")}

@@ -31,9 +31,15 @@ from attnlab.config.carried import (
 )
 from attnlab.config.errors import ConfigError, cut_repr
 from attnlab.config.explain import explain, fields_at, raw_kind, schema_at
-from attnlab.config.legacy import LEGACY_POSITION_KEYS, PROBE_RENAMED, RENAMED
+from attnlab.config.legacy import (
+    LEGACY_POSITION_KEYS,
+    OLD_PROBE_PARTS,
+    PROBE_RENAMED,
+    RENAMED,
+    moved_probe_parts,
+)
 from attnlab.config.loading import load_config, preset_names, read_toml_file, source_dict
-from attnlab.config.merge import deep_merge
+from attnlab.config.merge import deep_merge, flatten
 from attnlab.config.model_schema import AttentionConfig, ModelConfig, RetrievalConfig
 from attnlab.config.overrides import apply_overrides, check_distinct, parse_override
 from attnlab.config.plugins import load_config_plugins, resolve_plugin_paths, with_plugins
@@ -53,6 +59,7 @@ _to_toml = to_toml
 __all__ = [
     "CARRIED",
     "LEGACY_POSITION_KEYS",
+    "OLD_PROBE_PARTS",
     "PROBE_RENAMED",
     "RENAMED",
     "SLOT_FIELDS",
@@ -73,8 +80,10 @@ __all__ = [
     "dump_toml",
     "explain",
     "fields_at",
+    "flatten",
     "load_config",
     "load_config_plugins",
+    "moved_probe_parts",
     "parse_override",
     "preset_names",
     "raw_kind",

@@ -8,7 +8,7 @@ structure the user should write (``model.pre_projection`` is now a part in a slo
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from attnlab.config.carried import set_explicitly
@@ -36,10 +36,14 @@ RENAMED = {
     "model.mixer.nonlinear": "[model.mixer] kind = 'nonlinear'",
 }
 PROBE_RENAMED = {
-    "pre_projection": "[parts.pre_projection]",
-    "content_skip": "[parts.content_skip]",
-    "anchored_query": "[parts.anchored] (eps follows the part: 1e-5)",
+    "pre_projection": "[probe.feature_map] kind = 'pre_projection'",
+    "content_skip": "[probe.side_branch] kind = 'content_skip'",
+    "anchored_query": "[probe.query] kind = 'anchored' (eps follows the part: 1e-5)",
 }
+
+#: the probe's part tables of the version before its slot tables: ``[parts.NAME]`` (NAME a part's
+#: kind or probe name) is read as ``[probe.<its slot>] kind = "<its kind>"``, with a note
+OLD_PROBE_PARTS = "parts"
 
 
 def renamed_under(table: Mapping[str, str], parent: str) -> dict[str, str]:
@@ -89,3 +93,57 @@ def current_name(path: list[str], value: Any) -> tuple[list[str], Any]:
 def is_old_position_key(dotted: str) -> bool:
     """``dotted`` (``model.position.rope_base``) names an old position option."""
     return dotted.rsplit(".", 1)[-1] in LEGACY_POSITION_KEYS
+
+
+def moved_probe_parts(
+    raw: Mapping[str, Any],
+    locate: Callable[[str], tuple[str, str]],
+    used: Mapping[str, list[str]],
+) -> tuple[dict[str, Any], list[str]]:
+    """A probe config's old ``[parts.NAME]`` tables as ``[probe.<slot>]`` tables, and one note
+    per table naming its new spelling. ``locate`` gives a part name's (slot, kind) (raising
+    :class:`ConfigError` for a name no injectable part has); ``used`` the kinds the method
+    injects (or counts) per slot. A slot holds one table: where old tables of several kinds
+    share a slot, the method's is kept (the others configured parts it does not inject)."""
+    parts = raw.get(OLD_PROBE_PARTS)
+    if parts is None:
+        return dict(raw), []
+    if not isinstance(parts, Mapping):
+        raise ConfigError(
+            f"parts = {cut_repr(parts)} is not a table; [parts.NAME] is the old spelling of "
+            "[probe.<slot>] kind = 'NAME' (e.g. [probe.feature_map] kind = 'pre_projection')"
+        )
+    by_slot: dict[str, dict[str, tuple[str, Any]]] = {}
+    for key, table in parts.items():
+        slot, kind = locate(str(key))
+        if kind in by_slot.setdefault(slot, {}):
+            raise ConfigError(
+                f"parts.{by_slot[slot][kind][0]} and parts.{key} are the same part ('{kind}'); "
+                f"keep one table, [probe.{slot}] kind = '{kind}'"
+            )
+        if not isinstance(table, Mapping):
+            raise ConfigError(f"parts.{key} = {cut_repr(table)} must be a table of its options")
+        by_slot[slot][kind] = (str(key), table)
+    probe = raw.get("probe")
+    probe = dict(probe) if isinstance(probe, Mapping) else {}
+    notes = []
+    for slot, tables in by_slot.items():
+        wanted = used.get(slot) or []
+        kinds = [k for k in wanted if k in tables] if wanted else list(tables)
+        if not kinds or (not wanted and len(kinds) > 1):
+            continue  # the options of parts the method does not inject: nothing reads them
+        kind = kinds[0]  # the method's own part before its @target's
+        key, table = tables[kind]
+        if slot in probe:
+            raise ConfigError(
+                f"parts.{key} and probe.{slot} both set the options of the {slot} part "
+                f"(parts.{key} is the old spelling); keep only [probe.{slot}]"
+            )
+        probe[slot] = {**table, "kind": kind}
+        notes.append(
+            f"[parts.{key}] is the old spelling of [probe.{slot}] kind = '{kind}'; it was read "
+            "as that (write it so)"
+        )
+    out = {k: v for k, v in raw.items() if k != OLD_PROBE_PARTS}
+    out["probe"] = probe
+    return out, notes

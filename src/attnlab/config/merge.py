@@ -1,6 +1,6 @@
 """Merging raw config tables: a file over its ``extends`` preset, an experiment's variant over
 its base. Tables merge, values replace; a slot table whose ``kind`` changes keeps what the new
-kind also has (:mod:`attnlab.config.carried`)."""
+kind also has (:mod:`attnlab.config.carried`). And the one flattening of a table to dotted keys."""
 
 from __future__ import annotations
 
@@ -34,4 +34,17 @@ def deep_merge(
                     set_explicitly(out[k], own_keys(v))
         else:
             out[k] = v
+    return out
+
+
+def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A nested table as ``{"dotted.key": value}`` of its leaves (``{"a": {"b": 1}}`` ->
+    ``{"a.b": 1}``): how a config's differences and a sweep's grid are named."""
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, Mapping):
+            out.update(flatten(v, key + "."))
+        else:
+            out[key] = v
     return out

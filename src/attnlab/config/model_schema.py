@@ -13,7 +13,13 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, Field, ValidationInfo, model_validator
 from pydantic_core import PydanticCustomError
 
-from attnlab.base.schema import PartOptions, Section, default_options, slot_field
+from attnlab.base.schema import (
+    DEFAULT_INIT_STD,
+    PartOptions,
+    Section,
+    default_options,
+    slot_field,
+)
 from attnlab.base.section import seed_type
 from attnlab.config.carried import SLOT_FIELDS, deliver_notes, settle_carried
 from attnlab.config.checks import model_problems
@@ -134,7 +140,7 @@ class ModelConfig(Section):
     mlp: bool = True
     dropout: float = Field(0.0, ge=0, lt=1)
     stochastic_depth: float = Field(0.0, ge=0, lt=1)
-    init_std: float = Field(0.02, gt=0)
+    init_std: float = Field(DEFAULT_INIT_STD, gt=0)
     norm: NormSlot = default_options("norm")
     position: PositionSlot = default_options("position")
     attention: AttentionConfig = AttentionConfig()
@@ -206,16 +212,25 @@ class ModelConfig(Section):
         return out
 
     @property
+    def position_class(self) -> Any:
+        """The registered class of the position part (None: no positions); one lookup."""
+        from attnlab.parts import registry
+
+        spec = registry.get("position", self.position.kind)
+        return None if spec.kind == "none" else spec.cls
+
+    @property
     def position_limit(self) -> int | None:
         """The longest sequence the position part can place (e.g. a learned table's
-        ``max_seq_len``); None: no limit, evaluation and generation may go past training."""
-        cls = self.part_classes()["position"]
+        ``max_seq_len``); None: no limit, evaluation and generation may go past training. A
+        built model reads it once (``Transformer.position_limit``), not per token."""
+        cls = self.position_class
         return None if cls is None else cls.length_limit(self.position, self)
 
     @property
     def position_limit_noun(self) -> str:
         """What the position part's limit counts, for messages (e.g. "learned positions")."""
-        cls = self.part_classes()["position"]
+        cls = self.position_class
         return "positions" if cls is None else cls.limit_noun
 
     @property

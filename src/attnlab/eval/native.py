@@ -10,6 +10,7 @@ import torch
 from torch import Tensor, nn
 
 from attnlab.base.errors import UserError
+from attnlab.base.params import n_params
 from attnlab.eval.lm import LanguageModel
 from attnlab.parts import families
 from attnlab.parts.family import LM_ROUTE, RETRIEVAL_ROUTE
@@ -189,8 +190,7 @@ class AttnlabLM(LanguageModel):
         return self.logits(input_ids, attention_mask, scored_from=scored_from)
 
     def info(self) -> dict[str, object]:
-        n_params = sum(p.numel() for p in self.model.parameters())
-        out = super().info() | {"backend": "attnlab", "parameters": n_params}
+        out = super().info() | {"backend": "attnlab", "parameters": n_params(self.model)}
         return out if self.step is None else out | {"step": self.step}
 
 

@@ -19,7 +19,7 @@ from attnlab.model.context import AttnContext
 from attnlab.model.kv_cache import KVCache
 from attnlab.model.masks import allowed_keys, stack_mask
 from attnlab.model.positions import SinusoidalPositions
-from attnlab.parts import Dims, Part, PositionPart, registry
+from attnlab.parts import Dims, Part, PositionPart
 from attnlab.parts.registry import build
 
 
@@ -30,8 +30,7 @@ def parts_of(module: nn.Module) -> list[Part]:
 
 def position_class(cfg: ModelConfig) -> type[PositionPart] | None:
     """The class of the configured position part (None: no positions, NoPE)."""
-    spec = registry.get("position", cfg.position.kind)
-    return None if spec.kind == "none" else spec.cls
+    return cfg.position_class
 
 
 def norm(cfg: ModelConfig, dim: int | None = None) -> nn.Module:

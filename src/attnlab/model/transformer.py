@@ -49,6 +49,8 @@ class Transformer(nn.Module):
         d = cfg.d_model
         self.embed = nn.Embedding(cfg.vocab_size, d)
         cls = position_class(cfg)
+        #: the longest sequence the position part places (None: no limit), read once at build
+        self.position_limit = cfg.position_limit
         #: the position part's embedding side (absolute positions), None when it has none
         self.abs_pos: PositionPart | None = None
         if cls is not None and cls.absolute:
@@ -153,7 +155,7 @@ class Transformer(nn.Module):
     def _embed(self, ids: Tensor, start: int) -> Tensor:
         x = self.embed(ids)
         end = start + ids.shape[1]
-        limit = self.cfg.position_limit
+        limit = self.position_limit
         if limit is not None and end > limit:
             raise InvalidRequestError(
                 f"positions up to {end - 1} exceed model.max_seq_len={limit} of "
