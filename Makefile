@@ -47,7 +47,7 @@ test: install-test browser
 	@$(VERSIONS)
 	$(PY) -m pytest
 
-# Headless Chromium for the `attnlab inspect` page tests (tests/test_inspect_browser.py): Debian's
+# Headless Chromium for the `attnlab inspect` page tests (tests/inspection/test_browser.py): Debian's
 # package, driven by its own command line (never Playwright's download, which fails offline).
 # Where apt-get is missing or we are not root, it says so and those tests skip with the reason;
 # CI sets ATTNLAB_REQUIRE_BROWSER=1, which turns that skip into a failure.

@@ -58,8 +58,8 @@ def part_registry_per_module():
 @pytest.fixture(scope="session")
 def hostile_lab(tmp_path_factory):
     """A trained run, a NaN run, a diverged run, a linked run and damaged files
-    (``tests/hostile_lab.py``); read-only for its users."""
-    from hostile_lab import build_lab
+    (``tests/helpers/hostile_lab.py``); read-only for its users."""
+    from tests.helpers.hostile_lab import build_lab
 
     return build_lab(tmp_path_factory.mktemp("hostile_lab"))
 
@@ -80,9 +80,9 @@ def float64():
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
-    """120 word-salad sentences prepared as bytes (``data_helpers.sentence_data``), one copy per
+    """120 word-salad sentences prepared as bytes (``tests.helpers.data.sentence_data``), one copy per
     test module; the raw corpus is ``data_dir.parent / "corpus.jsonl"``."""
-    from data_helpers import sentence_data
+    from tests.helpers.data import sentence_data
 
     return sentence_data(tmp_path_factory.mktemp("data"))
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 import typing
-from pathlib import Path
 
 import pytest
 from pydantic import BaseModel
@@ -15,6 +14,7 @@ from attnlab.base.schema import slot_of
 from attnlab.cli import build_parser, main
 from attnlab.config import Config, ConfigError, load_config, validate
 from attnlab.parts import registry
+from tests.helpers.paths import DOCS, ROOT
 
 
 def _numeric_fields(
@@ -83,7 +83,7 @@ def test_seeds_are_not_negative():
 
 def test_help_and_readme_document_every_exit_code():
     text = build_parser().format_help()
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    readme = (ROOT / "README.md").read_text()
     for code in (exitcodes.OK, exitcodes.FAILED, exitcodes.USER_ERROR, exitcodes.DIVERGED, 130):
         assert re.search(rf"^\s*{code}\s+\S", text, re.M), code
         assert re.search(rf"^\|\s*`?{code}`?\s*\|", readme, re.M), code
@@ -205,7 +205,7 @@ def test_contracts_doc_states_every_slot_dims_field_and_score_context_field():
     from attnlab.parts import Dims, ScoreContext
     from attnlab.parts.slots import SLOTS
 
-    doc = (Path(__file__).resolve().parents[1] / "docs" / "CONTRACTS.md").read_text()
+    doc = (DOCS / "CONTRACTS.md").read_text()
     for name, slot in SLOTS.items():
         assert f"`{name}` (`{slot.base.__name__}`" in doc, name
         assert "forward(" in (slot.base.__doc__ or ""), slot.base.__name__

@@ -15,7 +15,7 @@ from attnlab.bench.report import inference_table, to_markdown
 from attnlab.bench.retrieval import WithNeighbours
 from attnlab.config import load_config
 from attnlab.model import build_model
-from data_helpers import WORDS, prepare_bytes, word_corpus
+from tests.helpers.data import WORDS, prepare_bytes, word_corpus
 
 RETRIEVAL = [
     "model.family=retrieval",

@@ -4,7 +4,7 @@ For each one: a non-zero exit (the documented code), no Python traceback on eith
 message naming the cause, and every file that existed before (the whole lab: data, runs, damaged
 inputs, the directory a link points to) byte-identical afterwards, none deleted.
 
-Most cases run in a child forked from one warm process (``tests/cli_driver.py``: the same
+Most cases run in a child forked from one warm process (``tests/helpers/cli_driver.py``: the same
 ``attnlab.cli.main`` the console script runs, without re-importing torch each time); the cases
 marked ``REAL`` run as ``python -m attnlab`` subprocesses, so the guarantee is also checked
 through a real interpreter start, argv decoding and exit.
@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 import attnlab
+from tests.helpers.paths import HELPERS
 
 SRC = str(Path(attnlab.__file__).resolve().parents[1])
 HUGE = "1000000000"
@@ -35,7 +36,7 @@ Case = tuple[Callable[..., list[str]], int, str]
 
 def exp_file(L, T: Path) -> Path:
     """A small valid experiment file on the lab's data."""
-    from data_helpers import tiny_experiment
+    from tests.helpers.data import tiny_experiment
 
     tail = '[[variants]]\nname = "a"\n[[variants]]\nname = "b"\nset = ["train.lr=0.001"]\n'
     return tiny_experiment(T / "exp.toml", L.data, tail, seeds="[0]")
@@ -107,7 +108,7 @@ def pickled_hf_folder(T: Path) -> str:
     """A GPT-2 folder whose only weights are a pickle that would empty ``T/victim.txt``."""
     import pickle
 
-    from eval_doubles import tiny_hf_model
+    from tests.helpers.eval_doubles import tiny_hf_model
 
     d = T / "hf"
     tiny_hf_model("gpt2", max_length=64).config.save_pretrained(d)
@@ -665,12 +666,12 @@ def tree_digest(root: Path) -> dict[str, str]:
 
 
 class Driver:
-    """The warm process of ``tests/cli_driver.py``."""
+    """The warm process of ``tests/helpers/cli_driver.py``."""
 
     def __init__(self) -> None:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")]))
         self.proc = subprocess.Popen(
-            [sys.executable, str(Path(__file__).with_name("cli_driver.py"))],
+            [sys.executable, str(HELPERS / "cli_driver.py")],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from attnlab.cli import main
-from data_helpers import WORDS, prepare_bytes, word_corpus
+from tests.helpers.data import WORDS, prepare_bytes, word_corpus
 
 
 # ------------------------------------------------------------------------------ retrieval
@@ -127,7 +127,7 @@ def test_generate_of_a_retrieval_run_without_bm25s_names_the_extra(
     one_document, tmp_path, monkeypatch, capsys
 ):
     from attnlab.train import train
-    from data_helpers import tiny_run_config
+    from tests.helpers.data import tiny_run_config
 
     cfg = tiny_run_config(
         one_document,
@@ -277,7 +277,7 @@ def test_train_preparing_its_data_names_data_dir_not_its_own_out(tmp_path, monke
 def tiny_run(data_dir, tmp_path_factory) -> Path:
     """A 2-step run of ``tiny`` (checkpoints at steps 2)."""
     from attnlab.train import train
-    from data_helpers import tiny_run_config
+    from tests.helpers.data import tiny_run_config
 
     out = tmp_path_factory.mktemp("tiny-run") / "run"
     train(tiny_run_config(data_dir, steps=2, eval_every=2), out)
@@ -397,7 +397,7 @@ def test_a_hostile_run_name_renders_in_chromium(tiny_run, tmp_path, capsys):
     import html
     import re
 
-    from browser_helpers import run_browser
+    from tests.helpers.browser import run_browser
 
     for i, name in enumerate(HOSTILE_NAMES):
         run = tmp_path / f"{i}" / name
@@ -454,7 +454,7 @@ def test_a_nan_model_page_renders_in_chromium(tmp_path):
     import re
 
     from attnlab.inspection import write_page
-    from browser_helpers import run_browser
+    from tests.helpers.browser import run_browser
 
     page = write_page(tmp_path / "nan.html", [_nan_capture()])
     dom, console = run_browser(page, "--dump-dom")
@@ -467,7 +467,7 @@ def test_inspect_cuts_a_prompt_only_where_the_position_part_has_a_limit(data_dir
     """RoPE places any length: a prompt past max_seq_len is read whole; learned positions
     (a table of max_seq_len rows) cut it to the last max_seq_len tokens, with a note."""
     from attnlab.train import train
-    from data_helpers import tiny_run_config
+    from tests.helpers.data import tiny_run_config
 
     prompt = "the model learns " * 12  # 204 bytes > max_seq_len = 128
     pages = {}
@@ -491,8 +491,8 @@ def test_init_from_weights_of_another_shape_than_config_json_names_each_tensor(
     """A folder whose config.json was edited (64 -> 128 positions) after its weights were
     saved: transformers raised a RuntimeError pointing at a logged report; the error names the
     tensor, both shapes and the fix, and the run trains nothing."""
-    from data_helpers import run_config
-    from eval_doubles import tiny_hf_model
+    from tests.helpers.data import run_config
+    from tests.helpers.eval_doubles import tiny_hf_model
 
     folder = tmp_path / "gpt2"
     tiny_hf_model("gpt2", max_length=64).save_pretrained(folder)

@@ -25,6 +25,8 @@ import pytest
 from attnlab.cli import main
 from attnlab.config import ConfigError, DroppedOptionWarning, load_config, validate
 from attnlab.model.params import count
+from tests.helpers import paths
+from tests.helpers.paths import PACKAGE
 
 DYT = '''
 """Dynamic Tanh (Zhu et al. 2025) as a norm: g * tanh(alpha x) + b; params d + 1 (+ d bias)."""
@@ -433,7 +435,7 @@ def test_a_cloze_or_document_text_that_is_no_string_is_refused(tmp_path, text) -
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> Path:
     """A tiny attnlab run (one training step: the scores do not matter, only the plumbing)."""
-    from hf_helpers import alternation_run
+    from tests.helpers.hf import alternation_run
 
     return alternation_run(tmp_path_factory.mktemp("eval") / "run", steps=1)
 
@@ -528,7 +530,7 @@ def test_mc_takes_a_field_mapping_in_the_task_name(tmp_path) -> None:
 
     from attnlab.eval.evaluate import evaluate
     from attnlab.eval.registry import task_key
-    from eval_doubles import TableLM
+    from tests.helpers.eval_doubles import TableLM
 
     rows = [{"prompt": "x", "options": ["a", "b"], "right": 1}] * 3
     path = tmp_path / "mine.jsonl"
@@ -632,7 +634,7 @@ def test_attnlab_lm_eval_checks_every_local_kind_and_a_missing_file(
 
 # ------------------------------------------------------------ 8. the experiment-file schema
 
-DOCS = Path(__file__).resolve().parents[1] / "docs" / "commands.md"
+DOCS = paths.DOCS / "commands.md"
 
 
 def schema_section() -> str:
@@ -743,10 +745,7 @@ ADVICE_MODULES = {
     "experiments/spec.py": ("compare",),
     "experiments/sweep_spec.py": ("compare",),
     "probe/config.py": ("probe",),
-    **{
-        f"eval/{p.name}": ("eval",)
-        for p in (Path(__file__).resolve().parents[1] / "src" / "attnlab" / "eval").glob("*.py")
-    },
+    **{f"eval/{p.name}": ("eval",) for p in (PACKAGE / "eval").glob("*.py")},
     **{f"eval/{m}.py": ("lm-eval",) for m in ("lm_eval_cli", "lm_eval_files", "harness")},
     "eval/lm_eval_tasks.py": ("lm-eval",),
 }
@@ -792,7 +791,7 @@ def test_every_flag_an_eval_or_config_message_names_exists() -> None:
     import re
 
     flags = command_flags()
-    src = Path(__file__).resolve().parents[1] / "src" / "attnlab"
+    src = PACKAGE
     bad, seen = [], 0
     for module, commands in ADVICE_MODULES.items():
         for line, text in advice(src / module):

@@ -17,8 +17,8 @@ from attnlab.config import ConfigError, TrainConfig, load_config
 from attnlab.probe.config import ProbeTrainConfig, is_experiment_file, load_probe_config
 from attnlab.probe.config import load_experiment as load_probe_experiment
 from attnlab.probe.moved_keys import MOVED
+from tests.helpers.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 

@@ -23,8 +23,9 @@ from attnlab.data.byte_tokenizer import ByteTokenizer
 from attnlab.data.split import assign_splits, document_u
 from attnlab.data.staging import output_lock, staging_dir
 from attnlab.data.windowed import WindowedShard
+from tests.helpers import paths
 
-SRC = str(Path(__file__).parents[1] / "src")
+SRC = str(paths.SRC)
 WORDS = ["the", "of", "a", "cat", "sat", "on", "mat", "dog", "über", "naïve", "東京", "🙂"]
 WORDS += ["<|endoftext|>", "42", "3.14", "	", "don't"]
 

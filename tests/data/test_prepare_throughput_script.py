@@ -6,11 +6,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).parent.parent / "benchmarks" / "prepare_throughput.py"
+from tests.helpers.paths import BENCHMARKS
+
+SCRIPT = BENCHMARKS / "prepare_throughput.py"
 
 
 @pytest.mark.parametrize("copies", [1, 2])

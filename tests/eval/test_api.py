@@ -18,10 +18,16 @@ from attnlab.eval.hf import HFCausalLM
 from attnlab.eval.native import AttnlabLM
 from attnlab.eval.registry import split_tasks, task_key
 from attnlab.eval.results import load_results
-from eval_doubles import ByteTokenizer, CausalBytesModel, byte_hf_tokenizer, tiny_hf_model
+from tests.helpers import paths
+from tests.helpers.eval_doubles import (
+    ByteTokenizer,
+    CausalBytesModel,
+    byte_hf_tokenizer,
+    tiny_hf_model,
+)
 
 torch.set_num_threads(1)
-FIXTURES = Path(__file__).parent / "fixtures" / "eval"
+FIXTURES = paths.FIXTURES / "eval"
 WORDS = ["the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran", "to", "it", "then", "sun"]
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
 import pytest
 import torch
@@ -13,10 +12,11 @@ from attnlab.base.errors import UserError
 from attnlab.eval.cloze import cloze_item, evaluate_cloze, load_cloze_file
 from attnlab.eval.cloze_build import STOP_WORDS, build_cloze_set, passages_of, split_sentences
 from attnlab.eval.scoring import encode_pair
-from eval_doubles import TableLM
+from tests.helpers import paths
+from tests.helpers.eval_doubles import TableLM
 
 torch.set_num_threads(1)
-FIXTURES = Path(__file__).parent / "fixtures" / "eval"
+FIXTURES = paths.FIXTURES / "eval"
 BIG = 10.0
 
 

@@ -27,10 +27,11 @@ from attnlab.eval.lm_eval_tasks import write_task_yamls
 from attnlab.eval.multiple_choice import evaluate_multiple_choice, load_mc_file
 from attnlab.eval.scoring import encode_pair
 from attnlab.hf.export import export
-from hf_helpers import alternation_run
+from tests.helpers import paths
+from tests.helpers.hf import alternation_run
 
 torch.set_num_threads(1)
-FIXTURES = Path(__file__).parent / "fixtures" / "eval"
+FIXTURES = paths.FIXTURES / "eval"
 MC = FIXTURES / "mc.jsonl"
 HELLASWAG = FIXTURES / "hellaswag_official.jsonl"
 OVERLONG = FIXTURES / "mc_overlong.jsonl"

@@ -21,10 +21,12 @@ from attnlab.eval.harness import AttnlabEvalLM
 from attnlab.eval.hf import HFCausalLM
 from attnlab.eval.lm_eval_tasks import TASKS_DIR, write_task_yamls
 from attnlab.eval.perplexity import document_logprobs
-from eval_doubles import TableLM, byte_hf_tokenizer, tiny_hf_model
+from tests.helpers import paths
+from tests.helpers.eval_doubles import TableLM, byte_hf_tokenizer, tiny_hf_model
+from tests.helpers.paths import ROOT
 
 torch.set_num_threads(1)
-FIXTURES = Path(__file__).parent / "fixtures" / "eval"
+FIXTURES = paths.FIXTURES / "eval"
 LONG = "A text longer than the 32-token context, so rolling windows are needed here. " * 2
 
 
@@ -140,7 +142,7 @@ def test_simple_evaluate_by_name_matches_attnlab_cloze(model_and_tokenizer, tmp_
 
 
 def test_shipped_task_yamls_run_from_the_repo_root(adapter):
-    repo = Path(__file__).parent.parent
+    repo = ROOT
     cwd = Path.cwd()
     os.chdir(repo)  # the shipped YAMLs read fixture paths relative to the repository root
     try:

@@ -20,9 +20,8 @@ from attnlab.eval.perplexity import Document
 from attnlab.model import build_model
 from attnlab.model.generate import generate
 from attnlab.parts import registry
-from model_helpers import tiny
+from tests.helpers.model import tiny
 
-ROOT = Path(__file__).resolve().parents[1]
 TRAINED = 32  # the models below hold positions up to this: the "training" context
 POSITIONS = list(registry.kinds("position"))
 
@@ -165,7 +164,7 @@ def test_a_position_plugin_runs_through_params_train_eval_lengths_generate_expor
     )
     params = json.loads(_attnlab(capsys, "params", str(cfg), "--json"))
     assert params["by_part"]["position"] == 4 * 9  # H (D + 1), declared and counted
-    # the plugin's conformance check is tests/test_check.py's subject, not this one's
+    # the plugin's conformance check is tests/testing/test_check.py's subject, not this one's
     _attnlab(capsys, "train", str(cfg), "--out", "run", "--quiet", "--skip-check")
     assert json.loads((tmp_path / "run" / "status.json").read_text())["status"] == "finished"
     _attnlab(capsys, "eval", "run", "--tasks", "perplexity", "--lengths", "32,128", "--limit",

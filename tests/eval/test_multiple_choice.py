@@ -4,7 +4,6 @@ formats, and per-item agreement with lm-evaluation-harness on the same model and
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pytest
 import torch
@@ -18,10 +17,11 @@ from attnlab.eval.multiple_choice import (
     hellaswag_item,
     load_mc_file,
 )
-from eval_doubles import TableLM, byte_hf_tokenizer, tiny_hf_model
+from tests.helpers import paths
+from tests.helpers.eval_doubles import TableLM, byte_hf_tokenizer, tiny_hf_model
 
 torch.set_num_threads(1)
-FIXTURES = Path(__file__).parent / "fixtures" / "eval"
+FIXTURES = paths.FIXTURES / "eval"
 
 
 def test_acc_and_acc_norm_on_a_uniform_model():

@@ -15,7 +15,7 @@ from attnlab.eval.corpus import split_documents
 from attnlab.eval.hf import HFCausalLM
 from attnlab.eval.perplexity import Document, document_logprobs, perplexity
 from attnlab.eval.windows import sliding_windows, window_requests
-from eval_doubles import TableLM, byte_hf_tokenizer, tiny_hf_model
+from tests.helpers.eval_doubles import TableLM, byte_hf_tokenizer, tiny_hf_model
 
 torch.set_num_threads(1)
 

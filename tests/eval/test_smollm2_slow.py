@@ -12,9 +12,10 @@ import torch
 from attnlab.eval import evaluate, load_language_model
 from attnlab.eval.lm_eval_tasks import write_task_yamls
 from attnlab.eval.multiple_choice import evaluate_multiple_choice, load_mc_file
+from tests.helpers import paths
 
 pytestmark = pytest.mark.slow
-FIXTURES = Path(__file__).parent / "fixtures" / "eval"
+FIXTURES = paths.FIXTURES / "eval"
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 

@@ -14,7 +14,7 @@ import pytest
 from attnlab.cli import main
 from attnlab.experiments import build_report, load_experiment, run_all
 from attnlab.runs.rundir import read_status
-from data_helpers import tiny_experiment
+from tests.helpers.data import tiny_experiment
 
 PLOTS = (
     "val_loss.png",

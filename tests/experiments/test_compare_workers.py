@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 import attnlab
-from data_helpers import tiny_experiment
+from tests.helpers.data import tiny_experiment
 
 SRC = str(Path(attnlab.__file__).resolve().parents[1])
 THREE = '[[variants]]\nname = "a"\n[[variants]]\nname = "b"\nset = ["train.lr=0.002"]\n'

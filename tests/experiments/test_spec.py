@@ -11,6 +11,7 @@ import pytest
 from attnlab.config import ConfigError
 from attnlab.experiments import load_experiment
 from attnlab.model.params import count
+from tests.helpers.paths import CONFIGS
 
 HEADER = """
 base = "tiny"
@@ -254,7 +255,7 @@ def test_missing_experiment_file_is_a_user_error(tmp_path):
         load_experiment(tmp_path / "nope.toml")
 
 
-SHIPPED = sorted((Path(__file__).parent.parent / "configs" / "experiments").glob("*.toml"))
+SHIPPED = sorted((CONFIGS / "experiments").glob("*.toml"))
 
 
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.stem)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from attnlab.cli import main
-from data_helpers import tiny_experiment
+from tests.helpers.data import tiny_experiment
 
 
 def sweep_file(folder: Path, data_dir: Path, sweep: str, seeds: str = "[0, 1]") -> Path:

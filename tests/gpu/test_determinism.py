@@ -12,10 +12,9 @@ from pathlib import Path
 import pytest
 
 from attnlab.runs.rundir import read_metrics, read_status
-from data_helpers import prepare_bytes, run_config, word_corpus
-from gpu_helpers import DEVICE
-from test_determinism import numbers
-from test_train_kill import attnlab_train_cmd, kill_then_rerun
+from tests.helpers.data import prepare_bytes, run_config, word_corpus
+from tests.helpers.gpu import DEVICE
+from tests.helpers.runs import attnlab_train_cmd, kill_then_rerun, numbers
 
 pytestmark = pytest.mark.gpu
 

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from attnlab.runs.rundir import read_metrics, read_status
-from data_helpers import prepare_bytes, run_config, word_corpus
-from test_train_kill import attnlab_train_cmd
+from tests.helpers.data import prepare_bytes, run_config, word_corpus
+from tests.helpers.runs import attnlab_train_cmd
 
 pytestmark = [
     pytest.mark.gpu,

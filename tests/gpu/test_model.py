@@ -23,9 +23,9 @@ from attnlab.bench.variants import VARIANTS, variant_config
 from attnlab.config import load_config
 from attnlab.model import build_model, generate
 from attnlab.model import linear_cross_entropy as lce
-from gpu_helpers import DEVICE, exact_fp32, needs_cuda, rel_err
-from model_helpers import TINY
-from test_model_variants import VARIANTS as CACHE_VARIANTS
+from tests.helpers.gpu import DEVICE, exact_fp32, needs_cuda, rel_err
+from tests.helpers.model import TINY
+from tests.model.test_variants import VARIANTS as CACHE_VARIANTS
 
 pytestmark = pytest.mark.gpu
 

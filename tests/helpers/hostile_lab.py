@@ -14,7 +14,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from data_helpers import run_config, sentence_data
+from tests.helpers.data import run_config, sentence_data
 
 
 @dataclass(frozen=True)

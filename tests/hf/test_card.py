@@ -8,7 +8,6 @@ import json
 import os
 import re
 import subprocess
-from pathlib import Path
 
 import pytest
 import torch
@@ -18,10 +17,11 @@ from attnlab.data import prepare
 from attnlab.eval import evaluate
 from attnlab.hf.card import COUNTS, hub_license
 from attnlab.hf.export import export
-from hf_helpers import fake_run, python_without_attnlab
+from tests.helpers import paths
+from tests.helpers.hf import fake_run, python_without_attnlab
 
 torch.set_num_threads(1)
-FIXTURES = Path(__file__).parent / "fixtures" / "eval"
+FIXTURES = paths.FIXTURES / "eval"
 
 
 @pytest.fixture(scope="module")

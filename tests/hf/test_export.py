@@ -22,10 +22,10 @@ from attnlab.config import load_config
 from attnlab.hf.configuration import AttnlabConfig
 from attnlab.hf.export import export, load_source
 from attnlab.hf.verify import check_exports
-from hf_helpers import alternation_run, fake_run, python_without_attnlab
+from tests.helpers.hf import alternation_run, fake_run, python_without_attnlab
+from tests.helpers.paths import EXAMPLES
 
 torch.set_num_threads(1)
-EXAMPLES = Path(__file__).parent.parent / "examples"
 _BASE = load_config("tiny")
 
 #: every bench variant, plus the standard components a variant list does not reach
@@ -249,7 +249,7 @@ def test_plugin_source_travels_with_the_folder(exported):
 
 def test_plugin_export_loads_in_a_fresh_attnlab_process_from_its_copy(exported):
     """attnlab installed, the plugin not loaded: the folder's plugins/hf_ideas.py is, with the
-    user's consent (trust_remote_code=True; refused without it: tests/test_hostile_security.py)."""
+    user's consent (trust_remote_code=True; refused without it: tests/hf/test_hostile_security.py)."""
     code = f"""
 import attnlab.hf, torch
 from transformers import AutoModelForCausalLM

@@ -25,10 +25,10 @@ from attnlab.cli import main
 from attnlab.hf.export import export
 from attnlab.parts import plugins, registry
 from attnlab.parts.plugins import source_hash
-from hf_helpers import BLOCK_ATTNLAB, fake_run
+from tests.helpers.hf import BLOCK_ATTNLAB, fake_run
+from tests.helpers.paths import EXAMPLES
 
 torch.set_num_threads(1)
-EXAMPLES = Path(__file__).parent.parent / "examples"
 SENTINEL_ENV = "ATTNLAB_TEST_SENTINEL"
 KIND = "gated_sec"
 PLUGIN = "sec_ideas.py"

@@ -13,9 +13,9 @@ from attnlab.config import validate
 from attnlab.hf.init_from import ArchitectureError, load_pretrained, model_table
 from attnlab.model import build_model
 from attnlab.runs.load import load_run_model
-from data_helpers import run_config, sentence_data
-from eval_doubles import tiny_hf_model
-from hf_helpers import spread_weights
+from tests.helpers.data import run_config, sentence_data
+from tests.helpers.eval_doubles import tiny_hf_model
+from tests.helpers.hf import spread_weights
 
 torch.set_num_threads(1)
 ARCHES = ("gpt2", "gpt_neox", "llama")
@@ -127,7 +127,7 @@ def test_an_attnlab_export_comes_back_exactly(tmp_path):
     """Out and back: the export's [model] table is the run's and, before any step, the model
     computes the run's logits (same parts, same weights)."""
     from attnlab.hf.export import export
-    from hf_helpers import fake_run
+    from tests.helpers.hf import fake_run
 
     run = fake_run(tmp_path / "run", ["model.position.kind=rope", "model.query.kind=nonlinear"])
     folder = export(run, tmp_path / "export").out

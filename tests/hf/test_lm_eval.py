@@ -18,10 +18,11 @@ import attnlab.eval.harness  # noqa: F401  (registers lm-eval's "attnlab" model)
 from attnlab.eval import evaluate
 from attnlab.eval.lm_eval_tasks import write_task_yamls
 from attnlab.hf.export import export
-from hf_helpers import fake_run
+from tests.helpers import paths
+from tests.helpers.hf import fake_run
 
 torch.set_num_threads(1)
-FIXTURES = Path(__file__).parent / "fixtures" / "eval"
+FIXTURES = paths.FIXTURES / "eval"
 TASKS = [
     "attnlab_arc_local",
     "attnlab_hellaswag_local",

@@ -13,7 +13,7 @@ import torch
 from attnlab.config import load_config
 from attnlab.inspection import capture, write_page
 from attnlab.model.transformer import build_model
-from browser_helpers import run_browser
+from tests.helpers.browser import run_browser
 
 PROMPT = "The identity head passes each token's own value on; attention mixes."  # 64 bytes
 WIDTH = 1280

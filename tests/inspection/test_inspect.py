@@ -20,8 +20,8 @@ from attnlab.cli import main
 from attnlab.inspection import capture
 from attnlab.model.transformer import build_model
 from attnlab.train import train
-from data_helpers import sentence_data, tiny_run_config
-from model_helpers import tiny
+from tests.helpers.data import sentence_data, tiny_run_config
+from tests.helpers.model import tiny
 
 PROMPT = "the cat sat on the mat and looked at the dog."
 IDENTITY_HEAD = (
@@ -261,7 +261,7 @@ def test_other_families(family):
         sets = [f"model.family={family}", "model.n_decoder_layers=1"]
     torch.manual_seed(0)
     model = build_model(tiny(*sets))
-    ids = [i % 64 for i in PROMPT.encode()][:16]  # model_helpers.tiny: vocabulary 64
+    ids = [i % 64 for i in PROMPT.encode()][:16]  # tests.helpers.model.tiny: vocabulary 64
     cap = capture(
         model,
         ids,

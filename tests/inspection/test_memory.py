@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from attnlab.train import train
-from data_helpers import sentence_data, tiny_run_config
+from tests.helpers.data import sentence_data, tiny_run_config
 
 T = 2048
 pytestmark = pytest.mark.skipif(

@@ -13,7 +13,7 @@ from attnlab.model import build_model
 from attnlab.model.attention import AttentionCore
 from attnlab.model.masks import allowed_keys, stack_mask
 from attnlab.parts import ScoreContext
-from model_helpers import perturb, tiny
+from tests.helpers.model import perturb, tiny
 
 pytestmark = pytest.mark.usefixtures("float64")
 

@@ -10,7 +10,7 @@ from attnlab.config import ConfigError
 from attnlab.model import build_model
 from attnlab.model.generate import generate
 from attnlab.model.masks import allowed_keys, random_blocks
-from model_helpers import tiny
+from tests.helpers.model import tiny
 
 SETS = (
     "model.attention.mask=bigbird",

@@ -12,7 +12,7 @@ from attnlab.config import load_config
 from attnlab.model import build_model
 from attnlab.model.params import count
 from attnlab.model.positions import SinusoidalPositions
-from model_helpers import TINY, bump, perturbed
+from tests.helpers.model import TINY, bump, perturbed
 
 pytestmark = pytest.mark.usefixtures("float64")
 

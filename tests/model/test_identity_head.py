@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from attnlab.config import load_config
 from attnlab.model import build_model
 from attnlab.model.parts.mixer import NonlinearMixer, removed_mlp_params
-from model_helpers import TINY, make_part
+from tests.helpers.model import TINY, make_part
 
 pytestmark = pytest.mark.usefixtures("float64")
 

@@ -11,7 +11,7 @@ import attnlab.model.attention_layer as attention_layer
 import attnlab.model.linear as linear
 from attnlab.model import build_model, generate
 from attnlab.model.linear import ROWS_MAX, Linear, decode_layout, param_key, split_columns
-from model_helpers import tiny
+from tests.helpers.model import tiny
 
 pytestmark = pytest.mark.usefixtures("float64")
 

@@ -15,7 +15,7 @@ import attnlab.model.linear_cross_entropy as lce
 from attnlab.base.errors import UserError
 from attnlab.model import build_model
 from attnlab.model.linear_cross_entropy import linear_cross_entropy
-from model_helpers import tiny
+from tests.helpers.model import tiny
 
 pytestmark = pytest.mark.usefixtures("float64")
 

@@ -9,7 +9,7 @@ import torch
 from attnlab.config import load_config
 from attnlab.model import build_model
 from attnlab.model.params import EMBEDDING_PARTS, count, labels
-from model_helpers import TINY
+from tests.helpers.model import TINY
 
 
 @pytest.fixture(scope="module")

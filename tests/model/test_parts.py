@@ -19,7 +19,7 @@ from attnlab.model.positions import (
     T5RelativeBias,
     alibi_slopes,
 )
-from model_helpers import slot_part, tiny
+from tests.helpers.model import slot_part, tiny
 
 pytestmark = pytest.mark.usefixtures("float64")
 

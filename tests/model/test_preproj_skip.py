@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from attnlab.config import load_config
 from attnlab.model import build_model
 from attnlab.model.params import count
-from model_helpers import TINY, ids, perturb, slot_part
+from tests.helpers.model import TINY, ids, perturb, slot_part
 
 pytestmark = pytest.mark.usefixtures("float64")
 

@@ -24,7 +24,7 @@ SHRUNK_FIELDS = {"d_model", "n_layers", "vocab_size", "max_seq_len", "attention"
 #   heads' outputs are multiplied by 0 and W_Q, W_K, W_V receive no gradient until the head-weight
 #   layer (which does get one) moves off its init.
 # (Outside the presets: an anchored query's f sits behind a zero LayerNorm gain, so W1, W2 and f's
-#  RMSNorm gain get none at init either; tests/test_model_query.py pins that.)
+#  RMSNorm gain get none at init either; tests/model/test_query.py pins that.)
 ZERO_GRAD_AT_INIT = {
     "tiny-identity-head": (".attention.query.", ".attention.key.", ".attention.value."),
 }

@@ -12,7 +12,7 @@ import torch
 
 from attnlab.model import build_model
 from attnlab.model.parts.query import AnchoredQuery, IdentityQuery, LinearQuery, NonlinearQuery
-from model_helpers import ids, perturb, tiny
+from tests.helpers.model import ids, perturb, tiny
 
 
 @contextmanager

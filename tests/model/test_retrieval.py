@@ -26,7 +26,7 @@ from attnlab.data.retrieval import (
     neighbour_tokens,
 )
 from attnlab.model import build_model
-from data_helpers import WORDS, prepare_bytes, tiny_run_config, word_corpus
+from tests.helpers.data import WORDS, prepare_bytes, tiny_run_config, word_corpus
 
 PLANT = "Zyxwv quartz jumbo plover."
 

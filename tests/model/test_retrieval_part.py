@@ -16,7 +16,7 @@ pytest.importorskip("bm25s")
 from attnlab.config import ConfigError, load_config
 from attnlab.parts import load_plugin
 from attnlab.testing import check_part
-from data_helpers import WORDS, prepare_bytes, word_corpus
+from tests.helpers.data import WORDS, prepare_bytes, word_corpus
 
 PLUGIN = textwrap.dedent(
     '''
@@ -105,7 +105,7 @@ def test_gated_plugin_cca_checks_and_trains(plugin, tmp_path):
     assert got["causality"] == got["params"] == got["flops"] == "passed", report.results
 
     from attnlab.train import train
-    from data_helpers import tiny_run_config
+    from tests.helpers.data import tiny_run_config
 
     corpus = word_corpus(tmp_path / "corpus.jsonl", WORDS, n_docs=40, length=(40, 80), seed=1)
     data = prepare_bytes(corpus, tmp_path / "prepared", val_fraction=0.1)

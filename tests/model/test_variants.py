@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from attnlab.model import generate
-from model_helpers import bump, perturbed
+from tests.helpers.model import bump, perturbed
 
 pytestmark = pytest.mark.usefixtures("float64")
 

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from attnlab.model import build_model
-from model_helpers import make_part, tiny
+from tests.helpers.model import make_part, tiny
 
 pytestmark = pytest.mark.usefixtures("float64")
 

@@ -13,7 +13,7 @@ from attnlab.model import build_model, generate
 from attnlab.model.positions import ALiBi
 from attnlab.model.virtual_fused.alibi import alibi_columns
 from attnlab.model.virtual_fused.geometry import Geometry, shift, shifts
-from model_helpers import bump, make_part, tiny
+from tests.helpers.model import bump, make_part, tiny
 
 pytestmark = pytest.mark.usefixtures("float64")
 

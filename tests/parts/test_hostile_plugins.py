@@ -22,9 +22,8 @@ from attnlab.cli import main
 from attnlab.parts import PluginError
 from attnlab.parts.plugins import load_plugin, source_hash
 from attnlab.testing import check_part
-from data_helpers import run_config
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers.data import run_config
+from tests.helpers.paths import ROOT
 
 
 def attnlab(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from data_helpers import WORDS, prepare_bytes, word_corpus
+from tests.helpers.data import WORDS, prepare_bytes, word_corpus
+from tests.helpers.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "my_ideas.py"
 
 #: a score transform, appended to the README's example file: three slots from one file
@@ -299,7 +299,7 @@ def test_loading_twice_is_harmless_and_records_the_source_hash(lab):
 def test_a_plugin_side_branch_probes_a_tiny_pretrained_model(lab, tmp_path):
     """The plugin's side branch as a probe method on a tiny local Llama: trains, only its
     tensors are trainable and saved, and the run's config records the plugin."""
-    from probe_doubles import save_tiny_model, write_corpus
+    from tests.helpers.probe_doubles import save_tiny_model, write_corpus
 
     base = save_tiny_model("llama", tmp_path / "llama")
     corpus = write_corpus(tmp_path / "corpus.jsonl")

@@ -5,7 +5,6 @@ position part runs through the model the same way."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 import torch
@@ -13,9 +12,10 @@ import torch
 from attnlab.config import ConfigError
 from attnlab.model import build_model
 from attnlab.parts import registry
-from model_helpers import tiny
+from tests.helpers.model import tiny
+from tests.helpers.paths import PACKAGE
 
-SRC = Path(__file__).resolve().parents[1] / "src" / "attnlab"
+SRC = PACKAGE
 
 #: files that may name a position or norm kind: the parts themselves, the config schema (its old
 #: keys), the slot table (the defaults), the translations of outside architectures (Hugging Face

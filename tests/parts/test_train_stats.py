@@ -13,8 +13,8 @@ from attnlab.config import load_config
 from attnlab.parts.stats import train_stats
 from attnlab.runs.rundir import read_metrics
 from attnlab.train import train
-from data_helpers import run_config, sentence_data
-from tracker_helpers import tensorboard_scalars
+from tests.helpers.data import run_config, sentence_data
+from tests.helpers.trackers import tensorboard_scalars
 
 IDENTITY_HEAD = [
     "model.readout.kind=identity_head",
@@ -75,7 +75,7 @@ def test_a_baseline_run_has_no_part_columns(tmp_path, data):
 
 def test_content_skip_norms_and_moe_load_are_logged(tmp_path, data):
     from attnlab.model.transformer import build_model
-    from model_helpers import tiny
+    from tests.helpers.model import tiny
 
     cfg = tiny("model.side_branch.kind=content_skip", "model.feature_map.kind=pre_projection")
     model = build_model(cfg)

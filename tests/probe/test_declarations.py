@@ -15,9 +15,8 @@ import pytest
 from safetensors.torch import load_file
 
 from attnlab.probe.layer_stats import collect, to_csv, to_markdown
-from probe_doubles import save_tiny_model, write_corpus
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers.paths import ROOT
+from tests.helpers.probe_doubles import save_tiny_model, write_corpus
 
 #: a side branch with its own layer statistic, two query parts (one with pretrained_delta) and a
 #: key part (a slot the probe does not inject)

@@ -10,7 +10,7 @@ from attnlab.base.errors import UserError
 from attnlab.probe.arch import SPECS, Dims, arch_of
 from attnlab.probe.inject import inject, injected_count
 from attnlab.probe.methods import parse_method
-from probe_doubles import KINDS, tiny_model
+from tests.helpers.probe_doubles import KINDS, tiny_model
 
 torch.set_num_threads(1)
 FULL = "preproj+skip+anchored-query"

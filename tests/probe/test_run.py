@@ -19,7 +19,7 @@ from attnlab.probe.config import load_probe_config
 from attnlab.probe.experiment import run_experiment
 from attnlab.probe.trainer import train_probe
 from attnlab.runs import checkpoint
-from probe_doubles import save_tiny_model, write_corpus
+from tests.helpers.probe_doubles import save_tiny_model, write_corpus
 
 torch.set_num_threads(1)
 

@@ -14,7 +14,7 @@ from attnlab.probe.inject import injected_count
 from attnlab.probe.lora import lora_count
 from attnlab.probe.methods import parse_method
 from attnlab.probe.trainer import enable_gradient_checkpointing, lm_loss, probe_optimizer
-from probe_doubles import KINDS, save_tiny_model
+from tests.helpers.probe_doubles import KINDS, save_tiny_model
 
 torch.set_num_threads(1)
 

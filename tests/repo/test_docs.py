@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from attnlab.cli import build_parser
+from tests.helpers.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 COMMANDS = ROOT / "docs" / "commands.md"
 #: every Markdown file whose links are checked

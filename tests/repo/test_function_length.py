@@ -6,7 +6,9 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-SRC = Path(__file__).resolve().parents[1] / "src" / "attnlab"
+from tests.helpers.paths import PACKAGE
+
+SRC = PACKAGE
 LIMIT = 100
 
 

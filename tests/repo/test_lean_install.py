@@ -16,6 +16,7 @@ import textwrap
 from pathlib import Path
 
 from attnlab.base.extras import EXTRAS, install_line
+from tests.helpers.paths import ROOT, SRC
 
 OPTIONAL = (
     "transformers",
@@ -121,7 +122,7 @@ SCRIPT = textwrap.dedent(
 
 def _run_lean(tmp_path: Path) -> dict:
     env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", PYTHONWARNINGS="ignore")
-    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).parents[1] / "src"), *sys.path])
+    env["PYTHONPATH"] = os.pathsep.join([str(SRC), *sys.path])
     proc = subprocess.run(
         [sys.executable, "-c", SCRIPT, str(tmp_path), ",".join(OPTIONAL)],
         capture_output=True,
@@ -167,7 +168,7 @@ def test_core_works_without_extras_and_entry_points_name_the_extra(tmp_path: Pat
 def test_extras_table_matches_pyproject() -> None:
     import tomllib
 
-    pyproject = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
     declared = pyproject["project"]["optional-dependencies"]
     for extra in EXTRAS:
         assert extra in declared, extra

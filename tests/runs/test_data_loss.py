@@ -22,7 +22,7 @@ from attnlab.runs.lock import DirectoryLockedError, locked
 from attnlab.runs.records import RunFileWarning
 from attnlab.runs.rundir import read_metrics, read_status
 from attnlab.train import train
-from data_helpers import run_config, tiny_run_config
+from tests.helpers.data import run_config, tiny_run_config
 
 STEPS = 8
 

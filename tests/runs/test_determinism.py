@@ -14,16 +14,10 @@ from attnlab.bench.variants import VARIANTS, variant_config
 from attnlab.config import load_config
 from attnlab.model import build_model
 from attnlab.runs import determinism
-from attnlab.runs.rundir import read_metrics, read_status
+from attnlab.runs.rundir import read_status
 from attnlab.train import train
-from data_helpers import tiny_run_config
-
-#: metrics fields that are measurements of time, not of the run's numbers
-TIMING = {"tokens_per_s", "mfu", "elapsed", "step_time", "train_time"}
-
-
-def numbers(run: Path) -> list[dict]:
-    return [{k: v for k, v in r.items() if k not in TIMING} for r in read_metrics(run)]
+from tests.helpers.data import tiny_run_config
+from tests.helpers.runs import numbers
 
 
 def test_settings_are_applied_inside_and_restored_after():

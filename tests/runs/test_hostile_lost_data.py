@@ -30,8 +30,8 @@ from attnlab.base.swap import leftovers
 from attnlab.cli import main
 from attnlab.hf.export import export
 from attnlab.hf.export_out import ExportWarning, recover_out
-from data_helpers import tiny_experiment
-from hf_helpers import fake_run
+from tests.helpers.data import tiny_experiment
+from tests.helpers.hf import fake_run
 
 torch.set_num_threads(1)
 PROMPT = ["--prompt", "the cat sat on the mat"]

@@ -13,9 +13,10 @@ from attnlab.cli import main
 from attnlab.config import dump_toml, load_config
 from attnlab.runs import rundir
 from attnlab.runs.checkpoint import _seal
-from data_helpers import sentence_data
+from tests.helpers.data import sentence_data
+from tests.helpers.paths import FIXTURES
 
-FIXTURE = Path(__file__).parent / "fixtures" / "old_run_156143a"
+FIXTURE = FIXTURES / "old_run_156143a"
 WRITTEN_AT = "/tmp/f26_fix"  # the folder the old code ran in; its absolute paths are in the run
 
 

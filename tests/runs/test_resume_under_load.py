@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 import attnlab
-from data_helpers import WORDS, run_config, word_corpus
+from tests.helpers.data import WORDS, run_config, word_corpus
 
 SRC = str(Path(attnlab.__file__).resolve().parents[1])
 BUSY = "import time\nt = time.time() + 600\nwhile time.time() < t: pass\n"

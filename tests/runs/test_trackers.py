@@ -16,8 +16,13 @@ from attnlab.config import ConfigError, load_config
 from attnlab.runs.rundir import read_metrics
 from attnlab.runs.trackers import INSTALL, TrackerError
 from attnlab.train import train
-from data_helpers import run_config, sentence_data
-from tracker_helpers import tensorboard_scalars, tensorboard_tags, tensorboard_text, wandb_runs
+from tests.helpers.data import run_config, sentence_data
+from tests.helpers.trackers import (
+    tensorboard_scalars,
+    tensorboard_tags,
+    tensorboard_text,
+    wandb_runs,
+)
 
 LOGGERS = '["tensorboard", "wandb"]'
 

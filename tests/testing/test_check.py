@@ -17,10 +17,10 @@ from attnlab.parts import registry
 from attnlab.parts.plugins import load_plugin
 from attnlab.testing import PROPERTIES, check_part
 from attnlab.testing.cases import BASE
-from check_helpers import write_fault
-from data_helpers import run_config
+from tests.helpers.check import write_fault
+from tests.helpers.data import run_config
+from tests.helpers.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = [ROOT / "examples" / f for f in ("my_ideas.py", "softcap.py", "causal_mean.py")]
 D = BASE["model"]["d_model"]
 

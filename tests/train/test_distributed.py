@@ -15,7 +15,7 @@ from attnlab.config import load_config
 from attnlab.runs.load import load_run_model
 from attnlab.runs.rundir import read_metrics, read_status
 from attnlab.train import train
-from data_helpers import prepare_bytes, run_config, word_corpus
+from tests.helpers.data import prepare_bytes, run_config, word_corpus
 
 STEPS = 4
 

@@ -15,7 +15,7 @@ from attnlab.runs.checkpoint import MODEL_FILE, CheckpointWarning, complete_chec
 from attnlab.runs.load import load_run_model
 from attnlab.runs.rundir import read_metrics, read_status
 from attnlab.train import train
-from data_helpers import tiny_run_config
+from tests.helpers.data import tiny_run_config
 
 
 def tiny(data_dir: Path, *extra: str):
