@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import attnlab
 from attnlab.base.failures import describe, os_error_of
 from attnlab.config import load_config
@@ -86,6 +88,7 @@ def test_wrapped_os_errors_are_found():
     assert os_error_of(ValueError("a plain bug")) is None
 
 
+@pytest.mark.fast
 def test_system_failures_are_described_with_a_fix():
     for err, words in [
         (OSError(errno.ENOSPC, "No space left on device", "/x/ckpt"), ("disk is full", "/x/ckpt")),

@@ -81,6 +81,7 @@ def test_seeds_are_not_negative():
     assert load_config("tiny", ["train.seed=0"]).train.seed == 0
 
 
+@pytest.mark.fast
 def test_help_and_readme_document_every_exit_code():
     text = build_parser().format_help()
     readme = (ROOT / "README.md").read_text()

@@ -11,6 +11,7 @@ from attnlab.base.errors import UserError
 from attnlab.base.safepath import UnsafePathError, check_out_dir, check_out_file, check_tree, inside
 
 
+@pytest.mark.fast
 def test_inside_follows_links_and_refuses_the_ones_that_leave(tmp_path):
     root, away = tmp_path / "run", tmp_path / "away"
     (root / "real").mkdir(parents=True)

@@ -15,6 +15,7 @@ def _one_thread():
     torch.set_num_threads(1)
 
 
+@pytest.mark.fast
 def test_tiny_baseline_flops_match_a_hand_count():
     cfg = load_config("tiny").model  # d=64, L=2, H=4, vocab 288, GELU MLP 4d, tied, no bias
     d, L, H, V, T = 64, 2, 4, 288, 64

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from attnlab.bench.inference import InferenceRow
@@ -31,6 +32,7 @@ def _result(nano, nonlinear, preproj, preproj_flops, speedup, identical=True):
     return r
 
 
+@pytest.mark.fast
 def test_targets_met_and_missed():
     met = evaluate_targets(_result(1.02, 1.04, 1.20, 1.18, 7.0))
     assert [t["met"] for t in met] == [True, True, True, True]

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from attnlab.cli import main
 
 
+@pytest.mark.fast
 def test_params_json(capsys) -> None:
     assert main(["params", "gpt2-124m", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
@@ -37,6 +40,7 @@ def test_params_table_for_pre_projection(capsys) -> None:
     assert "17.69M" in out and "7.08M" in out
 
 
+@pytest.mark.fast
 def test_bad_preset_exits_2_naming_close_matches(capsys) -> None:
     assert main(["params", "gpt2-124n"]) == 2
     err = capsys.readouterr().err

@@ -35,6 +35,7 @@ def refused(*overrides: str, preset: str | None = None) -> str:
 # ------------------------------------------------------------------------------------ defaults
 
 
+@pytest.mark.fast
 def test_defaults_are_valid_and_config_errors_are_user_errors() -> None:
     cfg = load_config()
     assert isinstance(cfg, Config)
@@ -242,6 +243,7 @@ def test_impossible_combination_is_refused_with_its_reason(name: str) -> None:
     assert reason in msg, msg
 
 
+@pytest.mark.fast
 def test_several_problems_are_reported_together() -> None:
     msg = refused(
         "model.attention.mask=sliding",

@@ -14,6 +14,7 @@ from attnlab.runs.loop import LoopSettings
 SHARED = list(TrainRecipe.model_fields)
 
 
+@pytest.mark.fast
 def test_both_protocols_have_every_shared_key_with_its_meaning():
     for cls in (TrainConfig, ProbeTrainConfig):
         for key in SHARED:

@@ -66,6 +66,7 @@ def test_split_keeps_both_sides_non_empty() -> None:
 # -------------------------------------------------------------------------------------- prepare
 
 
+@pytest.mark.fast
 def test_prepare_jsonl_bytes(tmp_path: Path) -> None:
     src = write_jsonl(tmp_path / "docs.jsonl", DOCS)
     meta = prepare(str(src), "bytes", tmp_path / "out", val_fraction=0.2)

@@ -97,6 +97,7 @@ def test_split_too_short_and_bad_args(data_dir: Path) -> None:
         get_schedule(data_dir.parent, "train", 8, 1, 1, seed=0)
 
 
+@pytest.mark.fast
 def test_batch_tokens_shifts_targets_by_one() -> None:
     data = np.arange(100, dtype=np.uint16)
     x, y = batch_tokens(data, np.array([[0, 10], [97 - 8, 5]]), 8)

@@ -29,6 +29,7 @@ needs_pythia = pytest.mark.skipif(
 )
 
 
+@pytest.mark.fast
 def test_bytes_tokenizer() -> None:
     tok = load_tokenizer("bytes")
     assert (tok.vocab_size, tok.eos_id) == (257, 256)

@@ -43,6 +43,7 @@ def _rigged(successor: dict[str, str]) -> TableLM:
     return TableLM(table, max_length=64)
 
 
+@pytest.mark.fast
 def test_exact_match_needs_every_target_token_greedy():
     item = cloze_item("we fed the dog")
     right = _rigged({"e": " ", " ": "d", "d": "o", "o": "g"})

@@ -37,6 +37,7 @@ def test_acc_and_acc_norm_on_a_uniform_model():
     assert (m["acc"], m["acc_norm"], m["n"]) == (0.0, 1.0, 1)
 
 
+@pytest.mark.fast
 def test_acc_counts_the_gold_choice_of_a_rigged_model():
     def table(prev: int) -> torch.Tensor:  # after ":" and " " prefer "y"; elsewhere uniform
         z = torch.zeros(257)

@@ -61,6 +61,7 @@ def _direct_logprob(lm: HFCausalLM, tokens: list[int]) -> float:
     return float(logp.gather(-1, ids[0, 1:, None]).sum())
 
 
+@pytest.mark.fast
 def test_perplexity_equals_full_context_when_documents_fit(tiny_lm):
     texts = ["The cat sat on the mat.", "A much longer second document, ok?", "hi"]
     docs = [Document.from_text(tiny_lm, t) for t in texts]

@@ -16,6 +16,7 @@ def brute(f, target, lo, hi):
     return min(range(lo, hi + 1), key=lambda x: (abs(f(x) - target), x))
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("target", [0, 1, 7, 50, 51, 52, 999, 1000, 12345])
 def test_closest_integer_equals_brute_force_on_a_step_function(target):
     f = lambda x: 3 * (x // 2) + 5  # non-decreasing with plateaus  # noqa: E731
@@ -67,6 +68,7 @@ def test_matched_mlp_width_is_the_brute_force_optimum(tmp_path):
     assert abs(m.achieved - target) <= (n(best + 1) - n(best)) / 2
 
 
+@pytest.mark.fast
 def test_match_by_another_width(tmp_path):
     path = tmp_path / "m.toml"
     path.write_text(

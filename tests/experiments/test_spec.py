@@ -27,6 +27,7 @@ def write(tmp_path: Path, body: str, header: str = HEADER) -> Path:
     return path
 
 
+@pytest.mark.fast
 def test_variants_resolve_in_order_with_their_overrides(tmp_path):
     exp = load_experiment(
         write(

@@ -35,6 +35,7 @@ def test_relative_improvement_is_positive_when_the_variant_has_lower_loss():
     assert math.isnan(relative_improvement(3.0, math.nan))
 
 
+@pytest.mark.fast
 def test_paired_t_test_matches_the_formula_and_scipy():
     base = [3.10, 3.05, 3.20, 3.12]
     var = [3.02, 3.01, 3.15, 3.11]

@@ -87,6 +87,7 @@ def test_card_code_runs_as_written_without_attnlab(card):
     assert proc.stdout.startswith("The")
 
 
+@pytest.mark.fast
 def test_hub_license_from_corpus_metadata():
     assert hub_license({"license": "CC0 1.0 (as released)"}) == ("cc0-1.0", None)
     assert hub_license({"license": "PSF License"}) == ("other", "PSF License")

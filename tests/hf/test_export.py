@@ -310,6 +310,7 @@ def test_force_replaces_only_an_earlier_export_that_holds_nothing_else(tmp_path)
         export(run, other / "hf", force=True)
 
 
+@pytest.mark.fast
 def test_export_of_one_checkpoint_and_the_cli(tmp_path, capsys):
     run = fake_run(tmp_path / "run", [], step=3)
     ckpt = run / "checkpoints" / "step_0000003"

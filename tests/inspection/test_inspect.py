@@ -254,6 +254,7 @@ def test_long_prompt_shows_the_last_rows_and_says_what_it_summarised(runs, tmp_p
     np.testing.assert_allclose(earlier, want, atol=1e-3)
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("family", ["encoder", "encoder_decoder"])
 def test_other_families(family):
     sets = [f"model.family={family}", "model.attention.mask=bidirectional"]

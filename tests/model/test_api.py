@@ -96,6 +96,7 @@ def test_stacked_expert_biases_are_not_decayed() -> None:
 # ----------------------------------------------------------------------------------------- FLOPs
 
 
+@pytest.mark.fast
 def test_flops_per_token_counts_matmuls_and_attention() -> None:
     cfg = tiny()
     model = build_model(cfg)
@@ -149,6 +150,7 @@ def _model():
     return model
 
 
+@pytest.mark.fast
 def test_generate_greedy_is_the_argmax_of_the_forward() -> None:
     model = _model().eval()
     prompt = torch.randint(0, 64, (2, 3))

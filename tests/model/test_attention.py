@@ -82,6 +82,7 @@ def test_allowed_keys_match_hand_written_matrices(key) -> None:
     assert torch.equal(allowed_keys(cfg, pos, pos, causal), grid(MASKS[key]))
 
 
+@pytest.mark.fast
 def test_allowed_keys_for_a_decoding_step_are_the_last_row() -> None:
     for key, text in MASKS.items():
         mask, causal, extra = key

@@ -92,6 +92,7 @@ def test_encoder_decoder_directions_and_cross_attention(mask: str, position: str
         ]
 
 
+@pytest.mark.fast
 def test_encoder_decoder_memory_argument_equals_encoding_inside() -> None:
     model = perturbed(*ENC_DEC)
     enc, dec = torch.randint(0, 64, (2, 7)), torch.randint(0, 64, (2, 5))

@@ -49,6 +49,7 @@ def test_layernorm_matches_formula(bias: bool) -> None:
     torch.testing.assert_close(norm(x), want, atol=1e-12, rtol=0)
 
 
+@pytest.mark.fast
 def test_rmsnorm_matches_formula() -> None:
     d, eps = 6, 1e-5
     norm = RMSNorm(d, eps=eps)

@@ -197,6 +197,7 @@ def test_generate_with_and_without_cache_give_the_same_tokens(name: str) -> None
     assert torch.equal(a, b)
 
 
+@pytest.mark.fast
 def test_prefix_lm_cached_decoding_after_the_prefix() -> None:
     model = perturbed("model.attention.mask=prefix", "model.attention.prefix_len=4")
     ids = torch.randint(0, 64, (2, 10))

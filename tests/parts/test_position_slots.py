@@ -34,6 +34,7 @@ _ALT = "|".join(KINDS)
 NAMED = re.compile(rf"""["']({_ALT})["']|=({_ALT})\b""")
 
 
+@pytest.mark.fast
 def test_no_code_outside_the_parts_names_a_position_or_norm_kind() -> None:
     allowed = {p for pattern in ALLOWED for p in SRC.glob(pattern)}
     assert len(allowed) >= 10
@@ -53,6 +54,7 @@ def test_the_grep_would_catch_a_branch_on_a_kind() -> None:
     assert not NAMED.search("cfg.position_limit")
 
 
+@pytest.mark.fast
 def test_every_builtin_position_and_norm_is_a_registered_part() -> None:
     assert set(registry.kinds("position")) >= {
         "none",

@@ -176,6 +176,7 @@ def test_pythia_parallel_residual_skip_joins_x_plus_attn_plus_mlp():
     torch.testing.assert_close(out1 - out0, seen["norm"][1] @ w.T, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.fast
 def test_injected_counts_are_exact_and_reproduce_seed_table_1():
     model, _ = tiny_model("llama")
     d = 32

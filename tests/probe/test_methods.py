@@ -58,6 +58,7 @@ def test_bad_methods_say_why(text, fragment):
         parse_method(text)
 
 
+@pytest.mark.fast
 def test_config_defaults_follow_the_paper_recipe():
     cfg = load_probe_config(None)
     t = cfg.train

@@ -14,6 +14,8 @@ import pytest
 from attnlab.cli import build_parser
 from tests.helpers.paths import ROOT
 
+pytestmark = pytest.mark.fast  # the whole module is in the fast tier (make test-fast)
+
 README = ROOT / "README.md"
 COMMANDS = ROOT / "docs" / "commands.md"
 #: every Markdown file whose links are checked

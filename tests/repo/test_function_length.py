@@ -6,7 +6,11 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 from tests.helpers.paths import PACKAGE
+
+pytestmark = pytest.mark.fast  # the whole module is in the fast tier (make test-fast)
 
 SRC = PACKAGE
 LIMIT = 100

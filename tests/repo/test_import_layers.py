@@ -18,6 +18,8 @@ import pytest
 
 import attnlab
 
+pytestmark = pytest.mark.fast  # the whole module is in the fast tier (make test-fast)
+
 SRC = Path(attnlab.__file__).parent
 
 #: the package's layers, from the bottom up (a top-level name -> its layer)

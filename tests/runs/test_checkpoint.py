@@ -44,6 +44,7 @@ def test_tied_weights_are_stored_once_and_restored_as_both_names(tmp_path):
     assert torch.equal(loaded["2.weight"], m[0].weight)
 
 
+@pytest.mark.fast
 def test_optimizer_state_round_trips_exactly():
     m, opt = _model_and_optimizer()
     from torch.distributed.checkpoint.state_dict import get_state_dict
@@ -69,6 +70,7 @@ def test_rng_state_round_trip():
     assert torch.equal(torch.rand(3), a) and random.random() == b
 
 
+@pytest.mark.fast
 def test_write_is_atomic_keeps_two_and_points_latest(tmp_path):
     m, opt = _model_and_optimizer()
     (tmp_path / "checkpoints").mkdir()

@@ -76,6 +76,7 @@ def _cfg(data_dir: Path, *extra: str):
     )
 
 
+@pytest.mark.fast
 def test_two_identical_deterministic_runs_give_the_same_bits(data_dir, tmp_path):
     before = determinism.current()
     a = train(_cfg(data_dir), tmp_path / "a")

@@ -10,6 +10,7 @@ from attnlab.base.errors import UserError
 from attnlab.runs import device as dev
 
 
+@pytest.mark.fast
 def test_auto_prefers_cuda_then_mps_for_one_process_then_cpu(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert dev.resolve_device("auto") == torch.device("cuda", 0)

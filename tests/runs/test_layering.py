@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import attnlab
 
 SRC = Path(attnlab.__file__).parent
@@ -41,6 +43,7 @@ def test_eval_imports_neither_probe_nor_the_trainer():
     assert _offenders("eval", ("attnlab.probe", "attnlab.train")) == []
 
 
+@pytest.mark.fast
 def test_the_engine_imports_no_protocol():
     protocols = ("attnlab.train", "attnlab.probe", "attnlab.eval", "attnlab.bench")
     more = ("attnlab.experiments", "attnlab.commands", "attnlab.cli")

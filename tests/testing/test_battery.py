@@ -131,6 +131,7 @@ def test_the_battery_covers_every_registered_part_and_the_examples():
     assert len(PARTS) == len(set(PARTS))
 
 
+@pytest.mark.fast
 def test_only_the_asked_properties_run():
     report = check_part("query", "linear", properties=["kv_cache"])
     statuses = {r.name: r.status for r in report.results}
@@ -147,10 +148,12 @@ def test_an_unknown_property_is_refused_with_the_battery_s_names():
         check_part("query", "linear", properties=["kv_cash"])
 
 
-def test_xdist_schedules_the_items_of_one_part_together():
+def test_xdist_schedules_the_items_of_one_part_together(request: pytest.FixtureRequest):
     """tests/conftest.py's scheduler: one xdist scope per part (its properties share one
     report), loadscope's module scope for every other test."""
-    from tests.conftest import xdist_scope
+    from tests.conftest import PER_PART, xdist_scope
+
+    assert request.node.nodeid.startswith(f"tests/{PER_PART.split('::')[0]}")  # this file
 
     item = "tests/testing/test_battery.py::test_part[position.rope-{}]"
     assert xdist_scope(item.format("kv_cache")) == xdist_scope(item.format("compile"))

@@ -70,6 +70,7 @@ def test_a_time_mixing_side_branch_that_claims_the_cache_fails_kv_cache(faults):
     assert report.result("causality").status == "passed"
 
 
+@pytest.mark.fast
 def test_a_query_whose_declared_parameters_are_off_by_one_fails_params(faults):
     _, slot, kind = faults["params"]
     report = check_part(slot, kind, compile=False, export=False)

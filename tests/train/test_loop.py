@@ -35,6 +35,7 @@ def reference(data_dir, tmp_path_factory) -> Path:
     return run
 
 
+@pytest.mark.fast
 def test_run_directory_layout_and_metrics(reference):
     status = read_status(reference)
     assert status["status"] == "finished" and status["step"] == 8

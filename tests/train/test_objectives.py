@@ -80,6 +80,7 @@ def test_corruption_depends_only_on_seed_step_and_index():
     assert not (a.targets == c.targets).all()
 
 
+@pytest.mark.fast
 def test_causal_lm_batch_is_the_shifted_window():
     x = _tokens(2, 8)
     b = make_batch("causal_lm", x[:, :-1], x[:, 1:], None, vocab=V, mask_prob=0.15, eos_id=None)

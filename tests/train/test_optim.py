@@ -16,6 +16,7 @@ from attnlab.runs.peak import measure_peak_flops, mfu
 from attnlab.train.batches import micro_offsets
 
 
+@pytest.mark.fast
 def test_lr_warmup_is_linear_then_cosine_reaches_min():
     kw = {"lr": 1.0, "min_lr": 0.1, "warmup_steps": 4, "max_steps": 14}
     assert [lr_at(s, **kw) for s in range(4)] == [0.25, 0.5, 0.75, 1.0]
