@@ -7,17 +7,17 @@ from __future__ import annotations
 
 import re
 import shlex
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from attnlab.cli import main
 from attnlab.config import ConfigError, TrainConfig, load_config
 from attnlab.probe.config import ProbeTrainConfig, is_experiment_file, load_probe_config
 from attnlab.probe.config import load_experiment as load_probe_experiment
 from attnlab.probe.moved_keys import MOVED
 from tests.helpers.paths import ROOT
+from tests.helpers.registry import restored
 
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
@@ -97,19 +97,19 @@ def test_the_command_reference_is_among_the_checked_documents():
 
 
 @pytest.mark.parametrize(("line", "error"), _commands(("train", "params")))
-def test_documented_set_items_validate(line: str, error: str | None):
+def test_documented_set_items_validate(line: str, error: str | None, monkeypatch, capsys):
     """A documented command's ``--set`` items load; where the docs show the error it prints, it
     prints that error (up to a closing '...')."""
     argv = shlex.split(line)
     sets = [argv[i + 1] for i, a in enumerate(argv) if a == "--set"]
     plugins = [argv[i + 1] for i, a in enumerate(argv) if a == "--plugin"]
-    if plugins:  # in a child: a plugin's parts stay registered in the process that loaded it
+    if plugins:  # the plugin's parts leave the registry again with the block
         args = [x for p in plugins for x in ("--plugin", p)] + [
             x for s in sets for x in ("--set", s)
         ]
-        cmd = [sys.executable, "-m", "attnlab", "params", argv[2], *args]
-        done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
-        assert done.returncode == 0, done.stderr
+        monkeypatch.chdir(ROOT)  # the documented plugin paths are the repository's
+        with restored():
+            assert main(["params", argv[2], *args]) == 0, capsys.readouterr().err
         return
     if error is None:
         load_config(argv[2], sets)
