@@ -22,6 +22,7 @@ import torch
 
 from attnlab.base.outfile import STAMP_KEY, written_by_attnlab
 from attnlab.cli import main
+from tests.helpers.paths import EXAMPLES
 
 torch.set_num_threads(1)
 PROMPT = ["--prompt", "the cat sat on the mat"]
@@ -185,7 +186,7 @@ def test_build_cloze_writes_only_a_new_file(hostile_lab, hostile_outs, tmp_path,
     """A JSON-lines set has no room for a stamp: it is written only where nothing is."""
     from attnlab.base.errors import UserError
     from attnlab.eval.cloze_build import build_cloze_set
-    from test_eval_cloze import DOC
+    from tests.eval.test_cloze import DOC
 
     texts = [DOC.replace("boats", w) for w in ("boats", "ships", "nets", "sails")]
     out = tmp_path / "cloze.jsonl"
@@ -324,8 +325,8 @@ def helped_export(tmp_path_factory):
 
     from attnlab.hf.export import export
     from attnlab.runs.load import load_run_model
-    from hf_helpers import fake_run
-    from test_hostile_plugins import HELPED, RUNNING_MEAN, SCALE
+    from tests.helpers.hf import fake_run
+    from tests.parts.test_hostile_plugins import HELPED, RUNNING_MEAN, SCALE
 
     root = tmp_path_factory.mktemp("helped")
     lab = root / "lab"
@@ -356,7 +357,7 @@ def _load_fresh(folder: Path, route: str, tmp_path: Path) -> dict:
     import subprocess
     import sys
 
-    from hf_helpers import BLOCK_ATTNLAB
+    from tests.helpers.hf import BLOCK_ATTNLAB
 
     code = LOAD.replace("BLOCK)", f"{BLOCK_ATTNLAB!r})").replace("IDS", repr(IDS))
     env = {**os.environ, "HF_MODULES_CACHE": str(tmp_path / f"modules-{route}")}
@@ -488,7 +489,7 @@ def test_the_remote_codes_files_swapped_after_the_check_never_run(helped_export,
     import subprocess
     import sys
 
-    from hf_helpers import BLOCK_ATTNLAB
+    from tests.helpers.hf import BLOCK_ATTNLAB
 
     folder = helped_export[0]
     entry = json.loads((folder / "config.json").read_text())["attnlab_plugins"][0]
@@ -610,9 +611,9 @@ def test_export_of_a_run_trained_with_a_plugin_inside_it_takes_the_consent_it_as
     import sys
 
     from attnlab.parts import plugins, registry
-    from hf_helpers import fake_run
+    from tests.helpers.hf import fake_run
 
-    text = (Path(__file__).parent.parent / "examples" / "my_ideas.py").read_text()
+    text = (EXAMPLES / "my_ideas.py").read_text()
     text = text.replace('"gated")', '"gated_rcv")').replace('"low_rank_skip")', '"lrs_rcv")')
     run = tmp_path / "run"
     run.mkdir()
@@ -665,7 +666,7 @@ def test_probe_on_an_export_with_plugins_takes_the_consent_it_asks_for(
     """The probe refused with a flag it did not have (and, for a folder of remote code, asked on
     the terminal); now --trust-remote-code is the probe's, and with it the folder's code loads
     (the probe then says which architectures it can inject into)."""
-    from probe_doubles import write_corpus
+    from tests.helpers.probe_doubles import write_corpus
 
     corpus = write_corpus(tmp_path / "corpus.jsonl")
     argv = ["probe", "--out", str(tmp_path / "probe"), "--data-root", str(tmp_path / "data")]

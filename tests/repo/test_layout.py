@@ -95,12 +95,14 @@ def test_the_scan_sees_each_way_of_marking(tmp_path: Path):
         assert in_fast_tier(tmp_path / "test_x.py") is expected, text
 
 
-def test_helpers_are_imported_from_their_package():
+def test_helpers_and_test_modules_are_imported_by_their_package_path():
+    """``from tests.helpers.data import ...``, ``from tests.model.test_variants import ...``:
+    never a bare module name, which only resolved when tests/ was one flat folder."""
     names = {p.stem for p in HELPERS.glob("*.py") if p.stem != "__init__"}
-    bare = re.compile(rf"^\s*(?:from|import) ({'|'.join(sorted(names))})\b", re.M)
+    bare = re.compile(rf"^\s*(?:from|import) ({'|'.join(sorted(names))}|test_\w+)\b", re.M)
     offenders = [
         f"{p.relative_to(TESTS)}: {m.group(0).strip()}"
         for p in sorted(TESTS.rglob("*.py"))
         for m in bare.finditer(p.read_text(encoding="utf-8"))
     ]
-    assert offenders == [], "import them as tests.helpers.<module>:\n" + "\n".join(offenders)
+    assert offenders == [], "import them as tests.<folder>.<module>:\n" + "\n".join(offenders)
