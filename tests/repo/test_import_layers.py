@@ -37,7 +37,7 @@ LAYERS = [
 #: attnlab.model.parts, by name, on its first lookup), as every registry loads its members
 UPWARD = {("attnlab.parts.registry", "attnlab.model.parts")}
 #: modules at the package root (each with its reason in docs/CONTRACTS.md)
-ROOT_MODULES = {"__init__", "__main__", "cli", "config", "recipe"}
+ROOT_MODULES = {"__init__", "__main__", "cli", "recipe"}
 
 
 def _modules() -> dict[str, Path]:
@@ -172,6 +172,7 @@ EXPERIMENT_LAYERS = [
     ("running", ["running"]),
     ("reports", ["reports"]),
     ("load", ["load"]),
+    ("compare", ["compare"]),
 ]
 #: side by side: neither imports the other
 SIBLINGS = {("running", "reports"), ("reports", "running")}

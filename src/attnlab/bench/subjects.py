@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
+from attnlab.base.params import n_params as count_params
 from attnlab.bench.peers import (
     PEERS,
     SUMMARIES,
@@ -56,7 +57,7 @@ class Subject:
 
 def n_params(model: nn.Module) -> int:
     """Parameters, a tied tensor counted once."""
-    return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+    return count_params(model)
 
 
 def build_subject(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import math
 
+from attnlab.base import exitcodes
 from attnlab.base.errors import UserError
 from attnlab.commands._common import add_trust_argument, trusting
 
@@ -125,7 +126,7 @@ def _run(args: argparse.Namespace) -> int:
     # ids above the tokenizer's vocabulary (mask/sentinel slots) are not text
     new = [i for i in new if i < tok.vocab_size]
     print(prompt_text + tok.decode(new))
-    return 0
+    return exitcodes.OK
 
 
 def _generate_retrieval(args, model, cfg, prompt, tok, gen):

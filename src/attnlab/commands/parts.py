@@ -13,6 +13,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from attnlab.base import exitcodes
+
 NAME = "parts"
 HELP = "List the registered parts by slot: options, declared costs, and where each comes from."
 
@@ -88,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     rows = [describe(spec) for slot in slots for spec in registry.specs(slot)]
     if args.json:
         print(json.dumps(rows, indent=2, default=str))
-        return 0
+        return exitcodes.OK
     con = Console()
     for slot in slots:
         s = SLOTS[slot]
@@ -117,4 +119,4 @@ def run(args: argparse.Namespace) -> int:
             )
             table.add_row(*(escape(c) for c in cells))
         con.print(table)
-    return 0
+    return exitcodes.OK

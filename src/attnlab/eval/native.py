@@ -10,6 +10,7 @@ import torch
 from torch import Tensor, nn
 
 from attnlab.base.errors import UserError
+from attnlab.base.params import n_params
 from attnlab.eval.lm import LanguageModel
 from attnlab.runs.device import resolve_device
 
@@ -171,8 +172,7 @@ class AttnlabLM(LanguageModel):
         return logits.float()
 
     def info(self) -> dict[str, object]:
-        n_params = sum(p.numel() for p in self.model.parameters())
-        out = super().info() | {"backend": "attnlab", "parameters": n_params}
+        out = super().info() | {"backend": "attnlab", "parameters": n_params(self.model)}
         return out if self.step is None else out | {"step": self.step}
 
 

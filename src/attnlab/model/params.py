@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 from torch import nn
 
+from attnlab.base.params import n_params
 from attnlab.config import ModelConfig
 from attnlab.parts import Part
 
@@ -89,11 +90,7 @@ def count(cfg: ModelConfig, cache_bytes_per_element: int = 2) -> ParamReport:
     total = sum(by_part.values())
     emb = sum(by_part.get(k, 0) for k in EMBEDDING_PARTS)
     parts = parts_of(model)
-    active = (
-        total
-        - emb
-        - sum(sum(p.numel() for p in part.parameters()) - part.active_params() for part in parts)
-    )
+    active = total - emb - sum(n_params(part) - part.active_params() for part in parts)
     notes: list[str] = []
     stack = model.decoder if model.decoder is not None else model.encoder
     for part in parts_of(stack.blocks[0]):

@@ -31,7 +31,7 @@ from attnlab.model.masks import allowed_keys, stack_mask
 from attnlab.model.output import ModelOutput
 from attnlab.model.positions import SinusoidalPositions
 from attnlab.model.retrieval.cca import encode_neighbours
-from attnlab.parts import Dims, Init, Part, PositionPart, default_init, registry
+from attnlab.parts import Dims, Init, Part, PositionPart, default_init
 from attnlab.parts.registry import build
 
 
@@ -42,8 +42,7 @@ def parts_of(module: nn.Module) -> list[Part]:
 
 def position_class(cfg: ModelConfig) -> type[PositionPart] | None:
     """The class of the configured position part (None: no positions, NoPE)."""
-    spec = registry.get("position", cfg.position.kind)
-    return None if spec.kind == "none" else spec.cls
+    return cfg.position_class
 
 
 def norm(cfg: ModelConfig, dim: int | None = None) -> nn.Module:
@@ -160,6 +159,8 @@ class Transformer(nn.Module):
         d = cfg.d_model
         self.embed = nn.Embedding(cfg.vocab_size, d)
         cls = position_class(cfg)
+        #: the longest sequence the position part places (None: no limit), read once at build
+        self.position_limit = cfg.position_limit
         #: the position part's embedding side (absolute positions), None when it has none
         self.abs_pos: PositionPart | None = None
         if cls is not None and cls.absolute:
@@ -269,7 +270,7 @@ class Transformer(nn.Module):
     def _embed(self, ids: Tensor, start: int) -> Tensor:
         x = self.embed(ids)
         end = start + ids.shape[1]
-        limit = self.cfg.position_limit
+        limit = self.position_limit
         if limit is not None and end > limit:
             raise InvalidRequestError(
                 f"positions up to {end - 1} exceed model.max_seq_len={limit} of "
