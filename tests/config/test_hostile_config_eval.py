@@ -740,7 +740,7 @@ ADVICE_MODULES = {
     "commands/eval.py": ("eval",),
     **{
         f"config/{p.name}": ("params", "train", "compare", "bench", "probe")
-        for p in (Path(__file__).resolve().parents[1] / "src" / "attnlab" / "config").glob("*.py")
+        for p in (PACKAGE / "config").glob("*.py")
     },
     "recipe.py": ("train", "compare", "probe"),
     "base/section.py": ("params", "train", "compare", "bench", "probe"),

@@ -13,7 +13,7 @@ from attnlab.config import ConfigError
 from attnlab.model import build_model
 from attnlab.parts import registry
 from tests.helpers.model import tiny
-from tests.helpers.paths import PACKAGE
+from tests.helpers.paths import PACKAGE, ROOT
 
 SRC = PACKAGE
 
@@ -213,7 +213,7 @@ def test_shipped_files_write_todays_position_keys() -> None:
     position options (``fraction``, ``base``, ...); only the table of old keys names the old."""
     from attnlab.config import LEGACY_POSITION_KEYS
 
-    root = Path(__file__).resolve().parents[1]
+    root = ROOT
     old = re.compile(rf"\b({'|'.join(LEGACY_POSITION_KEYS)})\b")
     files = [p for d in ("src/attnlab", "configs", "examples") for p in (root / d).rglob("*")]
     hits = [

@@ -9,6 +9,7 @@ import pytest
 from attnlab.config import ConfigError
 from attnlab.probe.config import load_experiment, load_probe_config
 from attnlab.probe.methods import MethodError, method_slug, parse_method
+from tests.helpers.paths import PACKAGE
 
 
 @pytest.mark.parametrize(
@@ -338,7 +339,7 @@ def test_old_keys_live_in_one_table() -> None:
     second ``RENAMED`` table anywhere."""
     import re
 
-    src = Path(__file__).resolve().parents[1] / "src" / "attnlab"
+    src = PACKAGE
     tables = [
         str(p.relative_to(src))
         for p in src.rglob("*.py")

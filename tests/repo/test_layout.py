@@ -106,3 +106,18 @@ def test_helpers_and_test_modules_are_imported_by_their_package_path():
         for m in bare.finditer(p.read_text(encoding="utf-8"))
     ]
     assert offenders == [], "import them as tests.<folder>.<module>:\n" + "\n".join(offenders)
+
+
+def test_no_test_computes_a_path_from_its_own_location():
+    """Paths come from tests/helpers/paths.py (ROOT, SRC, PACKAGE, DOCS, EXAMPLES, FIXTURES,
+    ...): ``Path(__file__).parents[1]`` meant the repository root only while tests/ was flat, and
+    breaks when a test moves between folders. ``__file__`` inside a string (a plugin a test
+    writes) is that file's own and is not counted."""
+    offenders = [
+        f"{p.relative_to(TESTS)}:{node.lineno}"
+        for p in sorted(TESTS.rglob("*.py"))
+        if p != HELPERS / "paths.py"
+        for node in ast.walk(ast.parse(p.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Name) and node.id == "__file__"
+    ]
+    assert offenders == [], f"use tests.helpers.paths instead of __file__ at {offenders}"

@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
-SRC = Path(__file__).resolve().parents[1] / "src" / "attnlab"
+from tests.helpers.paths import PACKAGE
+
+SRC = PACKAGE
 
 
 def _hits(pattern: str, allowed: set[str], files: list[Path] | None = None) -> list[str]:
@@ -100,7 +102,7 @@ def test_decoding_looks_nothing_up_per_token(monkeypatch) -> None:
     from attnlab.model import build_model
     from attnlab.model.generate import generate
     from attnlab.parts import registry
-    from model_helpers import tiny
+    from tests.helpers.model import tiny
 
     model = build_model(tiny("model.position.kind=learned"))
     calls = []
