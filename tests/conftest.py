@@ -67,8 +67,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
 
 @pytest.fixture(scope="module", autouse=True)
 def part_registry_per_module():
-    """Parts a test module registers in-process (plugins, bad parts for the check) leave with
-    it: the part registry, the plugin loader's records and the plugins' modules are restored
+    """Parts and families a test module registers in-process (plugins, bad parts for the check) leave with
+    it: the part and family registries, the plugin loader's records and the plugins' modules are restored
     after each module (``tests.helpers.registry.restored``), so a later module in the same
     process (an xdist worker runs several) never sees them, e.g. as default ``bench`` variants,
     and can load the same plugin file again."""

@@ -1,4 +1,4 @@
-"""The part registry and the plugin loader's records, kept as they were around a block of tests
+"""The part and family registries and the plugin loader's records, kept as they were around a block of tests
 or a collection: parts registered inside (plugins, faulty parts for the check) leave with it."""
 
 from __future__ import annotations
@@ -10,13 +10,15 @@ from collections.abc import Iterator
 
 @contextlib.contextmanager
 def restored() -> Iterator[None]:
-    """Restore the registered parts, the plugin loader's records, and forget the modules of the
+    """Restore the registered parts and families, the plugin loader's records, and forget the modules of the
     plugins loaded inside (so the same file loaded again later runs its ``@register`` again
     instead of finding its module imported and registering nothing)."""
-    from attnlab.parts import plugins, registry
+    from attnlab.parts import families, plugins, registry
 
-    registry.specs()  # the built-in parts, loaded before the snapshot
+    registry.specs()  # the built-in parts and families, loaded before the snapshot
+    families.specs()
     parts = {slot: dict(specs) for slot, specs in registry._parts.items()}
+    family_specs = dict(families._families)
     records = [(d, dict(d)) for d in (plugins._loaded, plugins._moved, plugins._recorded)]
     loaded = set(plugins._loaded)
     try:
@@ -28,6 +30,8 @@ def restored() -> Iterator[None]:
             del sys.modules[name]
         registry._parts.clear()
         registry._parts.update(parts)
+        families._families.clear()
+        families._families.update(family_specs)
         for d, saved in records:
             d.clear()
             d.update(saved)

@@ -19,7 +19,8 @@ SRC = PACKAGE
 
 #: files that may name a position or norm kind: the parts themselves, the config schema (its old
 #: keys), the slot table (the defaults), the translations of outside architectures (Hugging Face
-#: configs, benchmark peers) and the conformance cases (one small model per position)
+#: configs, benchmark peers) and the conformance cases (one small model per position: the cases
+#: each family declares, and the battery's base)
 ALLOWED = (
     "model/parts/position_*.py",
     "model/parts/norm_*.py",
@@ -28,6 +29,7 @@ ALLOWED = (
     "hf/arch_*.py",
     "bench/peers.py",
     "testing/cases.py",
+    "model/families/*.py",
 )
 KINDS = ("learned", "sinusoidal", "rope", "alibi", "t5", "layernorm", "rmsnorm", "scalenorm")
 _ALT = "|".join(KINDS)

@@ -33,9 +33,13 @@ LAYERS = [
     ["experiments", "inspection"],
     ["commands", "cli", "__main__"],
 ]
-#: the one import that reaches up: the part registry imports its built-in members (the package
-#: attnlab.model.parts, by name, on its first lookup), as every registry loads its members
-UPWARD = {("attnlab.parts.registry", "attnlab.model.parts")}
+#: the imports that reach up: the part and family registries import their built-in members
+#: (the packages attnlab.model.parts and attnlab.model.families, by name, on their first
+#: lookup), as every registry loads its members
+UPWARD = {
+    ("attnlab.parts.registry", "attnlab.model.parts"),
+    ("attnlab.parts.families", "attnlab.model.families"),
+}
 #: modules at the package root (each with its reason in docs/CONTRACTS.md)
 ROOT_MODULES = {"__init__", "__main__", "cli", "recipe"}
 

@@ -23,6 +23,8 @@ from attnlab.bench.peers import (
 )
 from attnlab.bench.variants import find_variant, variant_config
 from attnlab.config import Config
+from attnlab.parts import families
+from attnlab.parts.family import NEIGHBOURS
 
 LossFn = Callable[[Tensor, Tensor], Tensor]
 
@@ -96,7 +98,7 @@ def variant_subject(
 
     torch.manual_seed(seed)
     model = build_model(cfg.model).to(device)
-    if cfg.model.family == "retrieval":  # model time with synthetic neighbours of the right shape
+    if families.of(cfg.model).needs(NEIGHBOURS):  # model time with synthetic neighbours
         from attnlab.bench.retrieval import WithNeighbours
 
         model = WithNeighbours(model, seed)

@@ -104,11 +104,12 @@ def _print_summary(meta: dict, directory: str) -> None:
 
     console = Console()
     tok = meta["tokenizer"]
-    console.print(f"[bold]{escape(directory)}[/bold]")  # paths and names as text
+    console.print(f"[bold]{escape(directory)}[/bold]", soft_wrap=True)  # as text, one line
     console.print(
         f"corpus {meta['corpus_spec']!r} ({meta['corpus']}), tokenizer {tok['name']!r} "
         f"(vocab {_fmt(meta['vocab_size'])}, eos {meta['eos_id']}), dtype {meta['dtype']}",
         markup=False,
+        soft_wrap=True,
     )
     table = Table("split", "documents", "tokens", "sha256")
     for split, info in meta["splits"].items():

@@ -10,7 +10,8 @@ The pieces, one concern each (import the names from here):
 - :mod:`~attnlab.config.schema` the tree (:class:`Config`, its sections) and :func:`validate`;
   :mod:`~attnlab.config.model_schema` the ``[model]`` table
 - :mod:`~attnlab.config.checks` the impossible combinations (masks' in
-  :mod:`~attnlab.config.mask_checks`, families' in :mod:`~attnlab.config.family_checks`)
+  :mod:`~attnlab.config.mask_checks`; each family's own ``check`` in its family file,
+  :mod:`attnlab.model.families`)
 - :mod:`~attnlab.config.loading` presets, TOML files, ``extends``; :mod:`~attnlab.config.overrides`
   ``--set``; :mod:`~attnlab.config.merge` merging raw tables; :mod:`~attnlab.config.carried` a
   slot table whose kind changes

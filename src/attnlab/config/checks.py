@@ -1,13 +1,13 @@
 """The impossible combinations of a model config, refused when it loads with one sentence each
 (the keys, the reason, the fix). Each check sits next to what it checks: the head shapes and the
 residual stream here, every part's own ``check`` in its part file, the masks' in
-:mod:`~attnlab.config.mask_checks`, the families' in :mod:`~attnlab.config.family_checks`."""
+:mod:`~attnlab.config.mask_checks`, each family's own ``check`` in its family file
+(:mod:`attnlab.model.families`, a plugin's in its file)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from attnlab.config.family_checks import family_problems
 from attnlab.config.mask_checks import mask_problems
 
 
@@ -60,6 +60,22 @@ def residual_problems(m: Any) -> list[str]:
     if not m.residual:
         problems.append(
             "model.residual_kind='parallel' sums x + attention + FFN; it needs model.residual=true"
+        )
+    return problems
+
+
+def family_problems(m: Any) -> list[str]:
+    """The family's own checks (``Family.check``), and a cross_attention part in a family that
+    does not read one."""
+    from attnlab.parts import families
+
+    fam = families.of(m)
+    problems = fam.check(m)
+    if not fam.reads_cross_attention and m.cross_attention.kind != "none":
+        problems.append(
+            f"model.cross_attention.kind={m.cross_attention.kind!r} is read only by "
+            f"{families.where(lambda f: f.reads_cross_attention)} (this model is "
+            f"{m.family!r}); remove the table"
         )
     return problems
 

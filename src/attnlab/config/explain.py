@@ -37,6 +37,8 @@ def explain(
             lines.append(e["msg"])
         elif kind == "unknown_part":
             lines.append(f"'{dotted}.kind': {e['ctx']['problem']}")
+        elif kind == "not_registered":
+            lines.append(f"'{dotted}': {e['ctx']['problem']}")
         elif kind == "literal_error":
             expected = e.get("ctx", {}).get("expected", "")
             lines.append(

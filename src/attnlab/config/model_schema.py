@@ -8,9 +8,9 @@ are translated first (:mod:`attnlab.config.legacy`).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, ValidationInfo, model_validator
+from pydantic import AfterValidator, Field, ValidationInfo, model_validator
 from pydantic_core import PydanticCustomError
 
 from attnlab.base.schema import (
@@ -101,6 +101,21 @@ class RetrievalConfig(Section):
         return list(range(min(1, n_layers - 1), n_layers, 3))
 
 
+def _registered_family(name: str) -> str:
+    """``model.family`` names a registered family (a plugin's once its file is loaded)."""
+    from attnlab.parts import families
+
+    if not families.has(name):
+        raise PydanticCustomError(
+            "not_registered", "{problem}", {"problem": families.unknown_message(name)}
+        )
+    return name
+
+
+#: ``model.family``: the name of a registered family (:mod:`attnlab.parts.families`)
+FamilyName = Annotated[str, AfterValidator(_registered_family)]
+
+
 class ModelConfig(Section):
     """The whole network: family, widths, structure, and the part in every slot of the block.
 
@@ -108,7 +123,9 @@ class ModelConfig(Section):
     ``[model.query] kind = "nonlinear"; ratio = 0.5``. ``attnlab parts`` lists what can go where.
     """
 
-    family: Literal["decoder", "encoder", "encoder_decoder", "retrieval"] = "decoder"
+    family: FamilyName = Field(
+        "decoder", description="a registered model family (`attnlab parts family` lists them)"
+    )
     vocab_size: int = Field(50304, ge=2)
     d_model: int = Field(768, ge=1)
     n_layers: int = Field(12, ge=1)
@@ -156,10 +173,12 @@ class ModelConfig(Section):
         if isinstance(data, Mapping):
             data, notes = settle_carried(data)
             deliver_notes(notes, info.context)
-        if isinstance(data, Mapping) and data.get("family") == "retrieval":
-            table = data.get("cross_attention")  # a retrieval config from before the slot
-            if table is None or (isinstance(table, Mapping) and "kind" not in table):
-                data = {**data, "cross_attention": {"kind": "cca", **(table or {})}}
+        if isinstance(data, Mapping):  # the defaults the family gives (retrieval: its CCA part)
+            from attnlab.parts import families
+
+            name = data.get("family", families.DEFAULT)
+            if families.has(name):
+                data = families.get(name).settle(data)
         return data
 
     @property

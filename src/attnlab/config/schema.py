@@ -9,9 +9,10 @@ inside a forward pass (:mod:`attnlab.config.explain` words the messages).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import AfterValidator, Field, ValidationError, model_validator
+from pydantic_core import PydanticCustomError
 
 from attnlab.base.section import Section, seed_type
 from attnlab.config.errors import ConfigError
@@ -35,6 +36,22 @@ class DataConfig(Section):
     split_seed: seed_type("seed of the train/validation split by document") = 0
 
 
+def _registered_objective(name: str) -> str:
+    """``train.objective``: ``auto`` or the objective of a registered family."""
+    from attnlab.parts import families
+
+    known = ["auto", *dict.fromkeys(s.family.objective.name for s in families.specs())]
+    if name not in known:
+        raise PydanticCustomError(
+            "literal_error", "Input should be {expected}", {"expected": ", ".join(map(repr, known))}
+        )
+    return name
+
+
+#: ``train.objective``: ``auto`` or a registered family's objective name
+ObjectiveName = Annotated[str, AfterValidator(_registered_objective)]
+
+
 class TrainConfig(TrainRecipe):
     """Pretraining's ``[train]``: the shared recipe (:mod:`attnlab.recipe`, with its defaults: the
     from-scratch recipe of SPEC 2.1) plus what only pretraining has."""
@@ -42,7 +59,11 @@ class TrainConfig(TrainRecipe):
     eval_batches: int = Field(8, ge=1, description="micro-batches of fixed validation sequences")
     compile: bool = False
     parallel: Literal["ddp", "fsdp"] = "ddp"
-    objective: Literal["auto", "causal_lm", "masked_lm", "span_corruption"] = "auto"
+    objective: ObjectiveName = Field(
+        "auto",
+        description="auto: the model family's own; else a registered family's objective "
+        "(causal_lm, masked_lm, span_corruption, a plugin family's)",
+    )
     mask_prob: float = Field(0.15, gt=0, lt=1)
     init_from: str | None = Field(
         None,
