@@ -12,8 +12,7 @@ Two modules are written rather than copied:
 
 - ``attnlab.model.parts`` and ``attnlab.model.families``: a flat copy cannot be listed like a
   package, so each names its modules in ``PART_MODULES`` / ``FAMILY_MODULES`` (read by
-  :func:`attnlab.parts.registry._builtin_modules` and
-  :func:`attnlab.parts.families._builtin_modules`);
+  :meth:`attnlab.parts.registering.Builtins.modules`);
 - ``attnlab.hf.export_plugins``: it imports the copied plugin modules and their helpers, which
   registers their parts, each only after checking that its file holds the code exported (SHA-256,
   recorded in the module and in config.json's ``attnlab_plugins`` as ``flat_sha256``), and from
@@ -252,7 +251,7 @@ def _plugins_module(flat: _Flattener, plugins: list[PluginModule], hashes: dict[
         "import importlib\n"
         "from pathlib import Path\n\n"
         f"from .{flat.flat(CHECKED_MODULE)} import CheckedSource, serving\n"
-        "from .attnlab_parts_registry import registering_as\n\n"
+        "from .attnlab_parts_source import registering_as\n\n"
         f"#: copied plugin module -> SHA-256 of its file as exported\nSHA256 = {{\n{listed}}}\n\n\n"
         f"{_CHECK_SOURCE}\n\n"
         "def load_export_plugins(config) -> None:\n"
@@ -340,7 +339,7 @@ def flatten(plugins: list[PluginModule] = ()) -> Vendored:
             continue
         if module == PLUGINS_MODULE:  # written once the plugin modules are (it hashes them)
             flat.flat(module)
-            todo.extend(["attnlab.parts.registry", CHECKED_MODULE])
+            todo.extend(["attnlab.parts.registry", "attnlab.parts.source", CHECKED_MODULE])
             continue
         text, deps = flat.rewrite(module, path, is_pkg)
         out.files[f"{flat.flat(module)}.py"] = _header(module, path) + text

@@ -12,15 +12,14 @@ registered again (a module imported twice under one name).
 from __future__ import annotations
 
 import difflib
-import importlib
-import pkgutil
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any, TypeVar
 
 from attnlab.parts.family import Family, Objective
-from attnlab.parts.source import BUILTIN, PartError, current_source, registering_as
+from attnlab.parts.registering import Builtins, taken_by_another, taken_message
+from attnlab.parts.source import BUILTIN, PartError, current_source
 
 F = TypeVar("F", bound=type[Family])
 
@@ -48,9 +47,16 @@ class FamilySpec:
 
 
 _families: dict[str, FamilySpec] = {}
-_lock = threading.RLock()
-_builtins_loaded = False
-_builtins_loading = False
+
+
+def _package() -> ModuleType:
+    import attnlab.model.families as pkg
+
+    return pkg
+
+
+_builtins = Builtins(_package, "FAMILY_MODULES")
+_lock = _builtins.lock
 
 
 def register(name: str) -> Callable[[F], F]:
@@ -64,24 +70,18 @@ def register(name: str) -> Callable[[F], F]:
                 f"{getattr(cls, '__qualname__', cls)!r} registered as family {name!r} must "
                 "derive from attnlab.parts.Family"
             )
-        if not _builtins_loading:
-            _load_builtins()  # built-in names are taken first: a plugin never pre-empts one
+        if not _builtins.loading:
+            _builtins.load()  # built-in names are taken first: a plugin never pre-empts one
         # a built-in module first imported by a plugin (to derive from it) is still built-in
-        source = BUILTIN if cls.__module__ in _builtin_modules()[0] else current_source(cls)
+        source = BUILTIN if cls.__module__ in _builtins.modules()[0] else current_source(cls)
         with _lock:
             old = _families.get(name)
-            if old is not None and old.cls is not cls:
-                same = (old.cls.__module__, old.cls.__qualname__) == (
-                    cls.__module__,
-                    cls.__qualname__,
-                ) and old.source == source
-                if not same:
-                    raise FamilyError(
-                        f"family {name!r} is already registered by {old.source} "
-                        f"({old.cls.__module__}.{old.cls.__qualname__}); {source} tried to "
-                        f"register it again as {cls.__module__}.{cls.__qualname__}. Choose "
-                        "another family name"
-                    )
+            if old is not None and taken_by_another(old.cls, old.source, cls, source):
+                what = f"family {name!r}"
+                raise FamilyError(
+                    taken_message(what, old.cls, old.source, cls, source)
+                    + ". Choose another family name"
+                )
             problems = cls.declaration_problems()
             if problems:
                 raise FamilyError(
@@ -95,44 +95,8 @@ def register(name: str) -> Callable[[F], F]:
     return deco
 
 
-def _builtin_modules() -> tuple[list[str], bool]:
-    """(dotted names of the built-in family modules, whether this is a flattened copy): every
-    module of ``attnlab.model.families``, or the ``FAMILY_MODULES`` a flattened copy of that
-    package lists (an export's remote code, :mod:`attnlab.hf.vendor`)."""
-    import attnlab.model.families as pkg
-
-    listed = getattr(pkg, "FAMILY_MODULES", None)
-    if listed is not None:
-        return list(listed), True
-    infos = sorted(pkgutil.iter_modules(pkg.__path__), key=lambda i: i.name)
-    return [f"{pkg.__name__}.{info.name}" for info in infos], False
-
-
-def _load_builtins() -> None:
-    global _builtins_loaded, _builtins_loading
-    if _builtins_loaded or _builtins_loading:
-        return
-    with _lock:
-        if _builtins_loaded:
-            return
-        modules, flattened = _builtin_modules()
-        _builtins_loading = True
-        try:
-            with registering_as(BUILTIN):
-                for name in modules:
-                    importlib.import_module(name)
-        finally:
-            _builtins_loading = False
-        _builtins_loaded = True
-    if flattened:  # an exported model holds exactly its own code: no installed plugins
-        return
-    from attnlab.parts.plugins import load_entry_points
-
-    load_entry_points()
-
-
 def has(name: Any) -> bool:
-    _load_builtins()
+    _builtins.load()
     return isinstance(name, str) and name in _families
 
 
@@ -142,7 +106,7 @@ def get(name: str) -> Family:
 
 
 def spec(name: str) -> FamilySpec:
-    _load_builtins()
+    _builtins.load()
     found = _families.get(name) if isinstance(name, str) else None
     if found is None:
         raise FamilyError(unknown_message(name))
@@ -162,8 +126,8 @@ def names() -> list[str]:
 def specs() -> list[FamilySpec]:
     """Every registered family, in the order of :func:`names` (a plugin that imports a built-in
     family module to derive from it may have it registered after the others)."""
-    _load_builtins()
-    order = {name: i for i, name in enumerate(_builtin_modules()[0])}
+    _builtins.load()
+    order = {name: i for i, name in enumerate(_builtins.modules()[0])}
     found = list(_families.values())
     return sorted(found, key=lambda s: order.get(s.cls.__module__, len(order)))
 

@@ -9,19 +9,18 @@ registered again (a module imported twice under one name).
 from __future__ import annotations
 
 import difflib
-import importlib
-import pkgutil
 import sys
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any, TypeVar
 
 from attnlab.base import schema
 from attnlab.base.schema import PartOptions
 from attnlab.parts.part import Dims, Part
+from attnlab.parts.registering import Builtins, taken_by_another, taken_message
 from attnlab.parts.slots import NONE, SLOTS
-from attnlab.parts.source import BUILTIN, PartError, current_source, registering_as
+from attnlab.parts.source import BUILTIN, PartError, current_source
 
 P = TypeVar("P", bound=type[Part])
 
@@ -42,9 +41,16 @@ class PartSpec:
 
 
 _parts: dict[str, dict[str, PartSpec]] = {name: {} for name in SLOTS}
-_lock = threading.RLock()
-_builtins_loaded = False
-_builtins_loading = False
+
+
+def _package() -> ModuleType:
+    import attnlab.model.parts as pkg
+
+    return pkg
+
+
+_builtins = Builtins(_package, "PART_MODULES")
+_lock = _builtins.lock
 
 
 def register(slot: str, kind: str) -> Callable[[P], P]:
@@ -74,23 +80,17 @@ def register(slot: str, kind: str) -> Callable[[P], P]:
             raise PartError(
                 f"{cls.__qualname__}.Options must derive from attnlab.parts.PartOptions"
             )
-        if not _builtins_loading:
-            _load_builtins()  # built-in names are taken first: a plugin never pre-empts one
+        if not _builtins.loading:
+            _builtins.load()  # built-in names are taken first: a plugin never pre-empts one
         source = current_source(cls)
         with _lock:
             old = _parts[slot].get(kind)
-            if old is not None and old.cls is not cls:
-                same = (old.cls.__module__, old.cls.__qualname__) == (
-                    cls.__module__,
-                    cls.__qualname__,
-                ) and old.source == source
-                if not same:
-                    raise PartError(
-                        f"part {slot}.{kind} is already registered by {old.source} "
-                        f"({old.cls.__module__}.{old.cls.__qualname__}); {source} tried to "
-                        f"register it again as {cls.__module__}.{cls.__qualname__}. Choose "
-                        "another kind name"
-                    )
+            if old is not None and taken_by_another(old.cls, old.source, cls, source):
+                what = f"part {slot}.{kind}"
+                raise PartError(
+                    taken_message(what, old.cls, old.source, cls, source)
+                    + ". Choose another kind name"
+                )
             problems = cls.declaration_problems()
             if problems:  # a part the model would never use is refused, not dropped silently
                 raise PartError(
@@ -104,52 +104,14 @@ def register(slot: str, kind: str) -> Callable[[P], P]:
     return deco
 
 
-def _builtin_modules() -> tuple[list[str], bool]:
-    """(dotted names of the built-in part modules, whether this is a flattened copy).
-
-    The modules are every module of ``attnlab.model.parts``, or the ``PART_MODULES`` that a
-    flattened copy of that package lists (the remote code of a Hugging Face folder written by
-    ``attnlab export``, see :mod:`attnlab.hf.vendor`, where there is no package to list)."""
-    import attnlab.model.parts as pkg
-
-    listed = getattr(pkg, "PART_MODULES", None)
-    if listed is not None:
-        return list(listed), True
-    infos = sorted(pkgutil.iter_modules(pkg.__path__), key=lambda i: i.name)
-    return [f"{pkg.__name__}.{info.name}" for info in infos], False
-
-
-def _load_builtins() -> None:
-    global _builtins_loaded, _builtins_loading
-    if _builtins_loaded or _builtins_loading:
-        return
-    with _lock:
-        if _builtins_loaded:
-            return
-        modules, flattened = _builtin_modules()
-        _builtins_loading = True
-        try:
-            with registering_as(BUILTIN):
-                for name in modules:
-                    importlib.import_module(name)
-        finally:
-            _builtins_loading = False
-        _builtins_loaded = True
-    if flattened:  # an exported model holds exactly its own parts: no installed plugins
-        return
-    from attnlab.parts.plugins import load_entry_points
-
-    load_entry_points()
-
-
 def has(slot: str, kind: str) -> bool:
-    _load_builtins()
+    _builtins.load()
     return (kind == NONE and SLOTS[slot].optional) or kind in _parts[slot]
 
 
 def get(slot: str, kind: str) -> PartSpec:
     """The registered part ``kind`` of ``slot`` (the optional slots' ``none`` included)."""
-    _load_builtins()
+    _builtins.load()
     if kind == NONE and SLOTS[slot].optional:
         return PartSpec(slot, NONE, _NoPart, BUILTIN)
     spec = _parts[slot].get(kind)
@@ -160,13 +122,13 @@ def get(slot: str, kind: str) -> PartSpec:
 
 def kinds(slot: str) -> list[str]:
     """Registered kinds of ``slot`` in registration order (``none`` first for optional slots)."""
-    _load_builtins()
+    _builtins.load()
     return ([NONE] if SLOTS[slot].optional else []) + list(_parts[slot])
 
 
 def specs(slot: str | None = None) -> list[PartSpec]:
     """Every registered part (of one slot, or of all in slot order)."""
-    _load_builtins()
+    _builtins.load()
     slots = [slot] if slot else list(SLOTS)
     return [spec for s in slots for spec in _parts[s].values()]
 
