@@ -117,11 +117,15 @@ class Term:
     both over the gathered positions of n groups; the engine appends them to q and k (q's side
     divided by the softmax scale) so SDPA's own dot product adds the bias. ``row_constant``:
     ``k_cols`` is all ones, the term moves every logit of a row equally, and a shift-invariant
-    normaliser (softmax) lets the engine drop it."""
+    normaliser (softmax) lets the engine drop it. ``magnitude``: the largest column product
+    that carries weight in the result (what float rounding of the fold is judged by; None: the
+    largest product over every pair, the safe bound). A decaying bias knows better: ALiBi's far
+    keys carry large products but weights below exp(-m |i - j|)."""
 
     q_cols: Tensor
     k_cols: Tensor
     row_constant: bool = False
+    magnitude: float | None = None
 
 
 class ScoreMod:

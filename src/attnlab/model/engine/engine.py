@@ -146,10 +146,13 @@ class AttentionEngine:
         return self._layouts[key]
 
 
-def dense_sdpa(q: Tensor, k: Tensor, v: Tensor, dense: str, call: Call) -> Tensor | None:
+def dense_sdpa(
+    q: Tensor, k: Tensor, v: Tensor, dense: str, call: Call, centre: int | None = None
+) -> Tensor | None:
     """Path a: one SDPA call, no mask or ``is_causal``, mods folded into q and k (None when a
-    folded bias would round more than ``call.tol`` at this length). With nothing declared this
-    is exactly ``AttentionCore.sdpa``'s call, so the baseline is bit-identical."""
+    folded bias would round more than ``call.tol`` at this length; ``centre``: the position
+    the columns are centred on, default Tk // 2). With nothing declared this is exactly
+    ``AttentionCore.sdpa``'s call, so the baseline is bit-identical."""
     B, H, Tq, _ = q.shape
     gqa = k.shape[1] != H
     is_causal = dense == "causal"
@@ -157,7 +160,7 @@ def dense_sdpa(q: Tensor, k: Tensor, v: Tensor, dense: str, call: Call) -> Tenso
     if not folded.trivial:
         q_pos = (call.q_offset + torch.arange(Tq, device=q.device))[None]
         kv_pos = torch.arange(k.shape[2], device=q.device)[None]
-        centre = torch.tensor([k.shape[2] // 2], device=q.device)
+        centre = torch.tensor([k.shape[2] // 2 if centre is None else centre], device=q.device)
         cols, refused = columns(
             folded, H, q_pos, kv_pos, centre, call.scale, True, q.dtype, call.tol
         )

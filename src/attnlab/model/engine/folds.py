@@ -104,7 +104,12 @@ def columns(
             for t in mod.separable(h, q_pos, kv_pos, centre)
             if not (t.row_constant and drop_row_constant)
         ]
-        size = sum(float(t.q_cols.abs().amax() * t.k_cols.abs().amax()) for t in terms)
+        size = sum(
+            float(t.q_cols.abs().amax() * t.k_cols.abs().amax())
+            if t.magnitude is None
+            else t.magnitude
+            for t in terms
+        )
         if mult is not None:
             size *= float(mult.detach().abs().amax())
         if dtype not in COLUMN_DTYPES or size * torch.finfo(dtype).eps / 2 > tol:

@@ -88,7 +88,7 @@ def sdpa_stack(q: Tensor, k: Tensor, v: Tensor, st: Stack, call: Call) -> Tensor
         qs = qs * call.folded.gain.to(q.dtype).repeat(n).view(1, n * H, 1, 1)
     shift = call.normaliser.shift_invariant
     cols, refused = columns(
-        call.folded, H, q_pos, st.kv_idx, q_pos[:, 0], call.scale, shift, q.dtype, call.tol
+        call.folded, H, q_pos, st.kv_idx, q_pos[:, Q // 2], call.scale, shift, q.dtype, call.tol
     )
     bias = float_bias(call.folded.biases + refused, idx, q.dtype)
     if bias is not None:  # every axis but batch and head at full size

@@ -59,16 +59,24 @@ class ALiBi(ScoreMod):
         return score + m * (d if self.causal else -d.abs())
 
     def separable(self, h: Tensor, q_idx: Tensor, kv_idx: Tensor, centre: Tensor):
-        """[n, H, 1, 1] . (j - c) and the row-constant -m_h (i - c) . 1 (causal only)."""
+        """[n, H, 1, 1] . (j - c) and the row-constant -m_h (i - c) . 1 (causal only).
+
+        Magnitude that matters: m (j - c) = m (j - i) + m (i - c); a key at distance D weighs
+        at most exp(-m D) of the row, so its product's rounding, m D exp(-m D) < 1/e of a unit,
+        sums to O(1) units over a row: the fold rounds like m_max max|i - c| + 1."""
         if not self.causal:
             return None
         m = self.slopes.to(h.device)[h].double()
         c = centre[:, None]
         i, j = (q_idx - c).double(), (kv_idx - c).double()
+        near = float(m.abs().max() * i.abs().max())
         return [
-            Term(m[None, :, None, None], j[..., None]),
+            Term(m[None, :, None, None], j[..., None], magnitude=near + 1.0),
             Term(
-                -m[None, :, None, None] * i[:, None, :, None], torch.ones_like(j)[..., None], True
+                -m[None, :, None, None] * i[:, None, :, None],
+                torch.ones_like(j)[..., None],
+                row_constant=True,
+                magnitude=near,
             ),
         ]
 
