@@ -16,10 +16,11 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
+from attnlab.model.engine.biased import biased_flash
 from attnlab.model.engine.contracts import Mask, Normaliser, ScoreMod
-from attnlab.model.engine.folds import Folded, columns, pad_to
+from attnlab.model.engine.folds import Folded, columns, fold, pad_to
 from attnlab.model.engine.layout import Layout, Stack
 
 
@@ -77,7 +78,7 @@ def float_bias(items, idx: tuple[Tensor, ...], dtype: torch.dtype) -> Tensor | N
 
 def sdpa_stack(q: Tensor, k: Tensor, v: Tensor, st: Stack, call: Call) -> Tensor:
     """One SDPA call over the stack's groups -> [B, n H, Q, d_v]."""
-    B, H, _, _d = q.shape
+    B, H = q.shape[:2]
     n, Q = st.q_idx.shape
     dv = v.shape[-1]
     qs, ks, vs = gather(q, st.q_idx), gather(k, st.kv_idx), gather(v, st.kv_idx)
@@ -90,35 +91,60 @@ def sdpa_stack(q: Tensor, k: Tensor, v: Tensor, st: Stack, call: Call) -> Tensor
     cols, refused = columns(
         call.folded, H, q_pos, st.kv_idx, q_pos[:, Q // 2], call.scale, shift, q.dtype, call.tol
     )
-    bias = float_bias(call.folded.biases + refused, idx, q.dtype)
-    if bias is not None:  # every axis but batch and head at full size
-        bias = bias.expand(*torch.broadcast_shapes(bias.shape, (1, n, 1, Q, allowed.shape[-1])))
-    if call.normaliser.sdpa == "sink":
-        ks, vs, allowed, bias, cols = with_sink(ks, vs, allowed, bias, cols)
+    as_bias = [m for m, _ in call.folded.biases + refused]
+    sink = call.normaliser.sdpa == "sink"
+    if sink:
+        ks, vs, allowed, cols = with_sink(ks, vs, allowed, cols)
     if cols is not None:
         qs, ks, vs = with_columns(qs, ks, vs, cols, B, H, k.shape[1])
-    mask = _sdpa_mask(allowed, bias, H)
-    out = F.scaled_dot_product_attention(
-        qs,
-        ks,
-        vs,
-        attn_mask=mask,
-        dropout_p=call.dropout,
-        scale=call.scale,
-        enable_gqa=k.shape[1] != H,
-    )
+
+    def attn_mask(folded: Folded) -> Tensor | None:
+        """The 4-D mask: boolean, or the mods' float bias (-inf where masked) from ``folded``
+        (the learned-bias path rebuilds it in backward from a fresh fold of the mods)."""
+        items = [(m, c) for m, c in folded.biases + folded.columns if m in as_bias]
+        bias = float_bias(items, idx, q.dtype)
+        if bias is not None:  # every axis but batch and head at full size
+            K = st.kv_idx.shape[1]
+            bias = bias.expand(*torch.broadcast_shapes(bias.shape, (1, n, 1, Q, K)))
+            bias = F.pad(bias, (0, 1)) if sink else bias
+        return _sdpa_mask(allowed, bias, H)
+
+    params = _learned(as_bias, call.mods)
+    if params and q.device.type == "cpu" and not call.dropout:
+        out = biased_flash(qs, ks, vs, call.scale, lambda: attn_mask(fold(call.mods)), params)
+    else:
+        out = F.scaled_dot_product_attention(
+            qs,
+            ks,
+            vs,
+            attn_mask=attn_mask(call.folded),
+            dropout_p=call.dropout,
+            scale=call.scale,
+            enable_gqa=k.shape[1] != H,
+        )
     return out[..., :dv] if out.shape[-1] != dv else out
 
 
-def with_sink(ks, vs, allowed, bias, cols):
-    """One more key, all zeros (its logit is 0 whatever the mods), value zero, always allowed."""
+def _learned(as_bias: list, mods) -> list[Tensor]:
+    """The parameters a float bias's gradient reaches (none outside autograd): those of the
+    bias mods and of every scale mod (a gain after a bias multiplies it)."""
+    if not torch.is_grad_enabled() or not as_bias:
+        return []
+    involved = [m for m in mods if m in as_bias or getattr(m, "kind", "") == "scale"]
+    return [
+        p for m in involved if isinstance(m, nn.Module) for p in m.parameters() if p.requires_grad
+    ]
+
+
+def with_sink(ks, vs, allowed, cols):
+    """One more key, all zeros (its logit is 0 whatever the mods), value zero, always allowed
+    (a float bias gets its 0 there when it is built)."""
     ks = F.pad(ks, (0, 0, 0, 1))
     vs = F.pad(vs, (0, 0, 0, 1))
     allowed = F.pad(allowed, (0, 1), value=True)
-    bias = None if bias is None else F.pad(bias, (0, 1))
     if cols is not None:
         cols.k = F.pad(cols.k, (0, 0, 0, 1))
-    return ks, vs, allowed, bias, cols
+    return ks, vs, allowed, cols
 
 
 def with_columns(qs, ks, vs, cols, B: int, H: int, Hkv: int):

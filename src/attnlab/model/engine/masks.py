@@ -106,14 +106,19 @@ class Document(Mask):
     uses_batch = True
 
     def __init__(self, doc_ids: Tensor, causal: bool = True) -> None:
-        ids = doc_ids if doc_ids.dim() == 2 else doc_ids[None]
+        self.uses_batch = doc_ids.dim() == 2
+        ids = doc_ids if self.uses_batch else doc_ids[None]
         self.doc_ids, self.causal = ids.long(), bool(causal)
 
     def token(self) -> object:
         return ("document", self.causal, id(self.doc_ids), self.doc_ids._version)
 
     def mask_mod(self, b, h, q_idx, kv_idx):
-        same = self.doc_ids[b, q_idx] == self.doc_ids[b, kv_idx]
+        ids = self.doc_ids if self.uses_batch else self.doc_ids[0]
+        if self.uses_batch:
+            same = ids[b, q_idx] == ids[b, kv_idx]
+        else:
+            same = ids[q_idx] == ids[kv_idx]
         return same & (kv_idx <= q_idx) if self.causal else same
 
     def block_map(self, q_lo, q_hi, kv_lo, kv_hi):

@@ -103,6 +103,15 @@ class T5Bias(nn.Module, ScoreMod):
     def score_mod(self, score, b, h, q_idx, kv_idx):
         return score + self.table.weight.to(score.dtype)[self.bucket(kv_idx - q_idx), h]
 
+    def bias(self, b, h, q_idx, kv_idx):
+        """The same values through a table per offset: the buckets of the O(T) offsets a call
+        spans are computed once, then one gather per pair (not the bucket arithmetic)."""
+        rel = kv_idx - q_idx
+        lo, hi = int(rel.min()), int(rel.max())
+        offsets = torch.arange(lo, hi + 1, device=rel.device)
+        per_offset = self.table.weight[self.bucket(offsets)].t()  # [H, offsets]
+        return per_offset[h, rel - lo]
+
 
 class SoftCap(ScoreMod):
     """s' = c tanh(s / c): |s'| < c (no fold: it is not affine in s)."""
