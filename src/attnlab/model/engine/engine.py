@@ -188,7 +188,7 @@ def dense_sdpa(
             q = q * folded.gain.to(q.dtype).view(1, H, 1, 1)
         if cols is not None:
             dv = v.shape[-1]
-            q, k, v = with_columns(q, k, v, cols, B, H, k.shape[1])
+            q, k, v = with_columns(q, k, v, cols, B, k.shape[1])
             out = F.scaled_dot_product_attention(
                 q,
                 k,

@@ -1,13 +1,14 @@
 """Run a layout's stacks: one SDPA call (block-sparse path) or one materialised block (explicit
 path) per stack, then put the rows back in order.
 
-A stack of n groups gathers its queries [B, n H, Q, d] and keys/values [B, n H_kv, K, d] (the
-group index joins the head axis, so SDPA's GQA mapping of head h to h // (H / H_kv) stays right)
-and evaluates the mask on its own n Q K pairs. SDPA path: gains multiply q, separable biases
-become extra q/k columns (``folds``), other additive mods a float mask [., n H, Q, K], the
-"sink" normaliser a zero key and value. Explicit path: the mods in order, the mask, the
-normaliser's own weights, then weights @ v. Memory per stack O(B H n Q K) for a float bias or
-the explicit weights (never H T^2 for a sparse mask), O(H n Q K) bytes for a boolean mask.
+The call's q, k, v are laid out once as [B, T, H, d]; a stack of n groups gathers its rows in one
+``index_select`` each, seen as [B n, H, L, d] (the group joins the batch axis, so the heads keep
+SDPA's GQA mapping and a mask shared by the heads broadcasts over them), and evaluates the mask
+on its own n Q K pairs. SDPA path: gains multiply q, separable biases become extra q/k columns
+(``folds``), other additive mods a float mask, the "sink" normaliser a zero key and value; a mask
+the same for every group (a window's interior) is passed once. Explicit path: the mods in order,
+the mask, the normaliser's own weights, then weights @ v. Memory per stack O(B H n Q K) for a
+float bias or the explicit weights (never H T^2 for a sparse mask), O(n Q K) for a mask.
 """
 
 from __future__ import annotations
@@ -38,12 +39,17 @@ class Call:
     tol: float
 
 
-def gather(x: Tensor, idx: Tensor) -> Tensor:
-    """x [B, Hx, T, d] at positions ``idx`` [n, L] -> [B, n Hx, L, d] (group-major heads)."""
-    B, Hx, _, d = x.shape
+def rows_first(x: Tensor) -> Tensor:
+    """[B, Hx, T, d] -> [B, T, Hx, d], contiguous (one copy per call; every gather reads it)."""
+    return x.transpose(1, 2).contiguous()
+
+
+def gather(xt: Tensor, idx: Tensor) -> Tensor:
+    """``xt`` [B, T, Hx, d] at positions ``idx`` [n, L] -> [B n, Hx, L, d] (a view of one
+    gathered copy)."""
+    B, _, Hx, d = xt.shape
     n, L = idx.shape
-    g = x.index_select(2, idx.reshape(-1)).view(B, Hx, n, L, d)
-    return g.transpose(1, 2).reshape(B, n * Hx, L, d)
+    return xt.index_select(1, idx.reshape(-1)).view(B * n, L, Hx, d).transpose(1, 2)
 
 
 def indices(B: int, H: int, q_pos: Tensor, kv_pos: Tensor) -> tuple[Tensor, ...]:
@@ -76,41 +82,41 @@ def float_bias(items, idx: tuple[Tensor, ...], dtype: torch.dtype) -> Tensor | N
     return None if total is None else total.to(dtype)
 
 
-def sdpa_stack(q: Tensor, k: Tensor, v: Tensor, st: Stack, call: Call) -> Tensor:
-    """One SDPA call over the stack's groups -> [B, n H, Q, d_v]."""
-    B, H = q.shape[:2]
+def sdpa_stack(qt: Tensor, kt: Tensor, vt: Tensor, st: Stack, call: Call) -> Tensor:
+    """One SDPA call over the stack's groups (inputs [B, T, H, d]) -> [B n, H, Q, d_v]."""
+    B, _, H, _ = qt.shape
+    Hkv, dv = kt.shape[2], vt.shape[-1]
     n, Q = st.q_idx.shape
-    dv = v.shape[-1]
-    qs, ks, vs = gather(q, st.q_idx), gather(k, st.kv_idx), gather(v, st.kv_idx)
+    qs, ks, vs = gather(qt, st.q_idx), gather(kt, st.kv_idx), gather(vt, st.kv_idx)
     q_pos = call.q_offset + st.q_idx
     idx = indices(B, H, q_pos, st.kv_idx)
     allowed = allowed_pairs(call, st, idx)
     if call.folded.gain is not None:
-        qs = qs * call.folded.gain.to(q.dtype).repeat(n).view(1, n * H, 1, 1)
+        qs = qs * call.folded.gain.to(qs.dtype).view(1, H, 1, 1)
     shift = call.normaliser.shift_invariant
     cols, refused = columns(
-        call.folded, H, q_pos, st.kv_idx, q_pos[:, Q // 2], call.scale, shift, q.dtype, call.tol
+        call.folded, H, q_pos, st.kv_idx, q_pos[:, Q // 2], call.scale, shift, qs.dtype, call.tol
     )
     as_bias = [m for m, _ in call.folded.biases + refused]
     sink = call.normaliser.sdpa == "sink"
     if sink:
         ks, vs, allowed, cols = with_sink(ks, vs, allowed, cols)
     if cols is not None:
-        qs, ks, vs = with_columns(qs, ks, vs, cols, B, H, k.shape[1])
+        qs, ks, vs = with_columns(qs, ks, vs, cols, B, Hkv)
 
     def attn_mask(folded: Folded) -> Tensor | None:
-        """The 4-D mask: boolean, or the mods' float bias (-inf where masked) from ``folded``
-        (the learned-bias path rebuilds it in backward from a fresh fold of the mods)."""
+        """The 4-D float mask (the mods' bias, -inf where masked) from ``folded`` (the
+        learned-bias path rebuilds it in backward from a fresh fold of the mods)."""
         items = [(m, c) for m, c in folded.biases + folded.columns if m in as_bias]
-        bias = float_bias(items, idx, q.dtype)
+        bias = float_bias(items, idx, qs.dtype)
         if bias is not None:  # every axis but batch and head at full size
             K = st.kv_idx.shape[1]
             bias = bias.expand(*torch.broadcast_shapes(bias.shape, (1, n, 1, Q, K)))
             bias = F.pad(bias, (0, 1)) if sink else bias
-        return _sdpa_mask(allowed, bias, H)
+        return sdpa_mask(allowed, bias, B, qs.dtype)
 
     params = _learned(as_bias, call.mods)
-    if params and q.device.type == "cpu" and not call.dropout:
+    if params and qs.device.type == "cpu" and not call.dropout:
         out = biased_flash(qs, ks, vs, call.scale, lambda: attn_mask(fold(call.mods)), params)
     else:
         out = F.scaled_dot_product_attention(
@@ -120,7 +126,7 @@ def sdpa_stack(q: Tensor, k: Tensor, v: Tensor, st: Stack, call: Call) -> Tensor
             attn_mask=attn_mask(call.folded),
             dropout_p=call.dropout,
             scale=call.scale,
-            enable_gqa=k.shape[1] != H,
+            enable_gqa=Hkv != H,
         )
     return out[..., :dv] if out.shape[-1] != dv else out
 
@@ -147,45 +153,51 @@ def with_sink(ks, vs, allowed, cols):
     return ks, vs, allowed, cols
 
 
-def with_columns(qs, ks, vs, cols, B: int, H: int, Hkv: int):
-    """Append the fold columns to q and k, and pad q, k, v to one 8-aligned head dim."""
+def with_columns(qs, ks, vs, cols, B: int, Hkv: int):
+    """Append the fold columns to q [B n, H, Q, d] and k [B n, H_kv, K, d], and pad q, k, v to
+    one 8-aligned head dim (SDPA's fused kernels want equal head dims)."""
     n, K, R = cols.k.shape
-    Q = qs.shape[2]
-    qc = cols.q.reshape(1, n * H, Q, R).expand(B, -1, -1, -1)
-    kc = cols.k[None, :, None].expand(B, n, Hkv, K, R).reshape(B, n * Hkv, K, R)
-    qs, ks = torch.cat([qs, qc], -1), torch.cat([ks, kc], -1)
+    qc = cols.q.expand(B, *cols.q.shape).reshape(B * n, *cols.q.shape[1:])
+    kc = cols.k[None, :, None].expand(B, n, Hkv, K, R).reshape(B * n, Hkv, K, R)
+    qs, ks = torch.cat([qs, qc.to(qs.dtype)], -1), torch.cat([ks, kc.to(ks.dtype)], -1)
     width = pad_to(max(qs.shape[-1], vs.shape[-1]))
     pad = lambda t: F.pad(t, (0, width - t.shape[-1])) if t.shape[-1] != width else t  # noqa: E731
     return pad(qs), pad(ks), pad(vs)
 
 
-def _sdpa_mask(allowed: Tensor, bias: Tensor | None, H: int) -> Tensor | None:
-    """SDPA's 4-D attn_mask [B|1, n H, Q, K]: boolean, or the float bias with -inf where masked
-    (a 4-D mask keeps the CPU flash kernel; a 3-D one falls to the math path). None when every
-    pair is allowed and there is no bias."""
+def sdpa_mask(allowed: Tensor, bias: Tensor | None, B: int, dtype) -> Tensor | None:
+    """SDPA's 4-D float attn_mask [B n or 1, H or 1, Q, K] from ``allowed`` [B|1, n, H|1, Q, K]
+    and ``bias`` [B|1, n, H|1, Q, K] or None: the bias (0 without one), -inf where masked.
+    Built here on the small tensor (SDPA would convert a boolean one at full size each call);
+    a mask the same for every group is passed once (not while a gradient flows through it);
+    None when every pair is allowed and there is no bias. A 4-D mask keeps the CPU flash
+    kernel (a 3-D one falls to the math path)."""
     if bias is None:
         if bool(allowed.all()):
             return None
-        m = allowed
+        m = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device)
+        m = m.masked_fill_(~allowed, float("-inf"))
     else:
         m = bias.masked_fill(~allowed, float("-inf"))
-    Bm, n, Hm, Q, K = m.shape[0], allowed.shape[1], m.shape[2], m.shape[3], m.shape[4]
-    return (
-        m.expand(Bm, n, H, Q, K).reshape(Bm, n * H, Q, K) if Hm == 1 else m.reshape(Bm, n * H, Q, K)
-    )
+    n = m.shape[1]
+    if m.shape[0] == 1 and (n == 1 or (not m.requires_grad and bool((m == m[:, :1]).all()))):
+        return m[:, 0]  # [1, H|1, Q, K]: broadcast over batch and groups
+    if m.shape[0] == 1 and B > 1:
+        m = m.expand(B, *m.shape[1:])
+    return m.reshape(m.shape[0] * n, *m.shape[2:])
 
 
-def explicit_stack(q: Tensor, k: Tensor, v: Tensor, st: Stack, call: Call):
-    """The materialised form over the stack's groups -> ([B, n H, Q, d_v], weights [B, n, H,
-    Q, K]): the mods in order, the mask, the normaliser's weights (zero where masked)."""
-    B, H, _, d = q.shape
+def explicit_stack(qt: Tensor, kt: Tensor, vt: Tensor, st: Stack, call: Call):
+    """The materialised form over the stack's groups (inputs [B, T, H, d]) -> ([B n, H, Q,
+    d_v], weights [B, n, H, Q, K]): the mods in order, the mask, the normaliser's weights
+    (zero where masked)."""
+    B, _, H, _ = qt.shape
     n, Q = st.q_idx.shape
     K = st.kv_idx.shape[1]
-    G = H // k.shape[1]
-    qs, ks, vs = gather(q, st.q_idx), gather(k, st.kv_idx), gather(v, st.kv_idx)
+    G = H // kt.shape[2]
+    qs, ks, vs = gather(qt, st.q_idx), gather(kt, st.kv_idx), gather(vt, st.kv_idx)
     if G > 1:
-        ks = ks.view(B, n, -1, K, d).repeat_interleave(G, 2).view(B, n * H, K, d)
-        vs = vs.view(B, n, -1, K, vs.shape[-1]).repeat_interleave(G, 2).view(B, n * H, K, -1)
+        ks, vs = ks.repeat_interleave(G, 1), vs.repeat_interleave(G, 1)
     idx = indices(B, H, call.q_offset + st.q_idx, st.kv_idx)
     s = ((qs @ ks.transpose(-1, -2)) * call.scale).view(B, n, H, Q, K)
     for mod in call.mods:
@@ -194,7 +206,7 @@ def explicit_stack(q: Tensor, k: Tensor, v: Tensor, st: Stack, call: Call):
     w = call.normaliser.weights(s, allowed).masked_fill(~allowed, 0.0)
     if call.dropout:
         w = F.dropout(w, call.dropout)
-    return w.reshape(B, n * H, Q, K) @ vs, w
+    return w.reshape(B * n, H, Q, K) @ vs, w
 
 
 def run_layout(q: Tensor, k: Tensor, v: Tensor, layout: Layout, call: Call, explicit: bool):
@@ -202,19 +214,19 @@ def run_layout(q: Tensor, k: Tensor, v: Tensor, layout: Layout, call: Call, expl
     no stack, with no key allowed, is 0) -> (out [B, H, Tq, d_v], weights of the last stack)."""
     B, H, Tq, _ = q.shape
     dv = v.shape[-1]
+    qt, kt, vt = rows_first(q), rows_first(k), rows_first(v)
     parts, rows, weights = [], [], None
     for st in layout.stacks:
         if explicit:
-            out, weights = explicit_stack(q, k, v, st, call)
+            out, weights = explicit_stack(qt, kt, vt, st, call)
         else:
-            out = sdpa_stack(q, k, v, st, call)
-        n, Q = st.q_idx.shape
-        parts.append(out.view(B, n, H, Q, dv).transpose(1, 2).reshape(B, H, n * Q, dv))
+            out = sdpa_stack(qt, kt, vt, st, call)
+        parts.append(out.transpose(1, 2).reshape(B, -1, H, dv))  # [B, n Q, H, d_v]
         rows.append(st.q_idx.reshape(-1))
-    parts.append(q.new_zeros(B, H, 1, dv))
+    parts.append(q.new_zeros(B, 1, H, dv))
     flat = torch.cat(rows)
     where = torch.full((Tq,), flat.numel(), dtype=torch.long, device=q.device)
     where = where.scatter_reduce(
         0, flat, torch.arange(flat.numel(), device=q.device), "amax", include_self=False
     )
-    return torch.cat(parts, 2).index_select(2, where), weights
+    return torch.cat(parts, 1).index_select(1, where).transpose(1, 2), weights
