@@ -238,3 +238,22 @@ def test_bad_shapes_are_user_errors():
         eng(q, torch.randn(1, 3, 4, 4), torch.randn(1, 3, 4, 8))
     with pytest.raises(UserError, match="kv_valid"):
         eng(q, q, q, kv_valid=torch.ones(2, 4, dtype=torch.bool))
+
+
+def test_stacks_cut_into_pieces_still_equal_the_definition(monkeypatch):
+    """A stack over MAX_PAIRS pairs runs as consecutive pieces (bounded masks and biases)."""
+    from attnlab.model.engine import layout
+
+    case = random_case(3)
+    for mods_i in (0, 5):
+        spec = _spec(case, 3, 0, mods_i, 1)
+        mask = spec.mask.fit(case.q_offset + case.Tq, case.Tk, "cpu")
+        shape = (case.Tq, case.Tk, case.q_offset, 4, case.B, case.H, "cpu")
+        whole = layout.build_layout(mask, *shape)
+        monkeypatch.setattr(layout, "MAX_PAIRS", 40)
+        cut = layout.build_layout(mask, *shape)
+        assert len(cut.stacks) > len(whole.stacks) and cut.pairs == whole.pairs
+        assert all(st.q_idx.shape[0] == 1 or st.pairs <= 40 for st in cut.stacks)
+        case.block = 4
+        _check_paths(spec, case, 3)
+        monkeypatch.undo()

@@ -7,7 +7,8 @@ gathers those key blocks (plus the mask's ``global_keys`` one by one), and query
 gather as many keys are stacked into one :class:`Stack`, so that one kernel call (SDPA, or the
 explicit path) runs them all, each with its own small mask. Counts within 3/4 of a stack's
 largest share it, the missing slots padded and marked unreal. Rows of ``global_queries`` are
-computed last over every key and overwrite what their block computed.
+computed last over every key and overwrite what their block computed. A stack holds at most
+``MAX_PAIRS`` query-key pairs (larger ones are cut into consecutive pieces).
 
 Work: sum over stacks of n * rows * keys pairs, O(T (w + G)) for a window w and G global keys,
 against T^2 (or T^2 / 2 causal) for the dense matrix; memory of a stack's mask or bias the same.
@@ -24,6 +25,8 @@ from attnlab.model.engine.contracts import Mask
 
 #: a query block shares a stack with larger ones down to this fraction of their keys
 SHARE = 0.75
+#: the most query-key pairs one stack holds (its mask, bias or weights live for one call)
+MAX_PAIRS = 1 << 22
 
 
 @dataclass
@@ -76,12 +79,26 @@ def build_layout(
     stacks = []
     has_gk = gk is not None and gk.numel() > 0
     for rows, width in _buckets(bmap, q_start, q_len, block, keep_empty=has_gk):
-        stacks.append(_stack(bmap, rows, width, q_start, q_len, kv_len, block, gk))
+        st = _stack(bmap, rows, width, q_start, q_len, kv_len, block, gk)
+        stacks.extend(_pieces(st))
     gq = mask.global_queries(q_offset, q_len, device)
     if gq is not None and gq.numel():
         kv = torch.arange(kv_len, device=device)[None]
         stacks.append(Stack((gq - q_offset)[None], kv, torch.ones_like(kv, dtype=torch.bool)))
     return Layout(stacks, block)
+
+
+def _pieces(st: Stack) -> list[Stack]:
+    """``st`` cut into consecutive groups of at most ``MAX_PAIRS`` pairs each (at least one
+    group per piece), so no stack's float mask or weights grow with the whole sequence."""
+    per = max(1, MAX_PAIRS // max(1, st.q_idx.shape[1] * st.kv_idx.shape[1]))
+    n = st.q_idx.shape[0]
+    if n <= per:
+        return [st]
+    return [
+        Stack(st.q_idx[a : a + per], st.kv_idx[a : a + per], st.kv_real[a : a + per])
+        for a in range(0, n, per)
+    ]
 
 
 def evaluate_block_map(
