@@ -79,7 +79,12 @@ class Mask:
         return self
 
     def token(self) -> object:
-        return (type(self).__name__, tuple(sorted(_plain_attrs(self).items())))
+        """Plain options by value, tensors by identity and version (a changed table changes
+        the token, so no cached layout or block mask outlives it)."""
+        tensors = tuple(
+            (k, id(v), v._version) for k, v in sorted(vars(self).items()) if isinstance(v, Tensor)
+        )
+        return (type(self).__name__, tuple(sorted(_plain_attrs(self).items())), tensors)
 
     def dense(self, q_len: int, kv_len: int, q_offset: int) -> str | None:
         return None
