@@ -20,8 +20,10 @@ from attnlab.model.engine import (
     AttentionSpec,
     Causal,
     EngineOptions,
+    FlexForm,
     Full,
     HeadScale,
+    Normaliser,
     Sigmoid,
     Sliding,
     SoftCap,
@@ -257,3 +259,40 @@ def test_stacks_cut_into_pieces_still_equal_the_definition(monkeypatch):
         case.block = 4
         _check_paths(spec, case, 3)
         monkeypatch.undo()
+
+
+class _ShiftedSigmoid(Normaliser):
+    """A plugin normaliser as docs/attention-engine.md shows one: weights, and a flex form."""
+
+    name = "shifted_sigmoid"
+
+    def weights(self, scores, allowed):
+        return torch.sigmoid(scores - 1.0) * allowed
+
+    def flex(self):
+        return FlexForm(
+            lambda s, b, h, q, kv: torch.nn.functional.logsigmoid(s - 1.0),
+            lambda out, lse: out * lse.exp()[..., None],
+        )
+
+
+def test_a_plugin_normaliser_runs_explicit_and_through_its_flex_form():
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(1, 2, 24, 8, generator=g, dtype=torch.float64) for _ in range(3))
+    spec = AttentionSpec(Sliding(6), (ALiBi(2),), _ShiftedSigmoid())
+    i, j = torch.arange(24)[:, None], torch.arange(24)[None, :]
+    allowed = (i - j >= 0) & (i - j < 6)
+    s = (q @ k.transpose(-1, -2)) * 0.3 + ALiBi(2).slopes.double()[:, None, None] * (j - i)
+    want = (torch.sigmoid(s - 1.0) * allowed) @ v
+    eng = AttentionEngine(spec)
+    out, _ = eng(q, k, v, scale=0.3)
+    assert eng.last_plan.path == "explicit" and (out - want).abs().max() < TOL
+    flex = _engine(spec, "flex", 8, flex_compile=False, flex_cpu_inference=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out, _ = flex(q, k, v, scale=0.3)
+        first = next(iter(flex._block_masks.entries.values()))
+        flex(q, k, v, scale=0.3)  # the same shape: the cached block mask
+    assert (out - want).abs().max() < TOL
+    assert len(flex._block_masks.entries) == 1
+    assert next(iter(flex._block_masks.entries.values())) is first
