@@ -203,8 +203,8 @@ model = { norm = { kind = "dyt" } }
 
 
 def test_compare_reports_per_variant_what_a_kind_change_dropped(tmp_path, dyt) -> None:
-    from attnlab.commands.compare import print_plan
     from attnlab.experiments import load_experiment
+    from attnlab.experiments.sweeps.plan import print_plan
 
     path = write(tmp_path / "exp.toml", f"plugins = [{json.dumps(dyt)}]\n" + EXPERIMENT)
     exp = load_experiment(path)
@@ -736,7 +736,10 @@ def test_the_documented_example_loads_and_uses_every_key(tmp_path) -> None:
 #: module (under src/attnlab) -> the commands its messages speak for
 ADVICE_MODULES = {
     "commands/eval.py": ("eval",),
-    "config.py": ("params", "train", "compare", "bench", "probe"),
+    **{
+        f"config/{p.name}": ("params", "train", "compare", "bench", "probe")
+        for p in (Path(__file__).resolve().parents[1] / "src" / "attnlab" / "config").glob("*.py")
+    },
     "recipe.py": ("train", "compare", "probe"),
     "base/section.py": ("params", "train", "compare", "bench", "probe"),
     "experiments/resolve.py": ("compare",),
@@ -749,6 +752,13 @@ ADVICE_MODULES = {
     },
     **{f"eval/{m}.py": ("lm-eval",) for m in ("lm_eval_cli", "lm_eval_files", "harness")},
     "eval/lm_eval_tasks.py": ("lm-eval",),
+    # consent to run a model folder's code: every command that loads a folder, a received run or
+    # probe directory, or an export as a base or an initialisation
+    "base/consent.py": ("eval", "inspect", "generate", "export", "train", "probe"),
+    "hf/export_plugins.py": ("eval", "inspect", "export", "train", "probe"),
+    "hf/init_from.py": ("train",),
+    "probe/base.py": ("probe", "eval"),
+    "base/outfile.py": ("inspect", "bench"),
 }
 
 
@@ -797,14 +807,20 @@ def test_every_flag_an_eval_or_config_message_names_exists() -> None:
     for module, commands in ADVICE_MODULES.items():
         for line, text in advice(src / module):
             for m in re.finditer(r"(?<![\w-])--[a-z][a-z0-9_-]*[a-z0-9]", text):
-                # the program named last before the flag: `attnlab CMD`, or lm-eval's CLI
-                named = re.findall(
-                    r"attnlab-lm-eval|lm_eval_cli|lm_eval |attnlab ([a-z]+)", text[: m.start()]
-                )
+                # the program named last before the flag: `attnlab CMD`, lm-eval's CLI, or pip
+                named = [
+                    (n.group(0), n.group(1))
+                    for n in re.finditer(
+                        r"attnlab-lm-eval|lm_eval_cli|lm_eval |pip install|attnlab ([a-z]+)",
+                        text[: m.start()],
+                    )
+                ]
+                if named and named[-1][0] == "pip install":
+                    continue  # pip's own flags (--no-deps, --force)
                 where = commands
-                if named and named[-1] in flags:
-                    where = (named[-1],)
-                elif named and not named[-1]:
+                if named and named[-1][1] in flags:
+                    where = (named[-1][1],)
+                elif named and not named[-1][1]:
                     where = ("lm-eval",)
                 seen += 1
                 if not all(m.group() in flags[c] for c in where):
@@ -832,5 +848,5 @@ def test_a_probe_methods_table_of_a_part_replaces_the_shared_one_under_another_n
         """,
     )
     _, (shared, wide) = load_experiment(path)
-    assert shared.parts["pre_projection"].expansion == 2.0
-    assert wide.parts["pre_projection"].expansion == 3.0
+    assert shared.probe.feature_map.expansion == 2.0
+    assert wide.probe.feature_map.expansion == 3.0

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import argparse
 
+from attnlab.base import exitcodes
+from attnlab.commands._common import add_trust_argument, trusting
+
 NAME = "export"
 HELP = "write a run or checkpoint as a Hugging Face model folder (AutoModelForCausalLM)"
 
@@ -39,9 +42,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--verify", action="store_true", help="load the export without attnlab and compare"
     )
+    add_trust_argument(p)
 
 
 def run(args: argparse.Namespace) -> int:
+    with trusting(args):  # a plugin file inside a received run directory: --trust-remote-code
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     from attnlab.base.extras import require
 
     require("hf", "transformers", "safetensors", what="attnlab export")
@@ -69,5 +78,5 @@ def run(args: argparse.Namespace) -> int:
         (check,) = check_exports([(result.out, model, tok)])
         print(check.sentence())
         if not check.passed:
-            return 1
-    return 0
+            return exitcodes.FAILED
+    return exitcodes.OK

@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import math
 
+from attnlab.base import exitcodes
 from attnlab.base.errors import UserError
+from attnlab.commands._common import add_trust_argument, trusting
 
 NAME = "generate"
 HELP = "continue a prompt with the model of a training run (KV cache; temperature 0 = greedy)"
@@ -23,9 +25,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--no-retrieval",
         action="store_true",
-        help="model.family='retrieval': decode without neighbours (default: live retrieval from "
-        "the run's database every chunk)",
+        help="a family that reads neighbours (model.family='retrieval'): decode without them "
+        "(default: live retrieval from the run's database every chunk)",
     )
+    add_trust_argument(p)
 
 
 def _check_flags(args: argparse.Namespace) -> None:
@@ -55,11 +58,18 @@ def _prompt_text(prompt: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    with trusting(args):  # a plugin file inside a received run directory: --trust-remote-code
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     import torch
 
     from attnlab.base.devices import check_device
     from attnlab.base.finite import check_weights
     from attnlab.model import generate
+    from attnlab.parts import families
+    from attnlab.parts.family import NEIGHBOURS
     from attnlab.runs.device import resolve_device
     from attnlab.runs.load import load_run_model
     from attnlab.runs.runstate import require_weights
@@ -72,10 +82,11 @@ def run(args: argparse.Namespace) -> int:
     _preflight(args)
     require_weights(args.run_dir)
     model, cfg, tok = load_run_model(args.run_dir, device=device)
-    if cfg.model.family not in ("decoder", "retrieval"):
+    family = families.of(cfg.model)
+    if not family.continues_text:
         raise UserError(
             f"{args.run_dir} holds a model.family={cfg.model.family!r} model; `generate` continues "
-            "text with decoders and retrieval decoders only"
+            f"text with {families.where(lambda f: f.continues_text)} models only"
         )
     check_weights(model, str(args.run_dir))
     ids = list(tok.encode(prompt_text))
@@ -99,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
         )
     gen = torch.Generator(device=device).manual_seed(args.seed)
     prompt = torch.tensor([ids], dtype=torch.long, device=device)
-    if cfg.model.family == "retrieval":
+    if family.needs(NEIGHBOURS):  # live retrieval: full forwards, neighbours every chunk
         out = _generate_retrieval(args, model, cfg, prompt, tok, gen)
     else:
         out = generate(
@@ -118,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
     # ids above the tokenizer's vocabulary (mask/sentinel slots) are not text
     new = [i for i in new if i < tok.vocab_size]
     print(prompt_text + tok.decode(new))
-    return 0
+    return exitcodes.OK
 
 
 def _generate_retrieval(args, model, cfg, prompt, tok, gen):

@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import argparse
 
+from attnlab.base import exitcodes
 from attnlab.base.advice import RERUN
-from attnlab.commands._common import add_set_argument, add_skip_argument
+from attnlab.commands._common import (
+    add_set_argument,
+    add_skip_argument,
+    add_trust_argument,
+    trusting,
+)
 
 NAME = "probe"
 HELP = "frozen probe: inject pre-projection / content skip / anchored query (or LoRA) into a pretrained LM"
@@ -43,6 +49,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--data-root", default="data", metavar="DIR", help="where prepared corpora live (data/)"
     )
+    add_trust_argument(p)
 
 
 def _print_table(rows: list[dict], title: str) -> None:
@@ -76,6 +83,11 @@ def _check_parts(configs: list, out, args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    with trusting(args):  # a base model folder's code (an export's plugins, auto_map modules)
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     from attnlab.base.errors import UserError
     from attnlab.base.extras import require
 
@@ -103,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
             plugins=args.plugins,
         )
         _print_table([result_row(r) for r in results], f"frozen probe -> {out}/report.md")
-        return 0 if all(r.status != "failed" for r in results) else 1
+        return exitcodes.OK if all(r.status != "failed" for r in results) else exitcodes.FAILED
     from attnlab.probe.experiment import result_row, write_experiment_report
     from attnlab.probe.trainer import claim_probe_run, train_probe
     from attnlab.runs import lock
@@ -115,4 +127,4 @@ def run(args: argparse.Namespace) -> int:
         res = train_probe(cfg, out, restart=args.restart, data_root=args.data_root)
         write_experiment_report(out, cfg.label, cfg, [res])
     _print_table([result_row(res)], f"frozen probe -> {out}")
-    return 0 if res.status == "finished" else 1
+    return exitcodes.OK if res.status == "finished" else exitcodes.FAILED

@@ -28,13 +28,15 @@ def load_target(target: str, *, trust_remote_code: bool = False):
     model_cfg = getattr(cfg, "model", None)
     if model_cfg is None:  # an export: its config.json carries the attnlab model config
         model_cfg = getattr(getattr(lm.model, "config", None), "attnlab_model", None)
-    family = getattr(model_cfg, "family", "decoder") if model_cfg is not None else "decoder"
+    from attnlab.parts import families
+
+    family = getattr(model_cfg, "family", families.DEFAULT)
     mask = ""
     attention = getattr(model_cfg, "attention", None)
     if attention is not None:
         from attnlab.model.masks import stack_mask
 
-        mask = stack_mask(attention, family != "encoder")
+        mask = stack_mask(attention, families.get(family).causal_lm)
     return lm, family, mask
 
 
@@ -116,18 +118,19 @@ def inspect_targets(
                 mask_name=mask,
             )
         )
-    return write_stamped_page(out, caps, notes), caps
+    return write_stamped_page(out, caps, notes, force=force), caps
 
 
-def write_stamped_page(out: str | Path, caps: list[Capture], notes: list[str]) -> Path:
+def write_stamped_page(
+    out: str | Path, caps: list[Capture], notes: list[str], *, force: bool = False
+) -> Path:
     """The page, with a closing comment that stamps it as attnlab's (its own SHA-256:
-    :mod:`attnlab.base.outfile`), written atomically."""
-    from attnlab.base.atomic import atomic_write_text
-    from attnlab.base.outfile import PLACEHOLDER, stamp
+    :mod:`attnlab.base.outfile`), written atomically once ``out`` is claimed again (a file put
+    there while the targets loaded is refused, not replaced)."""
+    from attnlab.base.outfile import markdown_stamp, write_out_text
 
-    text = render(page_data(caps, notes)) + f"<!-- written by attnlab inspect; {PLACEHOLDER} -->\n"
-    atomic_write_text(out, stamp(text))
-    return Path(out)
+    text = render(page_data(caps, notes)) + markdown_stamp("attnlab inspect")
+    return write_out_text(out, text, force=force, what="page")
 
 
 __all__ = [
