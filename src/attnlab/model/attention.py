@@ -1,6 +1,12 @@
-"""The attention core: softmax(q k^T * scale + bias, masked) v, per head, with GQA/MQA.
+"""The attention core: normalise(mods(q k^T * scale), masked) v, per head, with GQA/MQA.
 
-FLOPs 4 * T_q * T_k * d_h per head. Two paths:
+FLOPs 4 * T_q * T_k * d_h per head. ``attend`` runs a layer's mask (the mask part's), score
+mods (the position and score parts') and normaliser through the attention engine
+(``model/engine``, ``docs/attention-engine.md``): with nothing declared and a mask that is
+SDPA's own (causal from position 0, full, one decoded token) it is exactly ``sdpa``'s call
+below, bit for bit; otherwise the engine picks block-sparse SDPA, flex or its explicit path and
+logs which and why once. Score parts that rewrite the T x T matrix call the two paths
+themselves:
 
 - ``sdpa``: ``F.scaled_dot_product_attention`` (flash / memory-efficient kernels where the device
   has them; O(T) memory). ``backend`` picks the kernels it may use: ``auto`` lets torch choose,
@@ -9,6 +15,9 @@ FLOPs 4 * T_q * T_k * d_h per head. Two paths:
 - ``explicit``: materialises the [B, H, T_q, T_k] logits (O(T^2 * H) memory), for a part that
   reads or rewrites the T x T matrix (a score part with ``needs_attention_matrix``), for
   returning the maps, and for ``backend = "math"``.
+
+``backend = "flex"`` asks the engine for FlexAttention on every call that is not the plain
+baseline (refused where flex cannot run, e.g. CPU training: flex has no CPU backward).
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from attnlab.base.errors import UserError
+from attnlab.model.engine import AttentionEngine, AttentionSpec, EngineOptions, Softmax
 from attnlab.parts import ScoreContext
 
 _BACKENDS = {
@@ -43,11 +53,48 @@ class AttentionCore(nn.Module):
         backend: str = "auto",
         dropout: float = 0.0,
         scale_multiplier: float = 1.0,
+        normaliser=None,
     ) -> None:
         super().__init__()
         self.scale = scale_multiplier / math.sqrt(head_dim)
         self.backend = backend
         self.dropout = dropout
+        #: the engine normaliser (softmax unless ``model.attention.normaliser`` or a part says)
+        self.normaliser = normaliser if normaliser is not None else Softmax()
+        path = {"flex": "flex", "math": "explicit"}.get(backend, "auto")
+        self.engine = AttentionEngine(AttentionSpec(), EngineOptions(path=path))
+
+    def attend(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        *,
+        mask,
+        mods: tuple = (),
+        start: int = 0,
+        padding: Tensor | None = None,
+        need_weights: bool = False,
+        normaliser=None,
+    ) -> tuple[Tensor, Tensor | None]:
+        """The layer's attention through the engine: q [B,H,Tq,dh] at positions start..,
+        k/v [B,Hkv,Tk,dh] -> (out [B,H,Tq,dh], weights [B,H,Tq,Tk] when ``need_weights``)."""
+        norm = normaliser if normaliser is not None else self.normaliser
+        plain = None if padding is not None else mask.dense(q.shape[2], k.shape[2], start)
+        baseline = plain is not None and not mods and type(norm) is Softmax
+        if baseline and not need_weights and self.backend != "math":  # today's call, bit for bit
+            return self.sdpa(q, k, v, ScoreContext(None, plain == "causal")), None
+        self.engine.spec = AttentionSpec(mask, tuple(mods), norm)
+        return self.engine(
+            q,
+            k,
+            v,
+            scale=self.scale,
+            q_offset=start,
+            kv_valid=padding,
+            need_weights=need_weights,
+            dropout=self.dropout if self.training else 0.0,
+        )
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, ctx: ScoreContext):
         """q [B,H,Tq,dh], k/v [B,Hkv,Tk,dh] -> (out [B,H,Tq,dh], probs or None)."""

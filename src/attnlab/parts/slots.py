@@ -135,6 +135,16 @@ class ScorePart(Part):
       5. masked entries of probs set to 0, attention dropout (training), v repeated to H' heads
          (so H' must be a multiple of H_kv), ``out = probs @ v``.
 
+    **Declared instead of a forward** (the fused way, ``docs/attention-engine.md``): a part
+    whose change is elementwise implements ``score_mods() -> tuple[ScoreMod, ...]`` (the
+    attention engine's ``score_mod(score, b, h, q_idx, kv_idx)`` objects, FlexAttention's
+    convention, with the folds they may declare: a per-head scale, a bias) and/or
+    ``normaliser() -> Normaliser`` (replacing the softmax), and no ``forward``: the layer then
+    runs the engine with the position part's mods, then these, then the mask, then the
+    normaliser, on the fastest exact path (fused SDPA when everything folds, block-sparse SDPA,
+    flex, or the explicit path for a mod with no fused form where flex cannot run), and the
+    check battery proves the fused path equals the explicit one.
+
     So a transform never needs to mask: what it writes at masked entries is discarded. It must
     keep causality in a causal stack: output (i, j) may read only rows <= i (row i' > i holds a
     later token's query); reading other keys of the same row is safe, masked ones read as 0
@@ -156,7 +166,12 @@ class ScorePart(Part):
 
     @classmethod
     def declaration_problems(cls) -> list[str]:
-        out = super().declaration_problems()
+        out = super().declaration_problems() if not cls.declares() else []
+        if not cls.declares() and not _implements(cls, "forward", ScorePart):
+            out.append(
+                "it implements neither forward(q, k, v, core, ctx) nor score_mods() / "
+                "normaliser(), so it would change nothing"
+            )
         on = cls.on  # None: set per instance from its options (or no transform at all)
         if _implements(cls, "transform", ScorePart) and on is not None and on not in ON:
             out.append(
@@ -169,6 +184,24 @@ class ScorePart(Part):
     def transform(self, scores: Tensor, allowed: Tensor) -> Tensor:
         """Rewrite the logits or the probabilities (``on``) of ``core.explicit``."""
         raise NotImplementedError
+
+    def score_mods(self) -> tuple[Any, ...]:
+        """The engine score mods this part declares (applied after the position part's)."""
+        return ()
+
+    def normaliser(self) -> Any | None:
+        """The engine normaliser this part declares (None: ``model.attention.normaliser``)."""
+        return None
+
+    @classmethod
+    def declares(cls) -> bool:
+        """The part is declared (``score_mods`` / ``normaliser``, no ``forward`` of its own):
+        the layer runs it through the attention engine."""
+        own = [_implements(cls, m, ScorePart) for m in ("score_mods", "normaliser")]
+        return any(own) and not _implements(cls, "forward", ScorePart)
+
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, core, ctx: ScoreContext):
+        raise NotImplementedError("a declared score part runs through the attention engine")
 
     @classmethod
     def heads_out(cls, opts, dims) -> int:
@@ -247,9 +280,12 @@ class PositionPart(Part):
 
     - ``absolute`` (learned, sinusoidal): ``embed(positions [T]) -> [T, d]``, added to the token
       embeddings (the module is the model's ``abs_pos``);
-    - ``logit_bias`` (ALiBi, T5): ``bias(q_pos [Tq], k_pos [Tk]) -> [H, Tq, Tk]``, added to the
-      attention logits. The flash kernel takes no bias, so the config refuses
-      ``model.attention.backend = "flash"`` with such a part; SDPA takes it as a float mask;
+    - ``logit_bias`` (ALiBi, T5, KERPLE-like plugins): ``bias(q_pos [Tq], k_pos [Tk]) -> [H,
+      Tq, Tk]``, added to the attention logits (the dense form: the explicit path and score
+      parts that form the matrix read it), and optionally ``score_mods(causal)``: the same
+      bias as attention-engine score mods, which run fused without the [H, Tq, Tk] table. The
+      flash kernel takes no bias, so the config refuses ``model.attention.backend = "flash"``
+      with such a part;
     - ``rotary`` (RoPE): ``rotation(positions [T], dtype) -> tables`` once per forward, then
       ``rotate(x [B, h, T, d_h], tables) -> x'`` on q and on the new keys, before the keys enter
       the KV cache (the cache stores rotated keys; a rotation must depend on the absolute
@@ -264,6 +300,13 @@ class PositionPart(Part):
     with the keys; None: the bias cannot be folded). A part adds nothing to the KV cache beyond
     the keys it rotates; its parameters and ``extra_flops`` are declared like any part's.
     """
+
+    def score_mods(self, causal: bool) -> tuple[Any, ...] | None:
+        """A ``logit_bias`` part's bias as attention-engine score mods (``causal``: the mask
+        allows only keys at or before their query), so it runs fused (ALiBi's exact columns,
+        T5's bias over the gathered pairs only); None (the default): the engine adds
+        ``bias(q_pos, k_pos)`` as a dense [H, Tq, Tk] table, as before."""
+        return None
 
     absolute: ClassVar[bool] = False
     logit_bias: ClassVar[bool] = False
@@ -327,6 +370,34 @@ class PositionPart(Part):
 
     def rotate(self, x: Tensor, tables: Any) -> Tensor:
         raise NotImplementedError
+
+
+class MaskPart(Part):
+    """``mask``: which keys each query may see. ``forward(causal: bool, doc_ids: Tensor | None)
+    -> Mask`` returns the attention engine's :class:`~attnlab.model.engine.Mask` (a ``mask_mod``
+    in FlexAttention's convention plus structure hints, ``docs/attention-engine.md``) for a
+    stack of that direction (an encoder-decoder's encoder is bidirectional, its decoder
+    causal). ``doc_ids`` [B, T] is the document of each position of a packed row (None: one
+    document per row), passed only to a part declaring ``needs_doc_ids``. The model calls it
+    once per forward and stack; the engine evaluates the mask where it gathers keys, and the
+    explicit path forms its dense [Tq, Tk] pattern from the same ``mask_mod``.
+
+    Declarations read: ``direction`` ("causal": only in a causal stack, e.g. prefix;
+    "bidirectional": only in a bidirectional one; None: either, following the stack),
+    ``plain`` (the mask is exactly the stack's own direction, SDPA's ``is_causal`` or no mask:
+    the flash kernel and ``score.virtual_heads_fused`` take only these), ``decoder_only``
+    (meaningful in a decoder-only LM alone: an encoder-decoder refuses it), ``needs_doc_ids``,
+    ``prompt_problem(opts, prompt_len) -> str | None`` (a prompt ``generate`` cannot start from).
+    """
+
+    direction: ClassVar[str | None] = None
+    plain: ClassVar[bool] = False
+    decoder_only: ClassVar[bool] = False
+    needs_doc_ids: ClassVar[bool] = False
+
+    @classmethod
+    def prompt_problem(cls, opts: PartOptions, prompt_len: int) -> str | None:
+        return None
 
 
 class NormOptions(PartOptions):
@@ -422,6 +493,7 @@ SLOTS: dict[str, Slot] = {
         Slot("side_branch", SideBranchPart, "none", True, "a branch beside attention", 1),
         Slot("ffn", FFNPart, "gelu", False, "position-wise feed-forward"),
         Slot("position", PositionPart, "learned", True, "how token positions enter the model"),
+        Slot("mask", MaskPart, "causal", False, "which keys each query may see"),
         Slot("norm", NormPart, "layernorm", False, "the normalisation of every norm"),
         Slot(
             "cross_attention",

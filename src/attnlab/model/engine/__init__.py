@@ -17,7 +17,7 @@ from attnlab.model.engine.contracts import FlexForm, Mask, Normaliser, ScoreMod,
 from attnlab.model.engine.engine import AttentionEngine, AttentionSpec, EngineOptions
 from attnlab.model.engine.masks import Causal, Document, Full, Padded, Prefix, Sliding
 from attnlab.model.engine.masks_sparse import BigBird, LocalGlobal
-from attnlab.model.engine.mods import ALiBi, HeadScale, SoftCap, T5Bias
+from attnlab.model.engine.mods import ALiBi, HeadScale, SoftCap, T5Bias, TableBias
 from attnlab.model.engine.normalisers import Sigmoid, Softmax, SoftmaxPlusOne
 from attnlab.model.engine.plan import Plan
 
@@ -45,5 +45,6 @@ __all__ = [
     "Softmax",
     "SoftmaxPlusOne",
     "T5Bias",
+    "TableBias",
     "Term",
 ]

@@ -124,3 +124,23 @@ class SoftCap(ScoreMod):
 
     def score_mod(self, score, b, h, q_idx, kv_idx):
         return self.cap * torch.tanh(score / self.cap)
+
+
+class TableBias(ScoreMod):
+    """s' = s + table[h, i - q_offset, j]: a bias given as a dense [H, Tq, Tk] table (a position
+    part that declares only ``bias(q_pos, k_pos)``, e.g. a KERPLE-like plugin). Exact on every
+    path; O(H Tq Tk) memory for the table itself, as before the engine."""
+
+    kind = "bias"
+
+    def __init__(self, table: Tensor, q_offset: int = 0) -> None:
+        self.table, self.q_offset = table, int(q_offset)
+
+    def __repr__(self) -> str:
+        return f"TableBias(shape={tuple(self.table.shape)})"
+
+    def bias(self, b, h, q_idx, kv_idx):
+        return self.table[h, q_idx - self.q_offset, kv_idx]
+
+    def score_mod(self, score, b, h, q_idx, kv_idx):
+        return score + self.table.to(score.dtype)[h, q_idx - self.q_offset, kv_idx]

@@ -1,0 +1,31 @@
+"""The sliding-window mask (Beltagy et al. 2020; Mistral): 0 <= i - j < w (causal) or
+|i - j| < w (bidirectional).
+
+No params; O(T w) pairs: the engine gathers only the key blocks within the window (block-sparse
+SDPA on CPU, flex's block mask on CUDA), so time and memory grow with T w, not T^2.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+from torch import Tensor
+
+from attnlab.model.engine import Mask, Sliding
+from attnlab.parts import MaskPart, PartOptions, register
+
+
+@register("mask", "sliding")
+class SlidingMask(MaskPart):
+    """Each query sees the ``window`` nearest keys (its own included)."""
+
+    cost = "params 0; pairs T w"
+
+    class Options(PartOptions):
+        window: int = Field(ge=1, description="w: keys within this distance")
+
+    @classmethod
+    def param_count(cls, opts, dims) -> int:
+        return 0
+
+    def forward(self, causal: bool, doc_ids: Tensor | None = None) -> Mask:
+        return Sliding(self.opts.window, causal=causal)
