@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnlab.config import AttentionConfig
 from attnlab.model.engine import (
     AttentionEngine,
     AttentionSpec,
@@ -26,9 +25,10 @@ from attnlab.model.engine import (
     Sliding,
 )
 from attnlab.model.engine.layout import build_layout, evaluate_block_map
-from attnlab.model.masks import allowed_keys
+from attnlab.model.masks import dense_allowed, reference_pairs
 from engine_reference import masks as all_masks
 from engine_reference import random_case, reference
+from model_helpers import make_part
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -80,13 +80,16 @@ def test_the_masks_are_model_masks_pairs(i, causal):
     opts, make = CONFIGS[i]
     if not causal and opts["mask"] == "prefix":
         pytest.skip("a bidirectional stack's prefix mask is the full one (covered by causal)")
-    cfg = AttentionConfig(**opts, random_seed=17)
+    options = {k: v for k, v in opts.items() if k != "mask"}
+    seeded = {"random_seed": 17} if opts["mask"] == "bigbird" else {}
     mask = _engine_mask(opts, make, causal)
+    part = make_part("mask", opts["mask"], **options, **seeded)(causal)  # the mask slot's part
     for T, start in [(37, 0), (64, 0), (50, 49), (50, 40)]:
         q_pos, k_pos = torch.arange(start, T), torch.arange(T)
-        want = allowed_keys(cfg, q_pos, k_pos, causal)
+        want = reference_pairs(q_pos, k_pos, causal, **options, random_seed=17)
         got = _dense(mask.fit(T, T, "cpu"), q_pos, k_pos)[0]
         assert torch.equal(got, want), (opts, causal, T, start)
+        assert torch.equal(dense_allowed(part, q_pos, k_pos), want), (opts, causal, T, start)
 
 
 def test_the_document_mask_keeps_packed_documents_apart():

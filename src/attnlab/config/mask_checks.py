@@ -28,7 +28,7 @@ def direction_problems(
     cls, kind = model.mask_class, model.mask.kind
     if encoder_decoder and cls.decoder_only:
         return [
-            f"model.mask.kind='{kind}' is for decoder-only LMs; an encoder-decoder already "
+            f"model.mask.kind='{kind}' is for decoder-only prefix LMs; an encoder-decoder already "
             "reads its input bidirectionally"
         ]
     if causal and cls.direction == "bidirectional" and not encoder_decoder:

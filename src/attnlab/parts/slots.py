@@ -400,6 +400,11 @@ class MaskPart(Part):
         return None
 
 
+def needs(opts: PartOptions, what: str) -> str:
+    """A mask option's refusal: ``model.mask.kind='sliding' needs model.mask.window >= 1``."""
+    return f"model.mask.kind={opts.kind!r} needs model.mask.{what}"
+
+
 class NormOptions(PartOptions):
     """What every norm is built from: ``bias`` (a norm that has one), ``eps``."""
 

@@ -82,7 +82,7 @@ class Mask:
         """Plain options by value, tensors by identity and version (a changed table changes
         the token, so no cached layout or block mask outlives it)."""
         tensors = tuple(
-            (k, id(v), v._version) for k, v in sorted(vars(self).items()) if isinstance(v, Tensor)
+            (k, id(v), version(v)) for k, v in sorted(vars(self).items()) if isinstance(v, Tensor)
         )
         return (type(self).__name__, tuple(sorted(_plain_attrs(self).items())), tensors)
 
@@ -199,6 +199,12 @@ class Normaliser:
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in _plain_attrs(self).items())
         return f"{type(self).__name__}({args})"
+
+
+def version(t: Tensor) -> int:
+    """``t``'s in-place version counter (an inference tensor has none and cannot change in
+    place outside inference mode: -1)."""
+    return -1 if t.is_inference() else t._version
 
 
 def _plain_attrs(obj) -> dict:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from attnlab.model.engine.contracts import Mask
+from attnlab.model.engine.contracts import Mask, version
 
 
 class Full(Mask):
@@ -111,7 +111,7 @@ class Document(Mask):
         self.doc_ids, self.causal = ids.long(), bool(causal)
 
     def token(self) -> object:
-        return ("document", self.causal, id(self.doc_ids), self.doc_ids._version)
+        return ("document", self.causal, id(self.doc_ids), version(self.doc_ids))
 
     def mask_mod(self, b, h, q_idx, kv_idx):
         ids = self.doc_ids if self.uses_batch else self.doc_ids[0]
@@ -141,7 +141,7 @@ class Padded(Mask):
         self.name = f"{mask.name}+padding"
 
     def token(self) -> object:
-        return ("padded", self.inner.token(), id(self.kv_valid), self.kv_valid._version)
+        return ("padded", self.inner.token(), id(self.kv_valid), version(self.kv_valid))
 
     def fit(self, q_end: int, kv_len: int, device) -> Mask:
         inner = self.inner.fit(q_end, kv_len, device)

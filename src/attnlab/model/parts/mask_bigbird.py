@@ -10,25 +10,33 @@ pattern's ``block_size``).
 
 from __future__ import annotations
 
-from pydantic import Field, model_validator
+from pydantic import Field
 from torch import Tensor
 
 from attnlab.base.section import seed_type
 from attnlab.model.engine import BigBird, Mask
 from attnlab.model.parts.mask_local_global import LocalGlobalOptions
 from attnlab.parts import MaskPart, register
+from attnlab.parts.slots import needs
 
 
 class BigBirdOptions(LocalGlobalOptions):
     """Local + global, and the random blocks (global tokens optional here)."""
 
     block_size: int = Field(16, ge=1, description="tokens per block of the random pattern")
-    random_blocks: int = Field(1, ge=1, description="random key blocks per query block")
+    random_blocks: int = Field(0, ge=0, description="random key blocks per query block (>= 1)")
     random_seed: seed_type("seed of the random blocks (stored: run, resume, export agree)") = 0
 
-    @model_validator(mode="after")
-    def _has_globals(self):  # BigBird's globals are optional: the random blocks connect it
-        return self
+    def check(self, model) -> list[str]:  # global tokens optional: the random blocks connect
+        if self.window < 1 or self.random_blocks < 1:
+            return [
+                needs(
+                    self,
+                    "window >= 1 and model.mask.random_blocks >= 1 (global tokens: n_global / "
+                    "global_every)",
+                )
+            ]
+        return []
 
 
 @register("mask", "bigbird")

@@ -18,6 +18,7 @@ class CausalMask(MaskPart):
     """j <= i: the decoder's mask."""
 
     plain = True
+    direction = "causal"  # an encoder refuses it; an encoder-decoder's encoder reads both ways
     cost = "params 0; pairs T(T+1)/2"
 
     @classmethod

@@ -8,28 +8,27 @@ keys one by one, the global queries' rows over all keys.
 
 from __future__ import annotations
 
-from pydantic import Field, model_validator
+from pydantic import Field
 from torch import Tensor
 
 from attnlab.model.engine import LocalGlobal, Mask
 from attnlab.parts import MaskPart, PartOptions, register
+from attnlab.parts.slots import needs
 
 
 class LocalGlobalOptions(PartOptions):
     """A window and global tokens (at least one of ``n_global``, ``global_every``)."""
 
-    window: int = Field(ge=1, description="w: keys within this distance")
+    window: int = Field(0, ge=0, description="w: keys within this distance (>= 1)")
     n_global: int = Field(0, ge=0, description="the first n tokens are global")
     global_every: int = Field(0, ge=0, description="every k-th token is global")
 
-    @model_validator(mode="after")
-    def _has_globals(self):
-        if not (self.n_global or self.global_every):
-            raise ValueError(
-                f"model.mask.kind={self.kind!r} needs model.mask.n_global or "
-                "model.mask.global_every > 0 (else it is kind='sliding')"
-            )
-        return self
+    def check(self, model) -> list[str]:
+        if self.window < 1 or not (self.global_every or self.n_global):
+            return [
+                needs(self, "window >= 1 and model.mask.global_every or model.mask.n_global > 0")
+            ]
+        return []
 
 
 @register("mask", "local_global")

@@ -13,6 +13,7 @@ from torch import Tensor
 
 from attnlab.model.engine import Full, Mask, Prefix
 from attnlab.parts import MaskPart, PartOptions, register
+from attnlab.parts.slots import needs
 
 
 @register("mask", "prefix")
@@ -24,7 +25,10 @@ class PrefixMask(MaskPart):
     cost = "params 0; pairs T^2/2 + P^2/2"
 
     class Options(PartOptions):
-        prefix_len: int = Field(ge=1, description="P: tokens read both ways")
+        prefix_len: int = Field(0, ge=0, description="P: tokens read both ways (>= 1)")
+
+        def check(self, model) -> list[str]:
+            return [] if self.prefix_len >= 1 else [needs(self, "prefix_len >= 1")]
 
     @classmethod
     def param_count(cls, opts, dims) -> int:

@@ -12,6 +12,7 @@ from torch import Tensor
 
 from attnlab.model.engine import Mask, Sliding
 from attnlab.parts import MaskPart, PartOptions, register
+from attnlab.parts.slots import needs
 
 
 @register("mask", "sliding")
@@ -21,7 +22,10 @@ class SlidingMask(MaskPart):
     cost = "params 0; pairs T w"
 
     class Options(PartOptions):
-        window: int = Field(ge=1, description="w: keys within this distance")
+        window: int = Field(0, ge=0, description="w: keys within this distance (>= 1)")
+
+        def check(self, model) -> list[str]:
+            return [] if self.window >= 1 else [needs(self, "window >= 1")]
 
     @classmethod
     def param_count(cls, opts, dims) -> int:
