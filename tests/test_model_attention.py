@@ -87,7 +87,7 @@ def _mask(key, causal: bool | None = None):
 )
 def test_mask_parts_match_hand_written_matrices(key) -> None:
     """Each mask part's engine mask, and the independent dense reference, give the matrix."""
-    kind, causal, extra = key
+    _, causal, extra = key
     pos = torch.arange(6)
     assert torch.equal(dense_allowed(_mask(key), pos, pos), grid(MASKS[key]))
     assert torch.equal(reference_pairs(pos, pos, causal, **dict(extra)), grid(MASKS[key]))

@@ -147,17 +147,12 @@ class Attention(DecodeLayout, nn.Module):
             k, v = cache.update(slot, k, v, ctx.start)
         if self.declared and not self.cross:
             own = self.score.score_mods() if self.score is not None else ()
-            heads, probs = self.core.attend(
-                q,
-                k,
-                v,
-                mask=ctx.mask,
-                mods=(*ctx.mods, *own),
-                start=ctx.start,
-                padding=ctx.padding,
-                need_weights=ctx.need_weights,
-                normaliser=self.score.normaliser() if self.score is not None else None,
+            norm = self.score.normaliser() if self.score is not None else None
+            mods = (*ctx.mods, *own)
+            sctx = ScoreContext(
+                None, False, None, ctx.need_weights, ctx.padding, ctx.mask, mods, norm, ctx.start
             )
+            heads, probs = self.core(q, k, v, sctx)
         elif self.score is not None:
             heads, probs = self.score(q, k, v, self.core, sctx)
         else:

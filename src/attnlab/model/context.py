@@ -43,7 +43,12 @@ class AttnContext:
         dense_bias: Callable[[], Tensor | None] | None = None,
     ) -> None:
         self.q_pos, self.k_pos, self.is_causal = q_pos, k_pos, is_causal
-        self.rotate, self.start, self.need_weights, self.padding = rotate, start, need_weights, padding
+        self.rotate, self.start, self.need_weights, self.padding = (
+            rotate,
+            start,
+            need_weights,
+            padding,
+        )
         self.mask, self.mods = mask, mods
         self._allowed, self._bias = allowed, bias
         self._dense_allowed, self._dense_bias = dense_allowed, dense_bias

@@ -16,8 +16,8 @@ from torch import Tensor, nn
 from attnlab.config import ModelConfig
 from attnlab.model.block import Block
 from attnlab.model.context import AttnContext
-from attnlab.model.kv_cache import KVCache
 from attnlab.model.engine import TableBias
+from attnlab.model.kv_cache import KVCache
 from attnlab.model.masks import dense_allowed
 from attnlab.model.positions import SinusoidalPositions
 from attnlab.parts import Dims, Part, PositionPart

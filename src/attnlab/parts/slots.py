@@ -225,13 +225,25 @@ class ScoreContext:
     ``is_causal``; ``bias`` [H,Tq,Tk] or None; ``need_weights``: return the probabilities;
     ``padding`` [B,Tk] bool or None: True at real tokens of a right-padded batch (an encoder's
     variable-length rows; padded keys are masked out, and a score part must treat padded queries
-    and keys as if the row ended there)."""
+    and keys as if the row ended there).
+
+    The attention engine's form of the same call (what the layer passes the core when no score
+    part forms the matrix): ``mask`` (the mask part's engine ``Mask``; ``allowed``, when also
+    given, is its dense form for these rows), ``mods`` (score mods, in order), ``normaliser``
+    (None: the core's), ``q_offset`` (the absolute position of query row 0) and ``q_pos``
+    ([Tq] absolute positions of the rows when they are not consecutive, e.g. ``inspect``'s
+    row blocks)."""
 
     allowed: Tensor | None
     is_causal: bool
     bias: Tensor | None = None
     need_weights: bool = False
     padding: Tensor | None = None
+    mask: Any = None
+    mods: tuple[Any, ...] = ()
+    normaliser: Any = None
+    q_offset: int = 0
+    q_pos: Tensor | None = None
 
 
 class FeatureMapPart(Part):

@@ -68,10 +68,8 @@ class Case:
     @property
     def prefix(self) -> int:
         """Positions that read each other both ways (a prefix LM's prefix), else 0."""
-        if self.mask != "prefix":
-            return 0
         found = [re.fullmatch(r"model\.mask\.prefix_len=(\d+)", s) for s in self.overrides]
-        return next(int(m.group(1)) for m in found if m)
+        return next((int(m.group(1)) for m in found if m), 0)
 
 
 def _case(family: str, mask: str, position: str, *extra: str) -> Case:

@@ -61,8 +61,12 @@ class Decoder(Family):
     def stacks(self, cfg) -> list[StackPlan]:
         return [StackPlan("decoder", cfg.n_layers, causal=True)]
 
-    def route(self, model, input_ids, *, cache, start_pos, return_attn, **inputs):
+    def route(self, model, input_ids, *, cache, start_pos, return_attn, doc_ids=None, **inputs):
         return model.run_stack(
-            model.decoder, input_ids, start_pos, cache=cache, return_attn=return_attn
+            model.decoder,
+            input_ids,
+            start_pos,
+            cache=cache,
+            return_attn=return_attn,
+            doc_ids=doc_ids,
         )
-

@@ -35,4 +35,3 @@ class Encoder(Family):
     def route(self, model, input_ids, *, cache, start_pos, return_attn, padding_mask=None, **_):
         pad = None if padding_mask is None else padding_mask.to(torch.bool)
         return model.run_stack(model.encoder, input_ids, 0, return_attn=return_attn, padding=pad)
-
