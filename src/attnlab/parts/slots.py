@@ -404,6 +404,10 @@ class MaskPart(Part):
 
     direction: ClassVar[str | None] = None
     plain: ClassVar[bool] = False
+    unchecked: ClassVar[dict[str, str]] = {
+        "effect": "a mask part returns the engine's mask, not a tensor to perturb; its pattern "
+        "is proven by causality, kv_cache, batch and fused",
+    }
     decoder_only: ClassVar[bool] = False
     needs_doc_ids: ClassVar[bool] = False
 
