@@ -33,6 +33,7 @@ ALLOWED = (
     "config/mask_checks.py",
     "model/families/*.py",
     "parts/slots.py",
+    "parts/slot_mask.py",
     "parts/family.py",
 )
 NAMES = ("bidirectional", "prefix", "sliding", "local_global", "bigbird", "document")

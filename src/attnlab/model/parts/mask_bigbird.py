@@ -17,7 +17,7 @@ from attnlab.base.section import seed_type
 from attnlab.model.engine import BigBird, Mask
 from attnlab.model.parts.mask_local_global import LocalGlobalOptions
 from attnlab.parts import MaskPart, register
-from attnlab.parts.slots import needs
+from attnlab.parts.slot_mask import needs
 
 
 class BigBirdOptions(LocalGlobalOptions):

@@ -13,7 +13,7 @@ from torch import Tensor
 
 from attnlab.model.engine import LocalGlobal, Mask
 from attnlab.parts import MaskPart, PartOptions, register
-from attnlab.parts.slots import needs
+from attnlab.parts.slot_mask import needs
 
 
 class LocalGlobalOptions(PartOptions):

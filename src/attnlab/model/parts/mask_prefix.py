@@ -13,7 +13,7 @@ from torch import Tensor
 
 from attnlab.model.engine import Full, Mask, Prefix
 from attnlab.parts import MaskPart, PartOptions, register
-from attnlab.parts.slots import needs
+from attnlab.parts.slot_mask import needs
 
 
 @register("mask", "prefix")

@@ -12,7 +12,7 @@ from torch import Tensor
 
 from attnlab.model.engine import Mask, Sliding
 from attnlab.parts import MaskPart, PartOptions, register
-from attnlab.parts.slots import needs
+from attnlab.parts.slot_mask import needs
 
 
 @register("mask", "sliding")
