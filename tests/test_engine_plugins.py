@@ -9,6 +9,7 @@ block-sparse / explicit paths), and ``inspect`` draws its maps."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -87,3 +88,30 @@ def model_input(tok):
     import torch
 
     return torch.tensor([tok.encode("the cat sat on the mat, and the dog")])
+
+
+def test_a_plugin_mods_parameter_gets_its_gradient_through_a_bias_it_scales(float64) -> None:
+    """The temperature's mod is no nn.Module (it holds its part's Parameter); after a learned
+    bias (T5) its gain multiplies the bias, and the fused block-sparse path must carry that
+    gradient as the explicit path does (the battery's "fused" property caught its loss)."""
+    import torch
+
+    from attnlab.model.engine import AttentionEngine, AttentionSpec, EngineOptions, Sliding, T5Bias
+    from attnlab.parts import load_plugin
+
+    record = load_plugin(str(ROOT / "examples" / "score_temperature.py"))
+    temperature = sys.modules[record.module].HeadTemperature
+    t5 = T5Bias(4, 8, 16)
+    torch.nn.init.normal_(t5.table.weight)
+    theta = torch.nn.Parameter(torch.randn(4) * 0.3)
+    q, k, v = (torch.randn(2, 4, 10, 8, requires_grad=True) for _ in range(3))
+    got = []
+    for path in ("auto", "explicit"):
+        engine = AttentionEngine(
+            AttentionSpec(Sliding(3), (t5, temperature(theta))), EngineOptions(path=path)
+        )
+        out, _ = engine(q, k, v)
+        got.append((out, *torch.autograd.grad(out.square().sum(), [q, theta, t5.table.weight])))
+    assert engine.last_plan.path == "explicit"
+    for a, b in zip(*got):
+        torch.testing.assert_close(a, b, atol=1e-10, rtol=0)

@@ -149,7 +149,8 @@ def _checks(
     # (a cross_attention part's attention on the explicit path: FlopCounterMode does not see
     # CPU SDPA, and the part declares the scores it computes)
     sets = ("model.attention.fuse_qkv=false",)
-    if req.slot == "cross_attention":
+    declared = req.slot == "score" and cls.declares()  # its attention runs in the layer's core
+    if req.slot == "cross_attention" or declared:
         sets = (*sets, "model.attention.backend=math")
     unfused = functools.cache(
         lambda: build(config_for(base_case, req.slot, req.kind, req.options, sets))

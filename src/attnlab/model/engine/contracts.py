@@ -201,6 +201,15 @@ class Normaliser:
         return f"{type(self).__name__}({args})"
 
 
+def mod_parameters(mod: object) -> list[Tensor]:
+    """The learned tensors a mod reads: an ``nn.Module``'s parameters, else the tensors among
+    its attributes that require grad (a plugin's mod holding its part's ``nn.Parameter``)."""
+    params = getattr(mod, "parameters", None)
+    if callable(params):
+        return [p for p in params() if p.requires_grad]
+    return [t for t in vars(mod).values() if isinstance(t, Tensor) and t.requires_grad]
+
+
 def version(t: Tensor) -> int:
     """``t``'s in-place version counter (an inference tensor has none and cannot change in
     place outside inference mode: -1)."""

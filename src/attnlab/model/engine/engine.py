@@ -22,7 +22,7 @@ from torch import Tensor, nn
 
 from attnlab.base.errors import UserError
 from attnlab.base.section import Section
-from attnlab.model.engine.contracts import Mask, Normaliser, ScoreMod
+from attnlab.model.engine.contracts import Mask, Normaliser, ScoreMod, mod_parameters
 from attnlab.model.engine.flex import BlockMaskCache, flex_attend
 from attnlab.model.engine.folds import Folded, columns, fold
 from attnlab.model.engine.grouped import Call, run_layout, with_columns
@@ -135,7 +135,7 @@ class AttentionEngine:
         """Whether this call builds a graph (inputs or a mod's parameters need grad)."""
         if not torch.is_grad_enabled():
             return False
-        params = [p for m in self.spec.mods if isinstance(m, nn.Module) for p in m.parameters()]
+        params = [p for m in self.spec.mods for p in mod_parameters(m)]
         return any(t.requires_grad for t in (q, k, v, *params))
 
     def _layout(self, mask: Mask, q: Tensor, kv_len: int, q_offset: int) -> Layout:

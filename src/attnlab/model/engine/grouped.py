@@ -17,10 +17,10 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
 from attnlab.model.engine.biased import biased_flash
-from attnlab.model.engine.contracts import Mask, Normaliser, ScoreMod
+from attnlab.model.engine.contracts import Mask, Normaliser, ScoreMod, mod_parameters
 from attnlab.model.engine.folds import Folded, columns, fold, pad_to
 from attnlab.model.engine.layout import Layout, Stack
 
@@ -137,9 +137,7 @@ def _learned(as_bias: list, mods) -> list[Tensor]:
     if not torch.is_grad_enabled() or not as_bias:
         return []
     involved = [m for m in mods if m in as_bias or getattr(m, "kind", "") == "scale"]
-    return [
-        p for m in involved if isinstance(m, nn.Module) for p in m.parameters() if p.requires_grad
-    ]
+    return [p for m in involved for p in mod_parameters(m)]
 
 
 def with_sink(ks, vs, allowed, cols):
