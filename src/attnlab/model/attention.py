@@ -62,7 +62,7 @@ class AttentionCore(nn.Module):
         self.dropout = dropout
         #: the engine normaliser (softmax unless ``model.attention.normaliser`` or a part says)
         self.normaliser = normaliser if normaliser is not None else Softmax()
-        path = {"flex": "flex", "math": "explicit"}.get(backend, "auto")
+        path = "flex" if backend == "flex" else "auto"
         self.engine = AttentionEngine(AttentionSpec(), EngineOptions(path=path))
 
     def attend(
@@ -81,9 +81,12 @@ class AttentionCore(nn.Module):
         """The layer's attention through the engine: q [B,H,Tq,dh] at positions start..,
         k/v [B,Hkv,Tk,dh] -> (out [B,H,Tq,dh], weights [B,H,Tq,Tk] when ``need_weights``)."""
         norm = normaliser if normaliser is not None else self.normaliser
+        if self.backend == "math":  # the materialised reference: every mod by its score_mod
+            ctx = ScoreContext(None, False, None, need_weights, padding, mask, mods, norm, start)
+            return self.explicit(q, k, v, ctx)
         plain = None if padding is not None else mask.dense(q.shape[2], k.shape[2], start)
         baseline = plain is not None and not mods and type(norm) is Softmax
-        if baseline and not need_weights and self.backend != "math":  # today's call, bit for bit
+        if baseline and not need_weights:  # today's call, bit for bit
             return self.sdpa(q, k, v, ScoreContext(None, plain == "causal")), None
         self.engine.spec = AttentionSpec(mask, tuple(mods), norm)
         return self.engine(
