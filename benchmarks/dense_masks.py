@@ -8,6 +8,8 @@ position bias (ALiBi, T5) as a dense [H, Tq, Tk] float tensor. This part does ex
 interleaved run. params 0; memory O(T^2) for the mask, O(H T^2) for a bias.
 """
 
+from typing import ClassVar
+
 from attnlab.parts import ScorePart, register
 
 
@@ -16,7 +18,7 @@ class DenseSDPA(ScorePart):
     """SDPA with the dense mask and bias (the pre-engine path)."""
 
     cost = "params 0; memory O(T^2) mask, O(H T^2) bias"
-    unchecked = {"flops": "its attention is CPU SDPA, which FlopCounterMode does not count"}
+    unchecked: ClassVar[dict[str, str]] = {"flops": "its attention is CPU SDPA, which FlopCounterMode does not count"}
 
     @classmethod
     def param_count(cls, opts, dims):
