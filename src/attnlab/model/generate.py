@@ -85,7 +85,7 @@ def _generate(
     cfg = model.cfg
     ids = input_ids
     memory = model.encode(encoder_input_ids) if encoder_input_ids is not None else None
-    problem = cfg.mask_class.prompt_problem(cfg.mask, ids.shape[1])
+    problem = model.mask_class.prompt_problem(cfg.mask, ids.shape[1])
     if problem is not None:
         raise InvalidRequestError(f"model.mask.kind={cfg.mask.kind!r}: {problem}")
     limit = model.position_limit  # read when the model was built

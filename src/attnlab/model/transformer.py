@@ -51,6 +51,8 @@ class Transformer(nn.Module):
         cls = position_class(cfg)
         #: the longest sequence the position part places (None: no limit), read once at build
         self.position_limit = cfg.position_limit
+        #: the mask part's class (its prompt rule), read once here: decoding looks nothing up
+        self.mask_class = cfg.mask_class
         #: the position part's embedding side (absolute positions), None when it has none
         self.abs_pos: PositionPart | None = None
         if cls is not None and cls.absolute:
