@@ -18,7 +18,9 @@ class DenseSDPA(ScorePart):
     """SDPA with the dense mask and bias (the pre-engine path)."""
 
     cost = "params 0; memory O(T^2) mask, O(H T^2) bias"
-    unchecked: ClassVar[dict[str, str]] = {"flops": "its attention is CPU SDPA, which FlopCounterMode does not count"}
+    unchecked: ClassVar[dict[str, str]] = {
+        "flops": "its attention is CPU SDPA, which FlopCounterMode does not count"
+    }
 
     @classmethod
     def param_count(cls, opts, dims):
