@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 from torch.nn.attention.flex_attention import AuxRequest, create_block_mask, flex_attention
 
+from attnlab.model.engine.compile_cost import timed_first_call, use_inductor_cache
 from attnlab.model.engine.contracts import Mask, ScoreMod
 from attnlab.model.engine.grouped import Call
 
@@ -30,6 +31,7 @@ def flex_kernel(compiled: bool):
     if not compiled:
         return flex_attention
     if "fn" not in _compiled:
+        use_inductor_cache()  # kernels built once survive the process
         _compiled["fn"] = torch.compile(flex_attention, dynamic=False)
     return _compiled["fn"]
 
@@ -91,7 +93,15 @@ def flex_attend(
         enable_gqa=k.shape[1] != H,
     )
     fn = flex_kernel(compiled)
+    shape = (
+        compiled,
+        tuple(q.shape),
+        tuple(k.shape),
+        q.dtype,
+        str(q.device),
+        torch.is_grad_enabled(),
+    )
     if form.finish is None:
-        return fn(q, k, v, **kw)
-    out, aux = fn(q, k, v, return_aux=AuxRequest(lse=True), **kw)
+        return timed_first_call(shape, lambda: fn(q, k, v, **kw))
+    out, aux = timed_first_call(shape, lambda: fn(q, k, v, return_aux=AuxRequest(lse=True), **kw))
     return form.finish(out, aux.lse)
