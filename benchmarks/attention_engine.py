@@ -63,8 +63,7 @@ def _engine_case(name: str, T: int, H: int, device):
 
 def _today_context(name: str, T: int, H: int, device):
     """Today's ScoreContext for a '-today' case: the dense bool mask or [H, T, T] float bias."""
-    from attnlab.config import AttentionConfig
-    from attnlab.model.masks import allowed_keys
+    from attnlab.model.masks import reference_pairs
     from attnlab.model.positions import ALiBi, T5RelativeBias
     from attnlab.parts import ScoreContext
 
@@ -77,19 +76,13 @@ def _today_context(name: str, T: int, H: int, device):
         doc = pos // (T // 8)
         return ScoreContext((doc[:, None] == doc[None, :]) & (pos[None, :] <= pos[:, None]), False)
     cfg = {
-        "sliding": dict(mask="sliding", window=W),
-        "local-global": dict(
-            mask="local_global", window=W, n_global=GLOBAL_FIRST, global_every=GLOBAL_EVERY
-        ),
+        "sliding": dict(window=W),
+        "local-global": dict(window=W, n_global=GLOBAL_FIRST, global_every=GLOBAL_EVERY),
         "bigbird": dict(
-            mask="bigbird",
-            window=W,
-            n_global=GLOBAL_FIRST,
-            block_size=BB_BLOCK,
-            random_blocks=BB_RANDOM,
+            window=W, n_global=GLOBAL_FIRST, block_size=BB_BLOCK, random_blocks=BB_RANDOM
         ),
     }[base]
-    return ScoreContext(allowed_keys(AttentionConfig(**cfg), pos, pos, True), False)
+    return ScoreContext(reference_pairs(pos, pos, True, **cfg), False)
 
 
 def build(name: str, T: int, B: int, H: int, d: int, grad: bool, device="cpu"):
