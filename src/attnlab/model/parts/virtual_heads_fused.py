@@ -114,7 +114,7 @@ class VirtualHeadsFused(ScorePart):
                 out.append(
                     f"model.mask.kind='{model.mask.kind}' hides scores the convolution "
                     "would read across the mask's edge; kind='virtual_heads_fused' takes the "
-                    "causal or full mask. Use model.score.kind='virtual_heads'"
+                    "causal or bidirectional (full) mask. Use model.score.kind='virtual_heads'"
                 )
             if self.on == "probs" and model.attention.dropout > 0:
                 out.append(
