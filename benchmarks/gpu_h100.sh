@@ -17,6 +17,11 @@
 # 3. attnlab bench at gpt2-124m, B=16, T=1024, bf16, torch.compile: baseline, nanoGPT's model,
 #    nonlinear query, pre-projection + skip; tokens/s, MFU, peak memory, decode tokens/s with and
 #    without the KV cache
+# 3b. issue 34's attention-engine table (benchmarks/attention_engine_model.sh with DEVICE=cuda):
+#    the per-head temperature plugin, ALiBi, T5, sliding window, local+global and BigBird beside
+#    the RoPE baseline (FlashAttention-2 through SDPA) and beside their pre-engine dense SDPA
+#    forms, T=1024; on CUDA the engine runs flex (compiled once, its compile reported apart).
+#    ENGINE=0 leaves it out; its budget T_ENGINE=120 is on top of the 570 s below
 # 4. the results file (benchmarks/gpu_summary.py), with issue 13's item-4 targets met or not
 #
 # Each step has a time budget (seconds; override by environment): T_TESTS=240 T_DET=150
@@ -115,6 +120,17 @@ fi
 step bench "${T_BENCH:-180}" "$WORK/bench.log" "$PY" -m attnlab bench "${BENCH[@]}" \
   --variants baseline,nonlinear_query,preproj_skip --peers nanogpt \
   --sections training,inference,memory --prompt-len 16 --out "$WORK/bench"
+
+# --- 3b. issue 34: the attention engine's table (not measured on a GPU yet) ---------------------
+if [ "${ENGINE:-1}" = 1 ]; then
+  if [ "$DRY" = 1 ]; then
+    step engine "${T_ENGINE:-120}" "$WORK/engine.log" env T=64 STEPS=1 REPEATS=1 THREADS=2 \
+      SECTIONS=training bash benchmarks/attention_engine_model.sh "$WORK/attention-engine"
+  else
+    step engine "${T_ENGINE:-120}" "$WORK/engine.log" env DEVICE=cuda T=1024 STEPS=5 REPEATS=3 \
+      bash benchmarks/attention_engine_model.sh "$WORK/attention-engine"
+  fi
+fi
 
 # --- 4. the results file -------------------------------------------------------------------------
 "$PY" benchmarks/gpu_summary.py --work "$WORK" --result "$RESULT" "${DRYFLAG[@]}" "${STEPS[@]}" \

@@ -155,7 +155,7 @@ IMPOSSIBLE = {
     "sliding_without_window": (["model.attention.mask=sliding"], "window >= 1"),
     "local_global_without_globals": (
         ["model.attention.mask=local_global", "model.attention.window=4"],
-        "global_every or model.attention.n_global",
+        "global_every or model.mask.n_global",
     ),
     "prefix_without_length": (["model.attention.mask=prefix"], "prefix_len >= 1"),
     "encoder_causal": (["model.family=encoder"], "hide the right context"),

@@ -8,12 +8,11 @@ import pytest
 import torch
 from torch.nn.attention import SDPBackend
 
-from attnlab.config import AttentionConfig
 from attnlab.model import build_model
 from attnlab.model.attention import AttentionCore
-from attnlab.model.masks import allowed_keys, stack_mask
+from attnlab.model.masks import dense_allowed, reference_pairs
 from attnlab.parts import ScoreContext
-from tests.helpers.model import perturb, tiny
+from tests.helpers.model import make_part, perturb, tiny
 
 pytestmark = pytest.mark.usefixtures("float64")
 
@@ -72,36 +71,49 @@ MASKS = {
 }
 
 
+KINDS = {"bidirectional": "full"}  # the table's names -> the mask part's kind
+
+
+def _mask(key, causal: bool | None = None):
+    """The mask part of ``key`` (kind, causal, options) built, and its engine mask for a stack
+    of the key's direction (or ``causal``)."""
+    kind, direction, extra = key
+    part = make_part("mask", KINDS.get(kind, kind), **dict(extra))
+    return part(direction if causal is None else causal)
+
+
 @pytest.mark.parametrize(
     "key", list(MASKS), ids=lambda k: f"{k[0]}-{'causal' if k[1] else 'bidir'}"
 )
-def test_allowed_keys_match_hand_written_matrices(key) -> None:
-    mask, causal, extra = key
-    cfg = AttentionConfig(mask=mask, **dict(extra))
+def test_mask_parts_match_hand_written_matrices(key) -> None:
+    """Each mask part's engine mask, and the independent dense reference, give the matrix."""
+    _, causal, extra = key
     pos = torch.arange(6)
-    assert torch.equal(allowed_keys(cfg, pos, pos, causal), grid(MASKS[key]))
+    assert torch.equal(dense_allowed(_mask(key), pos, pos), grid(MASKS[key]))
+    assert torch.equal(reference_pairs(pos, pos, causal, **dict(extra)), grid(MASKS[key]))
 
 
-@pytest.mark.fast
-def test_allowed_keys_for_a_decoding_step_are_the_last_row() -> None:
+def test_a_decoding_step_sees_the_last_row() -> None:
     for key, text in MASKS.items():
-        mask, causal, extra = key
-        if not causal:
+        if not key[1]:
             continue
-        cfg = AttentionConfig(mask=mask, **dict(extra))
-        row = allowed_keys(cfg, torch.tensor([5]), torch.arange(6), causal)
+        row = dense_allowed(_mask(key), torch.tensor([5]), torch.arange(6))
         assert torch.equal(row, grid(text)[5:6]), key
 
 
 def test_each_stack_takes_its_own_direction() -> None:
     """An encoder-decoder's encoder is bidirectional and its decoder causal, whatever the mask
     names; window patterns keep their window in both directions."""
-    assert stack_mask(AttentionConfig(mask="causal"), causal=False) == "bidirectional"
-    assert stack_mask(AttentionConfig(mask="bidirectional"), causal=True) == "causal"
-    assert stack_mask(AttentionConfig(mask="prefix", prefix_len=2), causal=False) == "bidirectional"
-    assert stack_mask(AttentionConfig(mask="sliding", window=2), causal=False) == "sliding"
     pos = torch.arange(4)
-    assert allowed_keys(AttentionConfig(mask="causal"), pos, pos, causal=False).all()
+    full = torch.ones(4, 4, dtype=torch.bool)
+    assert torch.equal(dense_allowed(_mask(("causal", True, ()), causal=False), pos, pos), full)
+    assert torch.equal(
+        dense_allowed(_mask(("bidirectional", False, ()), causal=True), pos, pos), full.tril()
+    )
+    prefix = _mask(("prefix", True, (("prefix_len", 2),)), causal=False)
+    assert torch.equal(dense_allowed(prefix, pos, pos), full)
+    sliding = _mask(("sliding", False, (("window", 2),)), causal=False)
+    assert not dense_allowed(sliding, pos, pos)[0, 3]
 
 
 # ---------------------------------------------------------------------------- SDPA vs explicit
@@ -203,9 +215,9 @@ def test_explicit_path_calls_a_score_transform_as_the_contract_says(on: str) -> 
         ["model.position.kind=alibi"],
         ["model.position.kind=t5"],
         ["model.position.kind=rope", "model.attention.n_kv_heads=2"],
-        ["model.attention.mask=sliding", "model.attention.window=3"],
-        ["model.attention.mask=prefix", "model.attention.prefix_len=3"],
-        ["model.family=encoder", "model.attention.mask=bidirectional"],
+        ["model.mask.kind=sliding", "model.mask.window=3"],
+        ["model.mask.kind=prefix", "model.mask.prefix_len=3"],
+        ["model.family=encoder", "model.mask.kind=full"],
     ],
     ids=["causal", "alibi", "t5", "rope_gqa", "sliding", "prefix", "encoder"],
 )

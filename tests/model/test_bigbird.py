@@ -9,20 +9,33 @@ import torch
 from attnlab.config import ConfigError
 from attnlab.model import build_model
 from attnlab.model.generate import generate
-from attnlab.model.masks import allowed_keys, random_blocks
+from attnlab.model.masks import dense_allowed, random_block_pairs
+from attnlab.parts import Dims, registry
 from tests.helpers.model import tiny
 
 SETS = (
-    "model.attention.mask=bigbird",
-    "model.attention.window=3",
-    "model.attention.n_global=1",
-    "model.attention.block_size=4",
-    "model.attention.random_blocks=2",
+    "model.mask.kind=bigbird",
+    "model.mask.window=3",
+    "model.mask.n_global=1",
+    "model.mask.block_size=4",
+    "model.mask.random_blocks=2",
 )
 
 
+def allowed_keys(opts, q_pos, k_pos, causal: bool):
+    """The [Tq, Tk] pairs of the mask part ``opts`` builds (for a stack of ``causal``)."""
+    part = registry.build(opts, Dims(32, 1, 1, 32), "mask")
+    return dense_allowed(part(causal), q_pos, k_pos)
+
+
+def random_blocks(opts, q_pos, k_pos, causal: bool):
+    return random_block_pairs(
+        q_pos, k_pos, causal, opts.block_size, opts.random_blocks, opts.random_seed
+    )
+
+
 def test_the_pattern_is_window_global_and_random_blocks_of_earlier_keys() -> None:
-    a = tiny(*SETS).attention
+    a = tiny(*SETS).mask
     pos = torch.arange(40)
     allowed = allowed_keys(a, pos, pos, causal=True)
     rand = random_blocks(a, pos, pos, causal=True)
@@ -40,15 +53,15 @@ def test_the_pattern_is_window_global_and_random_blocks_of_earlier_keys() -> Non
 
 
 def test_the_random_blocks_are_fixed_by_the_stored_seed_and_independent_of_length() -> None:
-    a = tiny(*SETS).attention
-    other = tiny(*SETS, "model.attention.random_seed=7").attention
+    a = tiny(*SETS).mask
+    other = tiny(*SETS, "model.mask.random_seed=7").mask
     pos = torch.arange(64)
     one = random_blocks(a, pos, pos, True)
     assert torch.equal(one, random_blocks(a, pos, pos, True))
     assert not torch.equal(one, random_blocks(other, pos, pos, True))
     short = torch.arange(40)
     assert torch.equal(random_blocks(a, short, short, True), one[:40, :40])
-    assert tiny(*SETS).model_dump()["attention"]["random_seed"] == 0
+    assert tiny(*SETS).model_dump()["mask"]["random_seed"] == 0
 
 
 def test_decoding_with_the_cache_equals_the_forward_and_sdpa_equals_math() -> None:
@@ -66,7 +79,7 @@ def test_decoding_with_the_cache_equals_the_forward_and_sdpa_equals_math() -> No
 
 def test_bigbird_needs_a_window_and_random_blocks() -> None:
     with pytest.raises(ConfigError, match="random_blocks >= 1"):
-        tiny("model.attention.mask=bigbird", "model.attention.window=3")
+        tiny("model.mask.kind=bigbird", "model.mask.window=3")
 
 
 def test_the_check_battery_has_a_bigbird_case_whose_random_blocks_reach_beyond_local_global():
@@ -76,10 +89,12 @@ def test_the_check_battery_has_a_bigbird_case_whose_random_blocks_reach_beyond_l
 
     case = next(c for c in CASES if c.mask == "bigbird")
     assert case.causal
-    attention = config_for(case, "query", "linear", {}).model.attention
+    attention = config_for(case, "query", "linear", {}).model.mask
     pos = torch.arange(T)
-    extra = random_blocks(attention, pos, pos, True) & ~allowed_keys(
-        attention.model_copy(update={"mask": "local_global"}), pos, pos, True
+    local = registry.get("mask", "local_global").options(
+        **attention.model_dump(include={"kind", "window", "n_global", "global_every"})
+        | {"kind": "local_global"}
     )
+    extra = random_blocks(attention, pos, pos, True) & ~allowed_keys(local, pos, pos, True)
     assert bool((extra & (pos[None, :] <= pos[:, None])).any())
     assert not bool((allowed_keys(attention, pos, pos, True) & (pos[None, :] > pos[:, None])).any())

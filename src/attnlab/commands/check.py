@@ -27,6 +27,7 @@ COLUMNS = {
     "effect": "effect",
     "causality": "causal",
     "kv_cache": "cache",
+    "fused": "fused",
     "batch": "batch",
     "params": "params",
     "flops": "flops",
@@ -37,8 +38,8 @@ COLUMNS = {
     "bfloat16": "bf16",
     "export": "export",
 }
-#: the table's width: a part name and twelve property columns
-WIDTH = 140
+#: the table's width: a part name and thirteen property columns
+WIDTH = 148
 MARK = {"passed": "[green]ok[/]", "failed": "[bold red]FAIL[/]", "skipped": "[dim]-[/]"}
 
 

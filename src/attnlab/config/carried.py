@@ -25,6 +25,7 @@ SLOT_FIELDS = (
     "side_branch",
     "ffn",
     "position",
+    "mask",
     "norm",
     "cross_attention",
 )

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from attnlab.config.mask_checks import mask_problems
+from attnlab.config.mask_checks import direction_problems, mask_problems
 
 
 def head_problems(m: Any) -> list[str]:
@@ -70,7 +70,9 @@ def family_problems(m: Any) -> list[str]:
     from attnlab.parts import families
 
     fam = families.of(m)
-    problems = fam.check(m)
+    enc_dec = any(s.cross for s in fam.stacks(m))
+    problems = direction_problems(m, m.family, fam.causal_lm, encoder_decoder=enc_dec)
+    problems += fam.check(m)
     if not fam.reads_cross_attention and m.cross_attention.kind != "none":
         problems.append(
             f"model.cross_attention.kind={m.cross_attention.kind!r} is read only by "
@@ -89,7 +91,7 @@ def model_problems(m: Any) -> list[str]:
     for opts in m.slots().values():
         problems.extend(opts.check(m))
     problems += kernel_problems(m)
-    problems += mask_problems(m.attention)
+    problems += mask_problems(m)
     problems += residual_problems(m)
     problems += family_problems(m)
     return problems

@@ -13,6 +13,7 @@ from typing import Any
 
 from attnlab.config.carried import set_explicitly
 from attnlab.config.errors import ConfigError, cut_repr
+from attnlab.config.legacy_mask import current_mask_name
 
 #: option keys of ``[model.position]`` before positions were a slot -> (kind, the new key); a
 #: recorded config held all of them whatever its kind, so the other kinds' ones are dropped
@@ -84,7 +85,9 @@ def legacy_position(table: Any, kind: Any = None) -> Any:
 
 def current_name(path: list[str], value: Any) -> tuple[list[str], Any]:
     """An override of an old ``model.position`` key under today's name (``rope_base`` ->
-    ``base``), so it replaces a preset's value instead of losing to it."""
+    ``base``), so it replaces a preset's value instead of losing to it; an old mask key
+    likewise (:mod:`attnlab.config.legacy_mask`)."""
+    path, value = current_mask_name(path, value)
     if len(path) == 3 and path[:2] == ["model", "position"] and path[2] in LEGACY_POSITION_KEYS:
         return [*path[:2], LEGACY_POSITION_KEYS[path[2]][1]], value
     return path, value

@@ -20,11 +20,11 @@ from attnlab.base.schema import (
     default_options,
     slot_field,
 )
-from attnlab.base.section import seed_type
 from attnlab.config.carried import SLOT_FIELDS, deliver_notes, settle_carried
 from attnlab.config.checks import model_problems
 from attnlab.config.errors import ConfigError
 from attnlab.config.legacy import legacy_position
+from attnlab.config.legacy_mask import legacy_mask
 
 
 class AttentionConfig(Section):
@@ -33,22 +33,18 @@ class AttentionConfig(Section):
     n_heads: int = Field(12, ge=1)
     n_kv_heads: int | None = Field(None, ge=1, description="None = n_heads (MHA); 1 = MQA")
     head_dim: int | None = Field(None, ge=1, description="None = d_model // n_heads")
-    mask: Literal["causal", "bidirectional", "prefix", "sliding", "local_global", "bigbird"] = (
-        "causal"
-    )
-    window: int = Field(0, ge=0, description="sliding / local window: keys within this distance")
-    global_every: int = Field(0, ge=0, description="local_global: every k-th token is global")
-    n_global: int = Field(0, ge=0, description="local_global: the first n tokens are global")
-    prefix_len: int = Field(0, ge=0, description="prefix: bidirectional over the first n tokens")
-    block_size: int = Field(16, ge=1, description="bigbird: tokens per block of the random pattern")
-    random_blocks: int = Field(0, ge=0, description="bigbird: random key blocks per query block")
-    random_seed: seed_type(
-        "bigbird: seed of the random blocks (stored: run, resume, export agree)"
-    ) = 0
-    backend: Literal["auto", "sdpa", "flash", "math"] = Field(
+    backend: Literal["auto", "sdpa", "flash", "math", "flex"] = Field(
         "auto",
-        description="auto: torch picks the SDPA kernel; flash: FlashAttention only; sdpa: any "
-        "fused kernel, never the unfused fallback; math: attnlab's explicit (materialised) path",
+        description="auto: the plain call on SDPA (torch picks the kernel), the rest on the "
+        "attention engine's fastest exact path; flash: FlashAttention only; sdpa: any fused "
+        "kernel, never the unfused fallback; math: attnlab's explicit (materialised) path; "
+        "flex: FlexAttention for every call beyond the plain one",
+    )
+    normaliser: Literal["softmax", "softmax_plus_one", "sigmoid"] = Field(
+        "softmax", description="how masked logits become weights (docs/attention-engine.md)"
+    )
+    sigmoid_bias: float | None = Field(
+        None, description="sigmoid: b in sigmoid(s + b) (None: -log(model.max_seq_len))"
     )
     fuse_qkv: bool = Field(
         True, description="run the Q, K, V parts as one matmul when every one of them can"
@@ -68,6 +64,7 @@ SideBranchSlot = slot_field("side_branch")
 FFNSlot = slot_field("ffn")
 PositionSlot = slot_field("position")
 NormSlot = slot_field("norm")
+MaskSlot = slot_field("mask")
 CrossAttentionSlot = slot_field("cross_attention")
 
 
@@ -143,6 +140,9 @@ class ModelConfig(Section):
     init_std: float = Field(DEFAULT_INIT_STD, gt=0)
     norm: NormSlot = default_options("norm")
     position: PositionSlot = default_options("position")
+    #: which keys each query may see (``[model.mask]``; the old ``model.attention.mask`` keys
+    #: load through :mod:`attnlab.config.legacy_mask`)
+    mask: MaskSlot = default_options("mask")
     attention: AttentionConfig = AttentionConfig()
     retrieval: RetrievalConfig = RetrievalConfig()
     feature_map: FeatureMapSlot = default_options("feature_map")
@@ -165,6 +165,8 @@ class ModelConfig(Section):
         over from another kind (:func:`settle_carried`)."""
         from attnlab.parts import registry  # noqa: F401
 
+        if isinstance(data, Mapping):
+            data = legacy_mask(data)
         if isinstance(data, Mapping) and "position" in data:
             try:
                 data = {**data, "position": legacy_position(data["position"])}
@@ -232,6 +234,13 @@ class ModelConfig(Section):
         """What the position part's limit counts, for messages (e.g. "learned positions")."""
         cls = self.position_class
         return "positions" if cls is None else cls.limit_noun
+
+    @property
+    def mask_class(self) -> Any:
+        """The registered class of the mask part (``model.mask.kind``)."""
+        from attnlab.parts import registry
+
+        return registry.get("mask", self.mask.kind).cls
 
     @property
     def needs_attention_matrix(self) -> bool:

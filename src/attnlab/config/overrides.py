@@ -11,6 +11,7 @@ from typing import Any
 from attnlab.config.carried import is_slot, set_explicitly, switch_kind
 from attnlab.config.errors import ConfigError
 from attnlab.config.legacy import current_name, is_old_position_key, legacy_position
+from attnlab.config.legacy_mask import legacy_mask
 from attnlab.config.merge import deep_merge
 
 
@@ -47,6 +48,8 @@ def apply_overrides(raw: dict[str, Any], overrides: Iterable[str]) -> dict[str, 
     model = out.get("model")
     if isinstance(model, dict) and isinstance(model.get("position"), Mapping):
         model["position"] = legacy_position(model["position"])  # today's names, then --set
+    if isinstance(model, dict):
+        out["model"] = model = legacy_mask(model)
     items = list(overrides)
     parsed = [current_name(*parse_override(item)) for item in items]
     _refuse_repeats(items, parsed)

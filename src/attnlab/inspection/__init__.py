@@ -31,12 +31,8 @@ def load_target(target: str, *, trust_remote_code: bool = False):
     from attnlab.parts import families
 
     family = getattr(model_cfg, "family", families.DEFAULT)
-    mask = ""
-    attention = getattr(model_cfg, "attention", None)
-    if attention is not None:
-        from attnlab.model.masks import stack_mask
-
-        mask = stack_mask(attention, families.get(family).causal_lm)
+    table = getattr(model_cfg, "mask", None)
+    mask = getattr(table, "kind", "") if table is not None else ""
     return lm, family, mask
 
 

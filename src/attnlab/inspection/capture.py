@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from attnlab.model.masks import dense_allowed
 from attnlab.parts import families
 
 #: cells of one row block (rows x keys x heads) computed at a time
@@ -108,12 +109,12 @@ class _Recorder:
         for name, m in model.named_modules():
             if not _is_attention(m) or getattr(m, "cross", False):
                 continue
-            target = m.score if m.score is not None else m.core
+            target = m.score if not m.declared else m.core  # a declared part runs in the core
             self.handles.append(target.register_forward_hook(self._hook(name, m)))
 
     def _hook(self, name: str, attn: nn.Module):
         def hook(module, args, output):
-            if attn.score is not None:
+            if not attn.declared:
                 q, k, v, core, ctx = args[:5]
                 part = attn.score
             else:
@@ -138,6 +139,8 @@ def _allowed_rows(ctx: Any, rows: Tensor, n_keys: int, n_queries: int) -> Tensor
     if ctx.allowed is not None:
         return ctx.allowed[rows]
     keys = torch.arange(n_keys, device=rows.device)
+    if ctx.mask is not None:  # the mask part's engine mask, evaluated for these rows
+        return dense_allowed(ctx.mask, rows + ctx.q_offset, keys)
     if ctx.is_causal:
         return keys[None, :] <= rows[:, None] + (n_keys - n_queries)
     return torch.ones(len(rows), n_keys, dtype=torch.bool, device=rows.device)
@@ -158,7 +161,13 @@ def _layer_maps(call: _Call, start: int) -> tuple[dict[str, np.ndarray], dict, n
         allowed = _allowed_rows(ctx, rows, Tk, Tq)
         bias = None if ctx.bias is None else ctx.bias[..., rows, :]
         sub = dataclasses.replace(
-            ctx, allowed=allowed, is_causal=False, bias=bias, need_weights=True, padding=None
+            ctx,
+            allowed=allowed,
+            is_causal=False,
+            bias=bias,
+            need_weights=True,
+            padding=None,
+            q_pos=rows + ctx.q_offset,
         )
         qr = q[:, :, rows]
         _, raw = call.core.explicit(qr, k, v, sub)

@@ -1,6 +1,12 @@
-"""The attention core: softmax(q k^T * scale + bias, masked) v, per head, with GQA/MQA.
+"""The attention core: normalise(mods(q k^T * scale), masked) v, per head, with GQA/MQA.
 
-FLOPs 4 * T_q * T_k * d_h per head. Two paths:
+FLOPs 4 * T_q * T_k * d_h per head. ``attend`` runs a layer's mask (the mask part's), score
+mods (the position and score parts') and normaliser through the attention engine
+(``model/engine``, ``docs/attention-engine.md``): with nothing declared and a mask that is
+SDPA's own (causal from position 0, full, one decoded token) it is exactly ``sdpa``'s call
+below, bit for bit; otherwise the engine picks block-sparse SDPA, flex or its explicit path and
+logs which and why once. Score parts that rewrite the T x T matrix call the two paths
+themselves:
 
 - ``sdpa``: ``F.scaled_dot_product_attention`` (flash / memory-efficient kernels where the device
   has them; O(T) memory). ``backend`` picks the kernels it may use: ``auto`` lets torch choose,
@@ -9,6 +15,9 @@ FLOPs 4 * T_q * T_k * d_h per head. Two paths:
 - ``explicit``: materialises the [B, H, T_q, T_k] logits (O(T^2 * H) memory), for a part that
   reads or rewrites the T x T matrix (a score part with ``needs_attention_matrix``), for
   returning the maps, and for ``backend = "math"``.
+
+``backend = "flex"`` asks the engine for FlexAttention on every call that is not the plain
+baseline (refused where flex cannot run, e.g. CPU training: flex has no CPU backward).
 """
 
 from __future__ import annotations
@@ -22,6 +31,8 @@ from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from attnlab.base.errors import UserError
+from attnlab.model.engine import AttentionEngine, AttentionSpec, EngineOptions, Softmax
+from attnlab.model.masks import dense_allowed
 from attnlab.parts import ScoreContext
 
 _BACKENDS = {
@@ -43,14 +54,67 @@ class AttentionCore(nn.Module):
         backend: str = "auto",
         dropout: float = 0.0,
         scale_multiplier: float = 1.0,
+        normaliser=None,
     ) -> None:
         super().__init__()
         self.scale = scale_multiplier / math.sqrt(head_dim)
         self.backend = backend
         self.dropout = dropout
+        #: the engine normaliser (softmax unless ``model.attention.normaliser`` or a part says)
+        self.normaliser = normaliser if normaliser is not None else Softmax()
+        path = "flex" if backend == "flex" else "auto"
+        self.engine = AttentionEngine(AttentionSpec(), EngineOptions(path=path))
+
+    def attend(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        *,
+        mask,
+        mods: tuple = (),
+        start: int = 0,
+        padding: Tensor | None = None,
+        need_weights: bool = False,
+        normaliser=None,
+    ) -> tuple[Tensor, Tensor | None]:
+        """The layer's attention through the engine: q [B,H,Tq,dh] at positions start..,
+        k/v [B,Hkv,Tk,dh] -> (out [B,H,Tq,dh], weights [B,H,Tq,Tk] when ``need_weights``)."""
+        norm = normaliser if normaliser is not None else self.normaliser
+        if self.backend == "math":  # the materialised reference: every mod by its score_mod
+            ctx = ScoreContext(None, False, None, need_weights, padding, mask, mods, norm, start)
+            return self.explicit(q, k, v, ctx)
+        plain = None if padding is not None else mask.dense(q.shape[2], k.shape[2], start)
+        baseline = plain is not None and not mods and type(norm) is Softmax
+        if baseline and not need_weights:  # today's call, bit for bit
+            return self.sdpa(q, k, v, ScoreContext(None, plain == "causal")), None
+        self.engine.spec = AttentionSpec(mask, tuple(mods), norm)
+        return self.engine(
+            q,
+            k,
+            v,
+            scale=self.scale,
+            q_offset=start,
+            kv_valid=padding,
+            need_weights=need_weights,
+            dropout=self.dropout if self.training else 0.0,
+        )
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, ctx: ScoreContext):
-        """q [B,H,Tq,dh], k/v [B,Hkv,Tk,dh] -> (out [B,H,Tq,dh], probs or None)."""
+        """q [B,H,Tq,dh], k/v [B,Hkv,Tk,dh] -> (out [B,H,Tq,dh], probs or None); a context
+        with an engine ``mask`` runs through :meth:`attend`."""
+        if ctx.mask is not None and ctx.allowed is None and ctx.q_pos is None:
+            return self.attend(
+                q,
+                k,
+                v,
+                mask=ctx.mask,
+                mods=ctx.mods,
+                start=ctx.q_offset,
+                padding=ctx.padding,
+                need_weights=ctx.need_weights,
+                normaliser=ctx.normaliser,
+            )
         if ctx.need_weights or self.backend == "math":
             return self.explicit(q, k, v, ctx)
         return self.sdpa(q, k, v, ctx), None
@@ -105,11 +169,8 @@ class AttentionCore(nn.Module):
         maps the [B, H, Tq, Tk] logits or probabilities to [B, H', Tq, Tk] ones."""
         drop = self.dropout if self.training else 0.0
         Tq, Tk = q.shape[2], k.shape[2]
-        allowed = ctx.allowed
-        if allowed is None:
-            allowed = torch.ones(Tq, Tk, dtype=torch.bool, device=q.device)
-            if ctx.is_causal:
-                allowed = allowed.tril(Tk - Tq)
+        q_pos = _query_positions(ctx, Tq, Tk, q.device)
+        allowed = _explicit_allowed(ctx, q_pos, Tq, Tk, q.shape[0], q.device)
         inside = allowed  # where the scores a transform reads are real (zero elsewhere)
         if ctx.padding is not None:
             allowed = allowed & ctx.padding[:, None, None, :]
@@ -119,6 +180,7 @@ class AttentionCore(nn.Module):
         scores = (q * self.scale) @ k.transpose(-2, -1)  # scale the [T, d_h] side, not [T, T]
         if ctx.bias is not None:
             scores = scores + ctx.bias.to(scores.dtype)
+        scores = _apply_mods(scores, ctx.mods, q_pos)
         neg = torch.finfo(scores.dtype).min
         on = getattr(transform, "on", None) if transform is not None else None
         if transform is not None and on not in ("logits", "probs"):  # never dropped silently
@@ -128,7 +190,11 @@ class AttentionCore(nn.Module):
             )
         if transform is not None and transform.on == "logits":
             scores = transform.transform(scores.masked_fill(~inside, 0.0), allowed)
-        probs = torch.softmax(scores.masked_fill(~allowed, neg), dim=-1)
+        norm = ctx.normaliser if ctx.normaliser is not None else self.normaliser
+        if type(norm) is Softmax:
+            probs = torch.softmax(scores.masked_fill(~allowed, neg), dim=-1)
+        else:  # the normaliser's own explicit form
+            probs = norm.weights(scores.masked_fill(~allowed, neg), allowed)
         if transform is not None and transform.on == "probs":
             if ctx.padding is not None:  # a padded query's row is outside the image
                 probs = probs.masked_fill(~inside, 0.0)
@@ -140,6 +206,42 @@ class AttentionCore(nn.Module):
         if probs.shape[1] != v.shape[1]:
             v = v.repeat_interleave(probs.shape[1] // v.shape[1], dim=1)
         return probs @ v, probs
+
+
+def _query_positions(ctx: ScoreContext, Tq: int, Tk: int, device) -> Tensor:
+    """[Tq] absolute positions of the query rows (``ctx.q_pos``, else ``q_offset``.. for an
+    engine context, else the last Tq of the Tk keys)."""
+    if ctx.q_pos is not None:
+        return ctx.q_pos
+    start = ctx.q_offset if ctx.mask is not None else Tk - Tq
+    return torch.arange(start, start + Tq, device=device)
+
+
+def _explicit_allowed(ctx: ScoreContext, q_pos: Tensor, Tq: int, Tk: int, B: int, device):
+    """[Tq, Tk] (or [B, 1, Tq, Tk]) bool: ``ctx.allowed``, the engine mask's dense form, or
+    the causal / full pattern."""
+    if ctx.allowed is not None:
+        return ctx.allowed
+    if ctx.mask is not None:
+        return dense_allowed(ctx.mask, q_pos, torch.arange(Tk, device=device), B)
+    allowed = torch.ones(Tq, Tk, dtype=torch.bool, device=device)
+    return allowed.tril(Tk - Tq) if ctx.is_causal else allowed
+
+
+def _apply_mods(scores: Tensor, mods: tuple, q_pos: Tensor) -> Tensor:
+    """The score mods in order on [B, H, Tq, Tk] scores, FlexAttention's convention with
+    broadcast index tensors (the explicit path's form of what the engine fuses)."""
+    if not mods:
+        return scores
+    B, H, _, Tk = scores.shape
+    dev = scores.device
+    b = torch.arange(B, device=dev)[:, None, None, None]
+    h = torch.arange(H, device=dev)[None, :, None, None]
+    q_idx = q_pos.to(dev)[None, None, :, None]
+    kv_idx = torch.arange(Tk, device=dev)[None, None, None, :]
+    for mod in mods:
+        scores = mod.score_mod(scores, b, h, q_idx, kv_idx)
+    return scores
 
 
 def _with_padding(

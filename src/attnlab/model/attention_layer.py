@@ -18,6 +18,7 @@ from torch import Tensor, nn
 
 from attnlab.config import ModelConfig
 from attnlab.model.attention import AttentionCore
+from attnlab.model.attention_normaliser import normaliser_for
 from attnlab.model.context import AttnContext
 from attnlab.model.kv_cache import KVCache
 from attnlab.model.linear import DecodeLayout, matmul_split, param_key, split_columns, uses_layout
@@ -52,7 +53,10 @@ class Attention(DecodeLayout, nn.Module):
             backend=cfg.attention.backend,
             dropout=cfg.attention.dropout,
             scale_multiplier=self.query.scale_multiplier,
+            normaliser=normaliser_for(cfg.attention, cfg.max_seq_len),
         )
+        #: a score part declared as engine mods / a normaliser (or none): the engine runs it
+        self.declared = self.score is None or type(self.score).declares()
         readout = (
             cfg.readout if not cross else registry.get("readout", "heads").options(kind="heads")
         )
@@ -141,7 +145,15 @@ class Attention(DecodeLayout, nn.Module):
             q, k = ctx.rotate(q), ctx.rotate(k)
         if cache is not None and not self.cross:
             k, v = cache.update(slot, k, v, ctx.start)
-        if self.score is not None:
+        if self.declared and not self.cross:
+            own = self.score.score_mods() if self.score is not None else ()
+            norm = self.score.normaliser() if self.score is not None else None
+            mods = (*ctx.mods, *own)
+            sctx = ScoreContext(
+                None, False, None, ctx.need_weights, ctx.padding, ctx.mask, mods, norm, ctx.start
+            )
+            heads, probs = self.core(q, k, v, sctx)
+        elif self.score is not None:
             heads, probs = self.score(q, k, v, self.core, sctx)
         else:
             heads, probs = self.core(q, k, v, sctx)

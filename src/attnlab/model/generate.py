@@ -85,12 +85,9 @@ def _generate(
     cfg = model.cfg
     ids = input_ids
     memory = model.encode(encoder_input_ids) if encoder_input_ids is not None else None
-    a = cfg.attention
-    if a.mask == "prefix" and ids.shape[1] < a.prefix_len:
-        raise InvalidRequestError(
-            f"prefix-LM: the prompt ({ids.shape[1]} tokens) must cover "
-            f"model.attention.prefix_len={a.prefix_len}; generated tokens are never in the prefix"
-        )
+    problem = model.mask_class.prompt_problem(cfg.mask, ids.shape[1])
+    if problem is not None:
+        raise InvalidRequestError(f"model.mask.kind={cfg.mask.kind!r}: {problem}")
     limit = model.position_limit  # read when the model was built
     if limit is not None and ids.shape[1] + max_new_tokens > limit:
         raise InvalidRequestError(

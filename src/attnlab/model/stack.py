@@ -16,8 +16,9 @@ from torch import Tensor, nn
 from attnlab.config import ModelConfig
 from attnlab.model.block import Block
 from attnlab.model.context import AttnContext
+from attnlab.model.engine import TableBias
 from attnlab.model.kv_cache import KVCache
-from attnlab.model.masks import allowed_keys, stack_mask
+from attnlab.model.masks import dense_allowed
 from attnlab.model.positions import SinusoidalPositions
 from attnlab.parts import Dims, Part, PositionPart
 from attnlab.parts.registry import build
@@ -50,6 +51,8 @@ class Stack(nn.Module):
         inside = cls is not None and (cls.logit_bias or cls.rotary)
         dims = Dims.from_config(cfg).with_(causal=causal)
         self.position = build(cfg.position, dims, "position") if inside else None
+        #: the mask part: which keys each query may see in this stack's direction
+        self.mask = build(cfg.mask, dims, "mask")
         self.loops = cfg.loops
         depth = n_layers * self.loops
         rates = [cfg.stochastic_depth * i / max(depth - 1, 1) for i in range(n_layers)]
@@ -81,27 +84,38 @@ class Stack(nn.Module):
         need_weights: bool,
         dtype: torch.dtype = torch.float32,
         padding: Tensor | None = None,
+        doc_ids: Tensor | None = None,
     ) -> AttnContext:
-        a = self.cfg.attention
+        """The facts this forward's layers share: the mask part's mask (with ``doc_ids`` [B, T]
+        when it declares ``needs_doc_ids``), the position part's mods and rotation."""
         q_pos = torch.arange(start, start + T, device=device)
         k_pos = torch.arange(0, start + T, device=device)
-        mask = stack_mask(a, self.causal)
-        simple = mask in ("causal", "bidirectional")
-        if simple and start == 0:
-            allowed, is_causal = None, mask == "causal"
-        elif simple and T == 1:
-            allowed, is_causal = None, False
-        else:
-            allowed, is_causal = allowed_keys(a, q_pos, k_pos, self.causal), False
-        bias = rotate = None
-        pos = self.position
+        mask = self.mask(self.causal, doc_ids if self.mask.needs_doc_ids else None)
+        plain = mask.dense(T, start + T, start)
+        mods, rotate, pos = (), None, self.position
+        dense_bias = None
         if pos is not None and pos.logit_bias:
-            bias = pos.bias(q_pos, k_pos)
+            dense_bias = partial(pos.bias, q_pos, k_pos)
+            declared = pos.score_mods(mask.causal)
+            mods = tuple(declared) if declared is not None else (TableBias(dense_bias(), start),)
         if pos is not None and pos.rotary:
             tables = pos.rotation(q_pos, dtype)
             rotate = partial(pos.rotate, tables=tables)
+        batch = 1 if doc_ids is None else doc_ids.shape[0]
         return AttnContext(
-            q_pos, k_pos, allowed, is_causal, bias, rotate, start, need_weights, padding
+            q_pos,
+            k_pos,
+            None,
+            plain == "causal",
+            None,
+            rotate,
+            start,
+            need_weights,
+            padding,
+            mask=mask,
+            mods=mods,
+            dense_allowed=None if plain else partial(dense_allowed, mask, q_pos, k_pos, batch),
+            dense_bias=dense_bias,
         )
 
     def forward(

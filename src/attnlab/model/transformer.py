@@ -51,6 +51,8 @@ class Transformer(nn.Module):
         cls = position_class(cfg)
         #: the longest sequence the position part places (None: no limit), read once at build
         self.position_limit = cfg.position_limit
+        #: the mask part's class (its prompt rule), read once here: decoding looks nothing up
+        self.mask_class = cfg.mask_class
         #: the position part's embedding side (absolute positions), None when it has none
         self.abs_pos: PositionPart | None = None
         if cls is not None and cls.absolute:
@@ -185,12 +187,14 @@ class Transformer(nn.Module):
         padding: Tensor | None = None,
         memory: Tensor | None = None,
         after: dict[int, Callable[[Tensor], Tensor]] | None = None,
+        doc_ids: Tensor | None = None,
     ) -> tuple[Tensor, list[Tensor]]:
         """(hidden states, attention maps) of ``input_ids`` [B, T] at positions ``start_pos``..
         through ``stack``: the embeddings, the stack's mask and positions, its blocks (a family's
         route is made of these calls)."""
         x = self._embed(input_ids, start_pos)
-        ctx = stack.context(input_ids.shape[1], start_pos, x.device, return_attn, x.dtype, padding)
+        T = input_ids.shape[1]
+        ctx = stack.context(T, start_pos, x.device, return_attn, x.dtype, padding, doc_ids)
         return stack(x, ctx, cache=cache, memory=memory, after=after)
 
     def encode(self, encoder_input_ids: Tensor, need_weights: bool = False) -> Tensor:
@@ -215,6 +219,7 @@ class Transformer(nn.Module):
         return_logits: bool = True,
         padding_mask: Tensor | None = None,
         neighbours: Tensor | None = None,
+        doc_ids: Tensor | None = None,
     ) -> ModelOutput:
         """Logits over the vocabulary for every position of ``input_ids`` [B, T], through the
         route of the model's family (:meth:`~attnlab.parts.family.Family.route`).
@@ -230,7 +235,9 @@ class Transformer(nn.Module):
         out as if it were alone; a causal model needs none (right padding never reaches an
         earlier position). Retrieval: ``neighbours`` [B, C, k, r] token ids, the k neighbours of
         each chunk of ``model.retrieval.chunk_size`` tokens (``model/retrieval/cca.py``); None
-        reads none (the CCA layers add nothing: the decoder "without retrieval").
+        reads none (the CCA layers add nothing: the decoder "without retrieval"). ``doc_ids``
+        [B, T]: the packed document of each position, for a mask part that declares
+        ``needs_doc_ids`` (the training batch carries them; None: one document per row).
         """
         if cache is not None:
             start_pos = cache.length
@@ -245,6 +252,7 @@ class Transformer(nn.Module):
             "memory": memory,
             "padding_mask": padding_mask,
             "neighbours": neighbours,
+            "doc_ids": doc_ids,
         }
         h, maps = self.family.route(
             self,

@@ -69,7 +69,7 @@ class StackPlan:
     - ``name``: the model attribute it is built as (``"decoder"``, ``"encoder"``): checkpoint
       keys start with it, so a family that changes it changes its checkpoints;
     - ``n_layers``: blocks (each run ``model.loops`` times); ``causal``: reads only earlier
-      tokens (with ``model.attention.mask``'s pattern) or both ways; ``cross``: its blocks
+      tokens (with ``model.mask``'s pattern) or both ways; ``cross``: its blocks
       cross-attend to ``memory`` (an encoder-decoder's decoder);
     - ``in_depth``: counts in the depth that scales the output projections' init (False: a
       side stack such as retrieval's neighbour encoder);

@@ -36,6 +36,7 @@ from torch import Tensor, nn
 
 from attnlab.base.schema import PartOptions
 from attnlab.parts.part import Part, _implements
+from attnlab.parts.slot_mask import MaskPart
 
 FusedRows = list[tuple[Tensor, Tensor | None]]
 #: what a score part's transform may rewrite (``ScorePart.on``)
@@ -135,6 +136,16 @@ class ScorePart(Part):
       5. masked entries of probs set to 0, attention dropout (training), v repeated to H' heads
          (so H' must be a multiple of H_kv), ``out = probs @ v``.
 
+    **Declared instead of a forward** (the fused way, ``docs/attention-engine.md``): a part
+    whose change is elementwise implements ``score_mods() -> tuple[ScoreMod, ...]`` (the
+    attention engine's ``score_mod(score, b, h, q_idx, kv_idx)`` objects, FlexAttention's
+    convention, with the folds they may declare: a per-head scale, a bias) and/or
+    ``normaliser() -> Normaliser`` (replacing the softmax), and no ``forward``: the layer then
+    runs the engine with the position part's mods, then these, then the mask, then the
+    normaliser, on the fastest exact path (fused SDPA when everything folds, block-sparse SDPA,
+    flex, or the explicit path for a mod with no fused form where flex cannot run), and the
+    check battery proves the fused path equals the explicit one.
+
     So a transform never needs to mask: what it writes at masked entries is discarded. It must
     keep causality in a causal stack: output (i, j) may read only rows <= i (row i' > i holds a
     later token's query); reading other keys of the same row is safe, masked ones read as 0
@@ -156,7 +167,12 @@ class ScorePart(Part):
 
     @classmethod
     def declaration_problems(cls) -> list[str]:
-        out = super().declaration_problems()
+        out = super().declaration_problems() if not cls.declares() else []
+        if not cls.declares() and not _implements(cls, "forward", ScorePart):
+            out.append(
+                "it implements neither forward(q, k, v, core, ctx) nor score_mods() / "
+                "normaliser(), so it would change nothing"
+            )
         on = cls.on  # None: set per instance from its options (or no transform at all)
         if _implements(cls, "transform", ScorePart) and on is not None and on not in ON:
             out.append(
@@ -169,6 +185,24 @@ class ScorePart(Part):
     def transform(self, scores: Tensor, allowed: Tensor) -> Tensor:
         """Rewrite the logits or the probabilities (``on``) of ``core.explicit``."""
         raise NotImplementedError
+
+    def score_mods(self) -> tuple[Any, ...]:
+        """The engine score mods this part declares (applied after the position part's)."""
+        return ()
+
+    def normaliser(self) -> Any | None:
+        """The engine normaliser this part declares (None: ``model.attention.normaliser``)."""
+        return None
+
+    @classmethod
+    def declares(cls) -> bool:
+        """The part is declared (``score_mods`` / ``normaliser``, no ``forward`` of its own):
+        the layer runs it through the attention engine."""
+        own = [_implements(cls, m, ScorePart) for m in ("score_mods", "normaliser")]
+        return any(own) and not _implements(cls, "forward", ScorePart)
+
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, core, ctx: ScoreContext):
+        raise NotImplementedError("a declared score part runs through the attention engine")
 
     @classmethod
     def heads_out(cls, opts, dims) -> int:
@@ -192,13 +226,25 @@ class ScoreContext:
     ``is_causal``; ``bias`` [H,Tq,Tk] or None; ``need_weights``: return the probabilities;
     ``padding`` [B,Tk] bool or None: True at real tokens of a right-padded batch (an encoder's
     variable-length rows; padded keys are masked out, and a score part must treat padded queries
-    and keys as if the row ended there)."""
+    and keys as if the row ended there).
+
+    The attention engine's form of the same call (what the layer passes the core when no score
+    part forms the matrix): ``mask`` (the mask part's engine ``Mask``; ``allowed``, when also
+    given, is its dense form for these rows), ``mods`` (score mods, in order), ``normaliser``
+    (None: the core's), ``q_offset`` (the absolute position of query row 0) and ``q_pos``
+    ([Tq] absolute positions of the rows when they are not consecutive, e.g. ``inspect``'s
+    row blocks)."""
 
     allowed: Tensor | None
     is_causal: bool
     bias: Tensor | None = None
     need_weights: bool = False
     padding: Tensor | None = None
+    mask: Any = None
+    mods: tuple[Any, ...] = ()
+    normaliser: Any = None
+    q_offset: int = 0
+    q_pos: Tensor | None = None
 
 
 class FeatureMapPart(Part):
@@ -247,9 +293,12 @@ class PositionPart(Part):
 
     - ``absolute`` (learned, sinusoidal): ``embed(positions [T]) -> [T, d]``, added to the token
       embeddings (the module is the model's ``abs_pos``);
-    - ``logit_bias`` (ALiBi, T5): ``bias(q_pos [Tq], k_pos [Tk]) -> [H, Tq, Tk]``, added to the
-      attention logits. The flash kernel takes no bias, so the config refuses
-      ``model.attention.backend = "flash"`` with such a part; SDPA takes it as a float mask;
+    - ``logit_bias`` (ALiBi, T5, KERPLE-like plugins): ``bias(q_pos [Tq], k_pos [Tk]) -> [H,
+      Tq, Tk]``, added to the attention logits (the dense form: the explicit path and score
+      parts that form the matrix read it), and optionally ``score_mods(causal)``: the same
+      bias as attention-engine score mods, which run fused without the [H, Tq, Tk] table. The
+      flash kernel takes no bias, so the config refuses ``model.attention.backend = "flash"``
+      with such a part;
     - ``rotary`` (RoPE): ``rotation(positions [T], dtype) -> tables`` once per forward, then
       ``rotate(x [B, h, T, d_h], tables) -> x'`` on q and on the new keys, before the keys enter
       the KV cache (the cache stores rotated keys; a rotation must depend on the absolute
@@ -264,6 +313,13 @@ class PositionPart(Part):
     with the keys; None: the bias cannot be folded). A part adds nothing to the KV cache beyond
     the keys it rotates; its parameters and ``extra_flops`` are declared like any part's.
     """
+
+    def score_mods(self, causal: bool) -> tuple[Any, ...] | None:
+        """A ``logit_bias`` part's bias as attention-engine score mods (``causal``: the mask
+        allows only keys at or before their query), so it runs fused (ALiBi's exact columns,
+        T5's bias over the gathered pairs only); None (the default): the engine adds
+        ``bias(q_pos, k_pos)`` as a dense [H, Tq, Tk] table, as before."""
+        return None
 
     absolute: ClassVar[bool] = False
     logit_bias: ClassVar[bool] = False
@@ -422,6 +478,7 @@ SLOTS: dict[str, Slot] = {
         Slot("side_branch", SideBranchPart, "none", True, "a branch beside attention", 1),
         Slot("ffn", FFNPart, "gelu", False, "position-wise feed-forward"),
         Slot("position", PositionPart, "learned", True, "how token positions enter the model"),
+        Slot("mask", MaskPart, "causal", False, "which keys each query may see"),
         Slot("norm", NormPart, "layernorm", False, "the normalisation of every norm"),
         Slot(
             "cross_attention",

@@ -37,6 +37,7 @@ from torch import nn
 import attnlab
 from attnlab.base.advice import restart
 from attnlab.base.errors import UserError
+from attnlab.model.engine.compile_cost import compile_seconds
 from attnlab.parts.exits import as_error
 from attnlab.parts.stats import train_stats
 from attnlab.runs import checkpoint, rundir
@@ -336,7 +337,7 @@ class Loop:
                 step, lr=s.lr, min_lr=s.min_lr, warmup_steps=s.warmup_steps, max_steps=s.max_steps
             )
             set_lr(task.optimizer, lr)
-            t0 = time.perf_counter()
+            t0, compiled_before = time.perf_counter(), compile_seconds()
             loss, grad_norm = self._train_step(step)
             # with loss scaling an overflowing gradient is routine: the scaler skips that step
             reason = self.monitor.check(loss, None if self.precision.scaler else grad_norm)
@@ -349,12 +350,13 @@ class Loop:
                 return self._end(clock, "diverged", reason)
             self._optimizer_step()
             dt = time.perf_counter() - t0
+            first = self._first_step(clock, dt, compile_seconds() - compiled_before)
             c.step, c.tokens, c.last_loss = step + 1, c.tokens + s.tokens_per_step, loss
             c.train_time += dt
-            clock.add(s.tokens_per_step, dt)
+            clock.add(s.tokens_per_step, dt - first.get("compile_s", 0.0))
             val = self._evaluate_now()
             c.elapsed = clock.elapsed()
-            self._log_step(metrics, clock, step, loss, lr, grad_norm, val)
+            self._log_step(metrics, clock, step, loss, lr, grad_norm, val, first)
             if c.step % s.checkpoint_every == 0 or c.step == s.max_steps:
                 self._save()
                 self.status("running")
@@ -363,6 +365,19 @@ class Loop:
                 self._emit("end", message="stopped early", status=st)
                 return LoopResult("running", st, c, self.resumed_from)
         return self._end(clock, "finished", None)
+
+    def _first_step(self, clock: _Clock, dt: float, compiled: float) -> dict[str, float]:
+        """The session's first step, reported apart: its time and what compiling the engine's
+        kernels took inside it (``compile_s``, left out of tokens/s); {} on later steps."""
+        if clock.first_done:
+            return {}
+        clock.first_done = True
+        if compiled <= 0 and not getattr(self.task, "compiles", False):
+            return {}  # nothing compiled: the row is the plain one
+        out = {"first_step_s": round(dt, 4)}
+        if compiled > 0:
+            out["compile_s"] = round(compiled, 4)
+        return out
 
     def _evaluate_now(self) -> float | None:
         """The validation loss when this step evaluates (every ``eval_every``, and at the end),
@@ -392,14 +407,16 @@ class Loop:
         lr: float,
         grad_norm: float,
         val: float | None,
+        first: dict[str, float] | None = None,
     ) -> None:
-        """A trained step's metrics row (on logging and evaluation steps) and progress event."""
+        """A trained step's metrics row (on logging and evaluation steps) and progress event;
+        ``first``: the session's first step's time and compile time, reported apart."""
         s, c, task = self.s, self.counters, self.task
         tps = clock.tokens_per_s()
         is_log = c.step % s.log_every == 0 or c.step == 1 or c.step == s.max_steps
         row: dict[str, Any] | None = None
         if is_log or val is not None:
-            more: dict[str, Any] = {"tokens_per_s": tps}
+            more: dict[str, Any] = {"tokens_per_s": tps, **(first or {})}
             if s.grad_noise:
                 more["grad_noise_std"] = self.grad_noise_std(step)
             if task.flops_per_token:
@@ -441,6 +458,7 @@ class _Clock:
 
     def __init__(self, start: float) -> None:
         self.start, self.tokens, self.time = start, 0, 0.0
+        self.first_done = False  # the session's first step was seen (its compile reported)
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.start

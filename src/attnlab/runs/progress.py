@@ -99,7 +99,9 @@ class LinePrinter:
         if ev.kind == "start":
             print(f"train: step {ev.step}/{ev.max_steps} {ev.message}".rstrip(), file=out)
             return
-        if ev.kind == "end" or (ev.kind == "step" and ev.step % self.every):
+        row = ev.metrics or {}
+        compiled, first = row.get("compile_s"), row.get("first_step_s")
+        if ev.kind == "end" or (ev.kind == "step" and ev.step % self.every and not first):
             return  # the caller prints its own summary at the end
         line = f"step {ev.step:>7d}/{ev.max_steps}"
         if ev.loss is not None:
@@ -111,6 +113,10 @@ class LinePrinter:
         if ev.tokens_per_s:
             line += f"  {ev.tokens_per_s:,.0f} tok/s"
         line += f"  ETA {_fmt_eta(ev.eta_s)}"
+        if first:  # the session's first step compiled: its cost, reported apart
+            line += f"  first step {first:.1f} s"
+            if compiled:
+                line += f" (compiling attention kernels {compiled:.1f} s, kept out of tok/s)"
         if ev.message:
             line += f"  {ev.message}"
         print(line, file=out, flush=True)

@@ -27,6 +27,7 @@ from attnlab.testing import (
     declarations,
     effect,
     exporting,
+    fused,
     gradients,
     kv_cache,
     memory,
@@ -148,7 +149,8 @@ def _checks(
     # (a cross_attention part's attention on the explicit path: FlopCounterMode does not see
     # CPU SDPA, and the part declares the scores it computes)
     sets = ("model.attention.fuse_qkv=false",)
-    if req.slot == "cross_attention":
+    declared = req.slot == "score" and cls.declares()  # its attention runs in the layer's core
+    if req.slot == "cross_attention" or declared:
         sets = (*sets, "model.attention.backend=math")
     unfused = functools.cache(
         lambda: build(config_for(base_case, req.slot, req.kind, req.options, sets))
@@ -157,6 +159,7 @@ def _checks(
         "effect": lambda: effect.check(name, cls, req.slot, built),
         "causality": lambda: causality.check(name, built),
         "kv_cache": lambda: kv_cache.check(name, cls, built),
+        "fused": lambda: fused.check(name, req, built, build),
         "batch": lambda: batching.check(name, built),
         "params": lambda: declarations.check_params(name, cls, built),
         "flops": lambda: declarations.check_flops(name, cls, req.slot, base_case, unfused()),

@@ -68,14 +68,12 @@ class Case:
     @property
     def prefix(self) -> int:
         """Positions that read each other both ways (a prefix LM's prefix), else 0."""
-        if self.mask != "prefix":
-            return 0
-        found = [re.fullmatch(r"model\.attention\.prefix_len=(\d+)", s) for s in self.overrides]
-        return next(int(m.group(1)) for m in found if m)
+        found = [re.fullmatch(r"model\.mask\.prefix_len=(\d+)", s) for s in self.overrides]
+        return next((int(m.group(1)) for m in found if m), 0)
 
 
 def _case(family: str, mask: str, position: str, *extra: str) -> Case:
-    sets = [f"model.family={family}", f"model.attention.mask={mask}"]
+    sets = [f"model.family={family}", f"model.mask.kind={mask}"]
     sets.append(f"model.position.kind={position}")
     if position == "rope":
         sets.append("model.position.fraction=0.5")

@@ -68,6 +68,10 @@ def _declared(part, slot: str, seq_len: int) -> int:
     return n
 
 
+def _declared_score(cls: type) -> bool:
+    return callable(getattr(cls, "declares", None)) and cls.declares()
+
+
 def measure_flops(model, case: Case, cls: type, slot: str) -> tuple[float, float]:
     """(measured, declared) forward FLOPs per token of one ``cls`` part (the mean over the
     model's layers), with autograd on: the forward that training runs (a few rows without
@@ -82,7 +86,9 @@ def measure_flops(model, case: Case, cls: type, slot: str) -> tuple[float, float
     tokens = x.numel()
     for path, module in model.named_modules():
         if type(module) is cls:
-            measured += sum(counts.get(f"{root}.{path}", {}).values())
+            # a declared score part (score_mods / normaliser) runs in its layer's core
+            where = f"{path.rpartition('.')[0]}.core" if _declared_score(cls) else path
+            measured += sum(counts.get(f"{root}.{where}", {}).values())
             declared += _declared(module, slot, T) * tokens
             n += 1
     return measured / tokens / max(n, 1), declared / tokens / max(n, 1)

@@ -16,6 +16,7 @@ PROPERTIES: tuple[str, ...] = (
     "effect",
     "causality",
     "kv_cache",
+    "fused",
     "batch",
     "params",
     "flops",

@@ -22,6 +22,7 @@ import torch
 
 from attnlab.base.errors import UserError
 from attnlab.config import ModelConfig, TrainConfig
+from attnlab.data.documents import document_ids
 from attnlab.model.families.objectives import (
     MEAN_SPAN_LENGTH,
     masked_lm,
@@ -99,6 +100,12 @@ class Batch:
             self.inputs["neighbours"] = value
 
     @property
+    def doc_ids(self) -> torch.Tensor | None:
+        """[B, T]: the packed document of each input position (a mask part that declares
+        ``needs_doc_ids``; ``attnlab.data.documents``)."""
+        return self.inputs.get("doc_ids")
+
+    @property
     def n_targets(self) -> int:
         return int((self.targets != -100).sum())
 
@@ -134,5 +141,8 @@ def make_batch(
         eos_id=eos_id,
         model=model,
     )
+    if model is not None and eos_id is not None and model.mask_class.needs_doc_ids:
+        # the mask keeps packed documents apart: their boundaries are the end-of-text tokens
+        made = {**made, "doc_ids": document_ids(made["input_ids"], eos_id)}
     tensors = {k: torch.from_numpy(np.asarray(v, dtype=np.int64)) for k, v in made.items()}
     return Batch(tensors.pop("input_ids"), tensors.pop("targets"), tensors)

@@ -24,6 +24,7 @@ from attnlab.base.advice import restart
 from attnlab.base.errors import UserError
 from attnlab.config import Config, dump_toml
 from attnlab.data.integrity import check_ids
+from attnlab.model.engine.compile_cost import use_inductor_cache
 from attnlab.parts import families
 from attnlab.parts.family import NEIGHBOURS
 from attnlab.runs import checkpoint, lock, rundir
@@ -332,6 +333,10 @@ class _Pretraining(TrainTask):
         )
         if self.fsdp:  # shards in place; the optimizer below then holds the local shards
             wrap(self.raw, "fsdp", self.dist, self.device)
+        #: the model is compiled: the loop reports its first step apart (``first_step_s``)
+        self.compiles = bool(cfg.train.compile)
+        if self.compiles:
+            use_inductor_cache()  # a second run's first step reads the kernels from disk
         core = torch.compile(self.raw) if cfg.train.compile else self.raw
         self.eval_model = core  # DDP: evaluate without its hooks; FSDP: every rank runs it
         self.model = wrap(core, "ddp", self.dist, self.device) if not self.fsdp else core

@@ -14,11 +14,11 @@ from attnlab.parts.family import LM_ROUTE, RETRIEVAL_ROUTE, CheckCase, Family, S
 
 #: the battery's bigbird case: windows of 2, one global token, blocks of 2, one random block
 _BIGBIRD = (
-    "model.attention.window=2",
-    "model.attention.n_global=1",
-    "model.attention.block_size=2",
-    "model.attention.random_blocks=1",
-    "model.attention.random_seed=3",
+    "model.mask.window=2",
+    "model.mask.n_global=1",
+    "model.mask.block_size=2",
+    "model.mask.random_blocks=1",
+    "model.mask.random_seed=3",
 )
 
 
@@ -39,15 +39,15 @@ class Decoder(Family):
     has_peers = True
     check_cases = (
         CheckCase("causal", "learned"),
-        CheckCase("prefix", "learned", ("model.attention.prefix_len=4",)),
-        CheckCase("sliding", "learned", ("model.attention.window=3",)),
+        CheckCase("prefix", "learned", ("model.mask.prefix_len=4",)),
+        CheckCase("sliding", "learned", ("model.mask.window=3",)),
         CheckCase(
             "local_global",
             "learned",
             (
-                "model.attention.window=3",
-                "model.attention.n_global=1",
-                "model.attention.global_every=4",
+                "model.mask.window=3",
+                "model.mask.n_global=1",
+                "model.mask.global_every=4",
             ),
         ),
         CheckCase("bigbird", "learned", _BIGBIRD),
@@ -61,16 +61,12 @@ class Decoder(Family):
     def stacks(self, cfg) -> list[StackPlan]:
         return [StackPlan("decoder", cfg.n_layers, causal=True)]
 
-    def route(self, model, input_ids, *, cache, start_pos, return_attn, **inputs):
+    def route(self, model, input_ids, *, cache, start_pos, return_attn, doc_ids=None, **inputs):
         return model.run_stack(
-            model.decoder, input_ids, start_pos, cache=cache, return_attn=return_attn
+            model.decoder,
+            input_ids,
+            start_pos,
+            cache=cache,
+            return_attn=return_attn,
+            doc_ids=doc_ids,
         )
-
-    def check(self, cfg) -> list[str]:
-        if cfg.attention.mask == "bidirectional":
-            return [
-                f"model.family={self.name!r} is a causal LM; model.attention.mask='bidirectional' "
-                "would let it see the tokens it predicts. Use family='encoder' for a "
-                "bidirectional model"
-            ]
-        return []

@@ -24,9 +24,9 @@ class Encoder(Family):
     causal_lm = False
     takes_padding_mask = True
     check_cases = (
-        CheckCase("bidirectional", "learned"),
-        CheckCase("sliding", "rope", ("model.attention.window=3",)),
-        CheckCase("bidirectional", "t5"),
+        CheckCase("full", "learned"),
+        CheckCase("sliding", "rope", ("model.mask.window=3",)),
+        CheckCase("full", "t5"),
     )
 
     def stacks(self, cfg) -> list[StackPlan]:
@@ -35,12 +35,3 @@ class Encoder(Family):
     def route(self, model, input_ids, *, cache, start_pos, return_attn, padding_mask=None, **_):
         pad = None if padding_mask is None else padding_mask.to(torch.bool)
         return model.run_stack(model.encoder, input_ids, 0, return_attn=return_attn, padding=pad)
-
-    def check(self, cfg) -> list[str]:
-        mask = cfg.attention.mask
-        if mask in ("causal", "prefix"):
-            return [
-                f"model.family={self.name!r} is bidirectional; model.attention.mask='{mask}' "
-                "would hide the right context. Use 'bidirectional', 'sliding' or 'local_global'"
-            ]
-        return []

@@ -67,9 +67,4 @@ class EncoderDecoder(Family):
                 "model.residual_kind='parallel' has no place for cross-attention; use "
                 f"residual_kind='sequential' with model.family={self.name!r}"
             )
-        if cfg.attention.mask == "prefix":
-            out.append(
-                "model.attention.mask='prefix' is for decoder-only prefix LMs; an "
-                "encoder-decoder already reads its input bidirectionally"
-            )
         return out

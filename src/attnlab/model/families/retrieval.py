@@ -120,10 +120,6 @@ class Retrieval(Family):
                 f"model.retrieval.cca_layers={bad} are not layers of a {cfg.n_layers}-layer "
                 f"decoder; use indices 0..{cfg.n_layers - 1}"
             )
-        if cfg.attention.mask == "bidirectional":
-            problems.append(
-                f"model.family={self.name!r} is a causal LM; use model.attention.mask='causal'"
-            )
         if cfg.loops != 1 or cfg.residual_kind == "parallel" or not cfg.residual:
             problems.append(
                 f"model.family={self.name!r} is built for loops=1, residual=true and "

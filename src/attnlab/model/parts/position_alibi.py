@@ -1,9 +1,11 @@
 """ALiBi (Press et al. 2022, "Train Short, Test Long"): bias[h, i, j] = -m_h |i - j| on the
 attention logits, head slopes m_h = 2^(-8h/H) (interleaved for H not a power of two).
 
-No params; the bias is O(H Tq Tk) elementwise work (no matmul FLOPs); no length limit, which is
-the point: the paper trains at short lengths and evaluates far past them. It is a logit bias,
-so the flash kernel (no bias input) is refused and SDPA takes it as a float mask. In a causal
+No params; no length limit, which is the point: the paper trains at short lengths and evaluates
+far past them. It declares the attention engine's ALiBi score mod: under a causal mask the bias
+is m_h (j - i), two exact extra q/k columns in SDPA's own dot product (O(T) memory, no
+[H, T, T] table); otherwise a float bias over the key blocks the mask gathers. The flash
+kernel (no bias input) is refused. In a causal
 stack the bias m_h (j - i) is bilinear in positions, so ``score.virtual_heads_fused`` folds it
 into two extra query/key columns (``key_fold``).
 """
@@ -12,6 +14,8 @@ from __future__ import annotations
 
 from torch import Tensor
 
+from attnlab.model.engine import ALiBi as EngineALiBi
+from attnlab.model.engine import ScoreMod
 from attnlab.model.positions import ALiBi
 from attnlab.model.virtual_fused.alibi import alibi_columns
 from attnlab.parts import Dims, PositionPart, register
@@ -33,6 +37,12 @@ class ALiBiPosition(PositionPart):
     def __init__(self, opts: PositionPart.Options, dims: Dims) -> None:
         super().__init__(opts, dims)
         self.alibi = ALiBi(dims.n_heads)
+        self._mods: dict[bool, ScoreMod] = {}
 
     def bias(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
         return self.alibi(q_pos, k_pos)
+
+    def score_mods(self, causal: bool) -> tuple[ScoreMod, ...]:
+        """The engine's ALiBi: with a causal mask m_h (j - i), folded into two exact q/k
+        columns (no [H, T, T] bias); otherwise -m_h |i - j| over the gathered pairs only."""
+        return (self._mods.setdefault(causal, EngineALiBi(self.dims.n_heads, causal=causal)),)

@@ -110,11 +110,11 @@ class VirtualHeadsFused(ScorePart):
                     "only; kind='virtual_heads_fused' cannot convolve it in a bidirectional one. "
                     "Use model.score.kind='virtual_heads' (materialised) or a rotary position"
                 )
-            if model.attention.mask not in ("causal", "bidirectional"):
+            if not model.mask_class.plain:
                 out.append(
-                    f"model.attention.mask='{model.attention.mask}' hides scores the convolution "
+                    f"model.mask.kind='{model.mask.kind}' hides scores the convolution "
                     "would read across the mask's edge; kind='virtual_heads_fused' takes the "
-                    "causal or bidirectional mask. Use model.score.kind='virtual_heads'"
+                    "causal or bidirectional (full) mask. Use model.score.kind='virtual_heads'"
                 )
             if self.on == "probs" and model.attention.dropout > 0:
                 out.append(
