@@ -308,7 +308,7 @@ def build_database(
     """Build (or reuse, or resume) the database of ``data_dir`` for these settings."""
     spec = index or index_spec()
     need = {"bm25-bigrams": ("bm25s", "scipy"), "bm25": ("bm25s",), "hnsw": ("faiss",)}
-    require("retrieval", *need[spec.kind], what=f"attnlab data retrieval --index {spec.kind}")
+    require("retrieval", *need[spec.kind], what=f"attnlab data retrieval --kind {spec.kind}")
     m, k = int(chunk_size), int(neighbours)
     cont = m if continuation is None else int(continuation)
     if m < 2 or k < 1 or cont < 0:

@@ -49,7 +49,7 @@ def rebuild_command(directory: Path) -> str:
     if found is None or spec is None:
         return f"attnlab data retrieval --data {data} --chunk-size M --neighbours K --restart"
     m, k, c, slug = found.groups()
-    index = f" --index {spec.kind} --encoder {spec.encoder}" if slug else ""
+    index = f" --kind {spec.kind} --encoder {spec.encoder}" if slug else ""
     return (
         f"attnlab data retrieval --data {data} --chunk-size {m} --neighbours {k} "
         f"--continuation {c}{index} --restart"

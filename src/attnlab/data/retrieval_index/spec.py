@@ -1,6 +1,6 @@
 """Which index a retrieval database is built with: its kind and its encoder, typed and validated.
 
-Three kinds (``attnlab data retrieval --index KIND --encoder ENCODER``):
+Three kinds (``attnlab data retrieval --kind KIND --encoder ENCODER``):
 
 * ``bm25-bigrams`` (encoder ``bigrams``): BM25 over token 2/3-grams scored by one sparse product
   per block of queries, the original database (exact, O(n^2): every query scores ~70% of the
@@ -86,13 +86,12 @@ def index_spec(kind: str | None = None, encoder: str | None = None) -> IndexSpec
     ``DEFAULT_KIND``, the encoder to the kind's first); a bad pair is a ``UserError``."""
     kind = kind or DEFAULT_KIND
     if kind not in ENCODERS:
-        raise UserError(f"--index {kind!r} is not an index kind; use one of {', '.join(ENCODERS)}")
+        raise UserError(f"--kind {kind!r} is not an index kind; use one of {', '.join(ENCODERS)}")
     allowed = ENCODERS[kind]
     encoder = encoder or allowed[0]
     if encoder not in allowed:
         raise UserError(
-            f"--encoder {encoder!r} does not go with --index {kind}; use one of "
-            f"{', '.join(allowed)}"
+            f"--encoder {encoder!r} does not go with --kind {kind}; use one of {', '.join(allowed)}"
         )
     return IndexSpec(kind=kind, encoder=encoder)  # type: ignore[arg-type]
 
