@@ -78,7 +78,7 @@ def _bm25_index(data: TokenData, spec: IndexSpec, partial: Path, m: int) -> tupl
         raise UserError(
             f"every term of the training split is in more than {terms.stop_limit(len(ids)):,} "
             "chunks (a stop term), so BM25 has nothing to index; use --encoder unigrams, "
-            "--index hnsw, or data with a richer vocabulary"
+            "--kind hnsw, or data with a richer vocabulary"
         )
     bm = bm25.build(ids, vocab)
     tmp = partial / ".bm25.tmp"

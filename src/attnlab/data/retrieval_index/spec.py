@@ -82,7 +82,7 @@ class IndexSpec(BaseModel):
 
 
 def index_spec(kind: str | None = None, encoder: str | None = None) -> IndexSpec:
-    """The spec of ``--index KIND --encoder ENCODER`` (each defaulting: the kind to
+    """The spec of ``--kind KIND --encoder ENCODER`` (each defaulting: the kind to
     ``DEFAULT_KIND``, the encoder to the kind's first); a bad pair is a ``UserError``."""
     kind = kind or DEFAULT_KIND
     if kind not in ENCODERS:
