@@ -4,7 +4,8 @@ The corpora are synthetic (``attnlab data synth-facts``: pseudo-word filler and 
 prepared with the gpt2 tokenizer), sized by their number of facts; each size is built with the
 index kinds given, on ``--workers`` workers, and the seconds of each stage, the peak memory of
 the process and the load average of the machine are written to ``--out`` (JSON lines). The
-exponent of time ~ n^a is fitted by least squares on log-log per kind.
+exponent of time ~ n^a is fitted by least squares on log-log per kind, of wall
+and of CPU seconds (the machine is shared: CPU seconds move less with its load).
 
     python benchmarks/retrieval_build_scaling.py --root /tmp/scale --sizes 10000 100000 1000000 \\
         --kinds hnsw:random bm25:words --out scaling.jsonl
@@ -35,6 +36,13 @@ def corpus(root: Path, chunks: int, m: int) -> Path:
     return out
 
 
+def _cpu() -> float:
+    """CPU seconds of this process and its finished children (the bm25 workers)."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
 def main() -> None:
     from attnlab.data import TokenData
     from attnlab.data.retrieval import build_database
@@ -56,6 +64,7 @@ def main() -> None:
         for kind in a.kinds:
             k, _, enc = kind.partition(":")
             load0 = os.getloadavg()[0]
+            cpu0 = _cpu()
             t = time.perf_counter()
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -72,6 +81,7 @@ def main() -> None:
                 "target": n,
                 "chunks": chunks,
                 "seconds": time.perf_counter() - t,
+                "cpu_seconds": _cpu() - cpu0,
                 "stages": db.timings,
                 "prepare_s": prep,
                 "load_before": load0,
@@ -84,10 +94,12 @@ def main() -> None:
                 f.write(json.dumps(row) + "\n")
     rows = [json.loads(x) for x in a.out.read_text().splitlines()]
     for kind in a.kinds:
-        pts = [(r["chunks"], r["seconds"]) for r in rows if r["kind"] == kind]
-        if len(pts) >= 2:
-            x, y = np.log([p[0] for p in pts]), np.log([p[1] for p in pts])
-            print(f"{kind}: time ~ n^{np.polyfit(x, y, 1)[0]:.2f} over {len(pts)} sizes")
+        for what in ("seconds", "cpu_seconds"):
+            pts = [(r["chunks"], r[what]) for r in rows if r["kind"] == kind and what in r]
+            if len(pts) >= 2:
+                x, y = np.log([p[0] for p in pts]), np.log([p[1] for p in pts])
+                fit = np.polyfit(x, y, 1)[0]
+                print(f"{kind}: {what} ~ n^{fit:.2f} over {len(pts)} sizes")
 
 
 if __name__ == "__main__":
