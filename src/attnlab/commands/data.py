@@ -76,6 +76,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     sub.add_parser("sources", help="list the named corpora and tokenizers")
 
+    _add_retrieval(sub)
+    _add_synth_facts(sub)
+
+
+def _add_retrieval(sub) -> None:
+    """``attnlab data retrieval``: build a database, or --show a chunk's neighbours."""
     r = sub.add_parser(
         "retrieval",
         help="build the retrieval database (the neighbours of every chunk) of a prepared "
@@ -108,6 +114,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     r.add_argument("--index", type=int, default=None, metavar="N", help="the chunk to --show")
     r.add_argument("--split", default="val", help="the split of the chunk to --show (val)")
 
+
+def _add_synth_facts(sub) -> None:
+    """``attnlab data synth-facts``: the planted-fact corpus."""
     f = sub.add_parser(
         "synth-facts",
         help="write and prepare a planted-fact corpus (key=value; facts stated in training "
