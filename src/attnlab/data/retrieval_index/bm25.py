@@ -27,7 +27,7 @@ OVERFETCH = 32
 METHOD = {"method": "lucene", "k1": 1.5, "b": 0.75}
 
 
-NUMBA_FROM = 100_000  # databases at least this large use numba (its JIT costs ~10 s a process)
+NUMBA_FROM = 20_000  # databases at least this large use numba (its JIT costs ~10 s a process)
 
 
 def backend(n_chunks: int) -> str:
