@@ -274,8 +274,10 @@ def _retrieval(args: argparse.Namespace) -> int:
     )
     print(f"  leakage rule    {db.leakage}")
     stages = ", ".join(
-        f"{k} {v:.1f} s" for k, v in db.timings.items() if k != "encoder_tokens_per_s"
+        f"{k} {v:.1f} s" for k, v in db.timings.items() if k not in ("encoder_tokens_per_s", "cpu")
     )
+    if "cpu" in db.timings:
+        stages += f"; {db.timings['cpu']:.1f} CPU s"
     if "encoder_tokens_per_s" in db.timings:
         stages += f"; encoder {db.timings['encoder_tokens_per_s']:,.0f} tokens/s"
     print(

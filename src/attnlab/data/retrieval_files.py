@@ -130,6 +130,13 @@ def shortfall(db: Any, train_tokens: np.ndarray, eos_id: int) -> str | None:
         if short[s]
     ]
     text = "; ".join(parts)
+    index = getattr(db, "index", None)
+    if index is not None and index.kind == "bm25":
+        text += (
+            ". A BM25 neighbour shares at least one term with its chunk (bm25 over "
+            f"{index.encoder}): a chunk whose terms are all stop terms or found nowhere else "
+            "gets fewer"
+        )
     if short["train"]:
         shared, n_docs = _documents_shared(train_tokens, eos_id, m, db.neighbour_len - m)
         n_db = int(db.meta.get("database_chunks", len(train_tokens) // m))

@@ -88,8 +88,9 @@ def _bm25_index(data: TokenData, spec: IndexSpec, partial: Path, m: int) -> tupl
     return bm25.load(where), {"queries": ids, "decode": decode}
 
 
-def _bm25_block(job: tuple[str, int]) -> tuple[str, int, np.ndarray]:
+def _bm25_block(job: tuple[str, int]) -> tuple[str, int, np.ndarray, float]:
     split, b = job
+    cpu = time.process_time()
     st = _STATE
     m, k = st["m"], st["k"]
     lo = b * BLOCK
@@ -101,7 +102,8 @@ def _bm25_block(job: tuple[str, int]) -> tuple[str, int, np.ndarray]:
         toks = st["val"][lo * m : (lo + BLOCK) * m]
         queries = terms.query_ids(toks, m, st["decode"], st["index"].vocab_dict)
         first = last = np.zeros(len(queries), dtype=np.int64)
-    return split, b, bm25.search(st["index"], queries, k, first, last)
+    found = bm25.search(st["index"], queries, k, first, last)
+    return split, b, found, time.process_time() - cpu
 
 
 # ------------------------------------------------------------------------------------ hnsw
@@ -154,7 +156,8 @@ def build_indexed(
     """Run the stages in ``partial`` (see the module doc); leaves ``partial/out/`` with the
     files. Returns the files' sha256, the index files' names and each stage's seconds."""
     times: dict[str, float] = {}
-    t = time.perf_counter()
+    t, cpu = time.perf_counter(), time.process_time()
+    worker_cpu = [0.0]
     train, val = np.asarray(data.train), np.asarray(data.val)
     _STATE.clear()
     _STATE.update(m=m, k=k, val=val)
@@ -170,19 +173,25 @@ def build_indexed(
         for b in _blocks(len(toks) // m)
         if not (partial / f"{split}-{b:06d}.npy").exists()
     ]
-    save = lambda res: _save_npy(partial / f"{res[0]}-{res[1]:06d}.npy", res[2])  # noqa: E731
+
+    def save(res: tuple) -> None:
+        _save_npy(partial / f"{res[0]}-{res[1]:06d}.npy", res[2])
+        worker_cpu[0] += res[3] if len(res) > 3 else 0.0
+
     if spec.kind == "hnsw":
         for j in jobs:
             save(_hnsw_block(j, data, spec, workers))
     elif workers == 1 or len(jobs) <= 1:
         for j in jobs:
-            save(_bm25_block(j))
+            save(_bm25_block(j)[:3])
     else:
         bm25.search(index, [[0]], 1, np.zeros(1, np.int64), np.zeros(1, np.int64))  # JIT once
         with mp.get_context("fork").Pool(workers) as pool:
             for res in pool.imap_unordered(_bm25_block, jobs):
                 save(res)
     times["search"] = time.perf_counter() - t
+    # CPU seconds of this process (faiss' threads included) and of the worker processes' jobs
+    times["cpu"] = time.process_time() - cpu + worker_cpu[0]
     enc = _STATE.get("encoder")
     if enc is not None and hasattr(enc, "tokens_per_s"):
         times["encoder_tokens_per_s"] = enc.tokens_per_s

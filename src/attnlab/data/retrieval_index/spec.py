@@ -8,9 +8,9 @@ Three kinds (``attnlab data retrieval --kind KIND --encoder ENCODER``):
   other kinds existed keep loading.
 * ``bm25`` (encoder ``words``: the chunk decoded by the data's tokenizer and split into lower-case
   words; or ``unigrams``: the token ids): BM25 (lucene, k1 = 1.5, b = 0.75) through bm25s' own
-  top-k retrieval (``BM25.retrieve``, numba backend when numba is installed). Terms in more than
-  ``max(1000, chunks / 100)`` database chunks are stop terms (not indexed): each query then
-  walks short posting lists; bm25s still fills one score per database chunk per query (a dense
+  top-k retrieval (``BM25.retrieve``, its numba backend from 20k chunks when numba is installed).
+  Terms in more than ``max(1000, chunks / 10)`` database chunks are stop terms (not indexed), so
+  a query term's postings are at most a tenth of the database; bm25s still fills one score per database chunk per query (a dense
   float32 row and a top-k scan), so time grows as n^2 with a small constant.
 * ``hnsw`` (encoder ``random``: a fixed random projection of the chunk's idf-weighted token
   counts, d = 128; ``smollm2-table``: the mean of SmolLM2-135M's frozen input embeddings of the
@@ -68,7 +68,7 @@ class IndexSpec(BaseModel):
             terms = "decoded lower-case words" if self.encoder == "words" else "token unigrams"
             return (
                 f"bm25 over {terms} (bm25s top-k retrieval, method lucene, k1=1.5, b=0.75; terms "
-                "in more than max(1000, chunks/100) chunks are stop terms)"
+                "in more than max(1000, chunks/10) chunks are stop terms)"
             )
         enc = {
             "random": f"a fixed random projection (d={self.dim}) of idf-weighted token counts",

@@ -9,7 +9,7 @@ fixed-length chunks.
 :func:`term_ids` maps every chunk of a token array to term ids in one pass, streaming in blocks:
 a provisional id per new term, the document frequency per term, then ids renumbered in sorted
 term order (so the vocabulary, and every float sum over it, does not depend on the order chunks
-were seen) with stop terms (in more than ``max(1000, chunks / 100)`` chunks) dropped. Memory:
+were seen) with stop terms (in more than ``max(1000, chunks / 10)`` chunks) dropped. Memory:
 the term ids of all chunks (int32, about m ids per chunk) and the vocabulary.
 Cost: one decode and one regex pass per chunk.
 """
@@ -23,7 +23,7 @@ import numpy as np
 
 _WORD = re.compile(r"\w+")
 STOP_FLOOR = 1000  # a term in more chunks than max(STOP_FLOOR, chunks / STOP_SHARE) is a stop term
-STOP_SHARE = 100
+STOP_SHARE = 10
 
 
 def chunk_terms(decode: Callable[[Sequence[int]], str] | None, chunk: np.ndarray) -> list[str]:
