@@ -103,7 +103,13 @@ class SmolLM2:
     def tokens_per_s(self) -> float:
         return self.tokens / self.seconds if self.seconds else 0.0
 
-    def __call__(self, chunks: np.ndarray) -> np.ndarray:
+    def __call__(self, chunks: np.ndarray, batch: int = 64) -> np.ndarray:
+        """Unit vectors of ``chunks``, ``batch`` chunks per forward (bounded memory)."""
+        rows = np.asarray(chunks)
+        parts = [self._encode(rows[i : i + batch]) for i in range(0, len(rows), batch)]
+        return np.concatenate(parts) if parts else np.zeros((0, self.dim), dtype=np.float32)
+
+    def _encode(self, chunks: np.ndarray) -> np.ndarray:
         import torch
 
         texts = [self.decode(row.tolist()) or " " for row in np.asarray(chunks)]
