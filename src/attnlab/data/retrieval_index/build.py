@@ -125,7 +125,8 @@ def _hnsw_index(data: TokenData, spec: IndexSpec, partial: Path, m: int) -> tupl
     emb = [np.load(partial / f"emb-{b:06d}.npy", mmap_mode="r") for b in _blocks(n)]
     if not (partial / "index.faiss").exists():
         t = time.perf_counter()
-        index = dense.build(np.concatenate(emb) if emb else np.zeros((0, spec.dim)), spec)
+        dim = emb[0].shape[1] if emb else spec.dim
+        index = dense.build(emb, dim, spec)
         dense.save(index, partial / ".index.tmp")
         (partial / ".index.tmp").replace(partial / "index.faiss")
         _STATE["graph_s"] = time.perf_counter() - t

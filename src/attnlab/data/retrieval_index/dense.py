@@ -27,15 +27,16 @@ from attnlab.data.retrieval_index.spec import IndexSpec
 OVERFETCH = 32
 
 
-def build(vectors: np.ndarray, spec: IndexSpec, block: int = 65536) -> Any:
-    """The HNSW graph of ``vectors`` [n, d] (unit rows), added in blocks on one thread."""
+def build(blocks: list[np.ndarray], dim: int, spec: IndexSpec) -> Any:
+    """The HNSW graph of the unit rows of ``blocks`` (each [b, dim], e.g. memory-mapped files),
+    added block by block on one thread (no copy of the whole set)."""
     import faiss
 
     faiss.omp_set_num_threads(1)
-    index = faiss.IndexHNSWFlat(vectors.shape[1], spec.hnsw_m, faiss.METRIC_INNER_PRODUCT)
+    index = faiss.IndexHNSWFlat(dim, spec.hnsw_m, faiss.METRIC_INNER_PRODUCT)
     index.hnsw.efConstruction = spec.ef_construction
-    for lo in range(0, len(vectors), block):
-        index.add(np.ascontiguousarray(vectors[lo : lo + block], dtype=np.float32))
+    for vectors in blocks:
+        index.add(np.ascontiguousarray(vectors, dtype=np.float32))
     return index
 
 
