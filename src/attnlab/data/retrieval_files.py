@@ -16,7 +16,6 @@ the training tokens (document ids) and a binary search per chunk.
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
 from pathlib import Path
@@ -26,11 +25,10 @@ import numpy as np
 
 from attnlab.base.errors import UserError
 from attnlab.data.retrieval_index.leakage import training_exclusions
+from attnlab.data.versioned import read_versioned_meta
 
 _NAME = re.compile(r"m(\d+)-k(\d+)-c(\d+)(?:-(.+))?")
 #: the settings ``meta.json`` must hold, with their types
-_JSON_KINDS: dict[type, str] = {str: "string", list: "list", int: "number", float: "number"}
-_JSON_KINDS.update({bool: "boolean", type(None): "null"})
 SETTINGS = {"chunk_size": int, "neighbours": int, "continuation": int, "files": dict}
 
 
@@ -64,22 +62,9 @@ def damaged(path: Path, what: str) -> UserError:
 def read_meta(path: Path, fmt: str, version: int) -> dict[str, Any]:
     """``meta.json`` of a database, checked to be a JSON object of this format (``version`` or
     any earlier one) with its settings."""
-    try:
-        meta = json.loads(path.read_bytes())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise damaged(path, f"is damaged ({e})") from None
-    except IsADirectoryError:
-        raise damaged(path, "is a directory, not a file") from None
-    if not isinstance(meta, dict):
-        raise damaged(path, f"holds a JSON {_JSON_KINDS.get(type(meta), 'value')}, not an object")
-    v = meta.get("version")
-    if (
-        meta.get("format") != fmt
-        or not isinstance(v, int)
-        or isinstance(v, bool)
-        or not 1 <= v <= version
-    ):
-        raise damaged(path, f"is not an attnlab retrieval database v{version}")
+    meta = read_versioned_meta(
+        path, fmt, version, "retrieval database", lambda problem: damaged(path, problem), oldest=1
+    )
     for key, kind in SETTINGS.items():
         value = meta.get(key)
         if not isinstance(value, kind) or isinstance(value, bool):
