@@ -90,6 +90,14 @@ def retrieval_losses(
     return res
 
 
+def retrieval_metrics(run_dir: str | Path, **kwargs: Any) -> dict[str, Any]:
+    """What ``eval/results.json`` keeps of :func:`retrieval_losses`: everything but the
+    per-chunk lists (the per-window means stay: the paired test reads them)."""
+    res = retrieval_losses(run_dir, **kwargs)
+    res.pop("chunks", None)
+    return res
+
+
 def _database(run_dir, cfg):
     """The run's retrieval database, or None for a family that reads no neighbours."""
     from attnlab.base.errors import UserError
@@ -167,4 +175,7 @@ def _overlaps(db, data, offsets: np.ndarray, T: int, losses: dict) -> dict[str, 
         {"real": "with", "none": "without"}.get(c, c): lw.reshape(-1, m).mean(1).tolist()
         for c, lw in losses.items()
     }
-    return {"overlap": float(np.mean(ov)), "chunks": {**per_chunk, "overlap": ov, "read_overlap": read}}
+    return {
+        "overlap": float(np.mean(ov)),
+        "chunks": {**per_chunk, "overlap": ov, "read_overlap": read},
+    }
