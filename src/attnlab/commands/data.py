@@ -132,6 +132,7 @@ def _add_synth_facts(sub) -> None:
         ("facts-per-doc", 2, "facts per document"),
         ("key-len", 6, "letters per key"),
         ("value-len", 3, "letters per value (the answer)"),
+        ("filler-sentences", 4, "most filler sentences around each statement"),
         ("seed", 0, "generator seed"),
     ):
         f.add_argument(f"--{name}", type=int, default=default, help=f"{what} ({default})")
@@ -316,6 +317,7 @@ def _synth_facts(args: argparse.Namespace) -> int:
             facts_per_doc=args.facts_per_doc,
             key_len=args.key_len,
             value_len=args.value_len,
+            filler_sentences=args.filler_sentences,
             seed=args.seed,
             val_fraction=args.val_fraction,
         )
