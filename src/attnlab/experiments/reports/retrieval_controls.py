@@ -50,6 +50,11 @@ def _p(p: float | None) -> str:
     return f"{p:.3g}" if p >= 1e-4 else f"{p:.1e}"
 
 
+def _eq(p: float | None) -> str:
+    text = _p(p)
+    return text if text.startswith("<") else f"= {text}"
+
+
 def control_lines(res: dict[str, Any], tests: dict[str, dict] | None = None) -> list[str]:
     """The eval command's table: a row per condition, a column per token class, then the gain
     (mismatched - real) with its paired test per class."""
@@ -69,8 +74,8 @@ def control_lines(res: dict[str, Any], tests: dict[str, dict] | None = None) -> 
             continue
         lines.append(
             f"  retrieval gain on {n}: mismatched - real = {t['gain']:+.4f} nats "
-            f"(paired over {t['windows']} windows: t-test p = {_p(t['p_ttest'])}, "
-            f"sign-flip p = {_p(t['p_sign_flip'])})"
+            f"(paired over {t['windows']} windows: t-test p {_eq(t['p_ttest'])}, "
+            f"sign-flip p {_eq(t['p_sign_flip'])})"
         )
     return lines
 

@@ -22,7 +22,7 @@ from attnlab.data.preparation import read_meta
 from attnlab.data.synth_facts import FactsSpec, generate, load_statements
 from attnlab.eval.mismatch import mismatched_windows
 from attnlab.runs.load import run_config
-from data_helpers import tiny_run_config
+from tests.helpers.data import tiny_run_config
 
 
 @pytest.fixture(scope="module")
@@ -46,6 +46,7 @@ def facts_run(tmp_path_factory):
     return root / "run", data
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("n", [2, 3, 7, 50])
 def test_mismatched_windows_are_a_seeded_derangement(n):
     src = mismatched_windows(n, seed=0)
@@ -54,6 +55,7 @@ def test_mismatched_windows_are_a_seeded_derangement(n):
     assert (mismatched_windows(n, seed=0) == src).all()
 
 
+@pytest.mark.fast
 def test_another_seed_draws_another_mismatch_and_one_window_is_refused():
     assert (mismatched_windows(50, seed=0) != mismatched_windows(50, seed=1)).any()
     with pytest.raises(UserError, match="at least 2 validation windows"):
