@@ -133,26 +133,35 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _generate_retrieval(args, model, cfg, prompt, tok, gen):
-    """Live retrieval (RETRO §2.6): each completed chunk of m tokens is scored against the
-    training database, and every later token reads its neighbours. Retrieval time is reported
+    """Live retrieval (RETRO §2.6): each completed chunk of m tokens is queried against the
+    database's stored index (loaded, not built; the database checked against its hashes and
+    its data first), and every later token reads its neighbours. Retrieval time is reported
     apart from model time on stderr."""
     import sys
     import time
 
     from attnlab.data import TokenData
-    from attnlab.data.retrieval import Database, database_dir
+    from attnlab.data.retrieval_files import rebuild_command
+    from attnlab.data.retrieval_index.integrity import open_checked
     from attnlab.model.retrieval import generate_with_retrieval
 
     retrieve = None
-    spent = [0.0]
+    spent, how = [0.0], ""
     if not args.no_retrieval:
         r = cfg.model.retrieval
         data = TokenData.open(cfg.data.dir)
         cont = r.neighbour_len - r.chunk_size
-        db = Database.open(database_dir(cfg.data.dir, r.chunk_size, r.neighbours, cont))
+        db = open_checked(cfg.data.dir, r.chunk_size, r.neighbours, cont)
         t = time.perf_counter()
         live = db.retriever(data)
         index_s = time.perf_counter() - t
+        how = "loaded" if db.stored_index else "built"
+        if not db.stored_index:
+            print(
+                f"attnlab generate: {db.directory} predates stored indices, so its BM25 index "
+                f"was built now; `{rebuild_command(db.directory)}` stores it",
+                file=sys.stderr,
+            )
 
         def retrieve(chunk):
             t0 = time.perf_counter()
@@ -175,7 +184,7 @@ def _generate_retrieval(args, model, cfg, prompt, tok, gen):
     total = time.perf_counter() - t
     if retrieve is not None:
         print(
-            f"attnlab generate: {calls} retrievals took {spent[0]:.3f} s (index loaded in "
+            f"attnlab generate: {calls} retrievals took {spent[0]:.3f} s (index {how} in "
             f"{index_s:.2f} s); the model {total - spent[0]:.3f} s",
             file=sys.stderr,
         )

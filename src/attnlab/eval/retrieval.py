@@ -35,13 +35,8 @@ def retrieval_losses(
 
     from attnlab.base.errors import UserError
     from attnlab.data import TokenData
-    from attnlab.data.retrieval import (
-        Database,
-        database_dir,
-        neighbour_tokens,
-        overlap,
-        sequence_neighbours,
-    )
+    from attnlab.data.retrieval import neighbour_tokens, overlap, sequence_neighbours
+    from attnlab.data.retrieval_index.integrity import open_checked
     from attnlab.parts import families
     from attnlab.parts.family import NEIGHBOURS, RETRIEVAL_ROUTE
     from attnlab.runs.device import resolve_device
@@ -64,9 +59,7 @@ def retrieval_losses(
     db = None
     if family.needs(NEIGHBOURS):
         r = cfg.model.retrieval
-        db = Database.open(
-            database_dir(cfg.data.dir, r.chunk_size, r.neighbours, r.neighbour_len - r.chunk_size)
-        )
+        db = open_checked(cfg.data.dir, r.chunk_size, r.neighbours, r.neighbour_len - r.chunk_size)
     sums = {"without": 0.0, "with": 0.0}
     per_chunk: dict[str, list[float]] = {"without": [], "with": []}
     n_tok = 0
