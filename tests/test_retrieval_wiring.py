@@ -160,3 +160,32 @@ def test_generate_loads_the_stored_index_and_reads_it(lab, capsys, monkeypatch):
         atomic_write_json(meta_path, meta)
         assert main(args) == 0
     assert not np.array_equal(first[0], fed[0])  # the same first chunk, other neighbours
+
+
+def test_export_verify_checks_the_neighbour_path_on_stored_neighbours(lab, capsys, tmp_path):
+    """`export --verify` of a retrieval run says the decoder checks ran without neighbours and
+    compares forward(neighbours=) with attnlab's on the database's stored neighbours; an export
+    whose neighbour path reads other neighbours fails that comparison."""
+    pytest.importorskip("transformers")
+    from attnlab.hf.verify import check_exports, stored_neighbours
+    from attnlab.runs.load import load_run_model
+
+    data, run = lab
+    out = tmp_path / "hf"
+    assert main(["export", str(run), "--out", str(out), "--verify"]) == 0
+    said = capsys.readouterr().out
+    assert "generate() with its KV cache without neighbours" in said
+    assert (
+        "the neighbour path forward(neighbours=) on the stored neighbours of 2 validation" in said
+    )
+    assert str(_db(data)) in said and "NOT" not in said
+    model, cfg, tok = load_run_model(run)
+    nb = stored_neighbours(cfg)
+    assert nb.neighbours.shape == (2, 32 // M, K, 2 * M)
+    code = out / "modeling_attnlab.py"
+    code.write_text(
+        code.read_text().replace("neighbours=neighbours,", "neighbours=neighbours.flip(0),")
+    )
+    (check,) = check_exports([(out, model, tok)], pipeline=False, neighbours=[nb])
+    assert check.neighbour_logits > check.TOLERANCE and not check.passed
+    assert check.max_abs_logits < check.TOLERANCE  # the decoder alone still agrees

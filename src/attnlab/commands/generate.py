@@ -110,7 +110,7 @@ def _run(args: argparse.Namespace) -> int:
         )
     gen = torch.Generator(device=device).manual_seed(args.seed)
     prompt = torch.tensor([ids], dtype=torch.long, device=device)
-    if family.needs(NEIGHBOURS):  # live retrieval: full forwards, neighbours every chunk
+    if family.needs(NEIGHBOURS):  # live retrieval: neighbours every chunk
         out = _generate_retrieval(args, model, cfg, prompt, tok, gen)
     else:
         out = generate(
@@ -180,6 +180,7 @@ def _generate_retrieval(args, model, cfg, prompt, tok, gen):
         top_k=args.top_k,
         generator=gen,
         eos_id=tok.eos_id,
+        use_cache=not args.no_cache,
     )
     total = time.perf_counter() - t
     if retrieve is not None:
