@@ -14,6 +14,7 @@ pytest.importorskip("bm25s")
 
 from attnlab.base.errors import UserError
 from attnlab.cli import main
+from attnlab.data import TokenData
 from attnlab.data.retrieval import Database, database_dir
 from data_helpers import WORDS, prepare_bytes, tiny_run_config, word_corpus
 
@@ -189,3 +190,48 @@ def test_export_verify_checks_the_neighbour_path_on_stored_neighbours(lab, capsy
     (check,) = check_exports([(out, model, tok)], pipeline=False, neighbours=[nb])
     assert check.neighbour_logits > check.TOLERANCE and not check.passed
     assert check.max_abs_logits < check.TOLERANCE  # the decoder alone still agrees
+
+
+def test_cached_retrieval_decoding_equals_full_forwards_and_reads_each_chunk_once(lab):
+    """Greedy decoding with the K/V cache gives the tokens and the last logits of full forwards;
+    the neighbour encoder runs on each chunk's k neighbours once and each CCA layer projects
+    their keys and values once (uncached decoding encodes them again every step)."""
+    import torch
+
+    from attnlab.data.retrieval import Database
+    from attnlab.model.retrieval import generate_with_retrieval
+    from attnlab.runs.load import load_run_model
+
+    data, run = lab
+    model, _, _ = load_run_model(run)
+    live = Database.open(_db(data)).retriever(TokenData.open(data))
+    prompt = torch.as_tensor(np.asarray(TokenData.open(data).val[:13], dtype=np.int64))[None]
+    encoded, projected = [], []
+    real_encode = model.encode
+    model.encode = lambda ids, **kw: encoded.append(ids.shape[0]) or real_encode(ids, **kw)
+    for cca in model.cca.values():
+        real_kv = cca.cross_attention.memory_kv
+        cca.cross_attention.memory_kv = lambda mem, f=real_kv: (
+            projected.append(mem.shape[0]) or f(mem)
+        )
+    runs = {}
+    for cached in (True, False):
+        encoded.clear()
+        projected.clear()
+        ids, calls = generate_with_retrieval(
+            model, prompt, 30, live, temperature=0, use_cache=cached
+        )
+        runs[cached] = (ids, calls, sum(encoded), sum(projected))
+    (ids, calls, enc, proj), (ids_full, calls_full, enc_full, _) = runs[True], runs[False]
+    assert torch.equal(ids, ids_full) and calls == calls_full == 42 // M
+    chunks = 42 // M  # the last step reads the chunks of its 42 tokens
+    assert enc == chunks * K and proj == chunks * len(model.cca)
+    assert enc_full > 5 * enc
+    nb = torch.as_tensor(np.stack([live(ids[0, j * M : (j + 1) * M].numpy()) for j in range(5)]))
+    with torch.no_grad():
+        want = model(ids[:, :42], neighbours=nb[None]).logits[0, -1]
+        cache = model.new_cache(1, 42)
+        model(ids[:, :30], cache=cache, neighbours=nb[None])
+        for t in range(30, 42):
+            got = model(ids[:, t : t + 1], cache=cache, neighbours=nb[None]).logits[0, -1]
+    assert torch.allclose(got, want, atol=1e-5)
