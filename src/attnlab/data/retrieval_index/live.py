@@ -19,6 +19,15 @@ from attnlab.data.retrieval_index.spec import IndexSpec
 from attnlab.data.tokendata import TokenData
 
 
+def import_backend(spec: IndexSpec) -> None:
+    """Import the library that queries ``spec``'s index (scipy's sparse matrices, bm25s or
+    faiss), so a caller can time loading the index apart from importing its library."""
+    import importlib
+
+    lib = {"bm25-bigrams": "scipy.sparse", "bm25": "bm25s", "hnsw": "faiss"}[spec.kind]
+    importlib.import_module(lib)
+
+
 def stored_search(
     directory: Path, meta: dict[str, Any], spec: IndexSpec, data: TokenData
 ) -> Callable[[np.ndarray], np.ndarray]:
