@@ -24,7 +24,7 @@ from attnlab.data.retrieval_index.integrity import (
     DatabaseIntegrityError,
     verify_database,
 )
-from data_helpers import WORDS, prepare_bytes, word_corpus
+from tests.helpers.data import WORDS, prepare_bytes, word_corpus
 
 
 @pytest.fixture

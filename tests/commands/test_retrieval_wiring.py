@@ -16,7 +16,7 @@ from attnlab.base.errors import UserError
 from attnlab.cli import main
 from attnlab.data import TokenData
 from attnlab.data.retrieval import Database, database_dir
-from data_helpers import WORDS, prepare_bytes, tiny_run_config, word_corpus
+from tests.helpers.data import WORDS, prepare_bytes, tiny_run_config, word_corpus
 
 M, K = 8, 2
 
