@@ -61,9 +61,11 @@ from attnlab.data.retrieval_files import (
     rebuild_command,
     shortfall,
 )
+from attnlab.data.retrieval_index import bigrams
 from attnlab.data.retrieval_index import build as indexed
 from attnlab.data.retrieval_index.leakage import document_ids, reading_documents
 from attnlab.data.retrieval_index.spec import IndexSpec, index_spec
+from attnlab.data.retrieval_index.topk import top_k as _top_k
 from attnlab.data.staging import output_lock
 from attnlab.data.tokendata import TokenData
 
@@ -151,21 +153,6 @@ def _query_matrix(chunks: list[np.ndarray], vocab: dict[str, int], n_terms: int)
     return sp.csr_matrix((data, (rows, cols)), shape=(len(chunks), n_terms), dtype=np.float32)
 
 
-def _top_k(scores: np.ndarray, k: int) -> np.ndarray:
-    """The k best columns of one row, ties to the lower index; -1 where fewer are allowed."""
-    out = np.full(k, -1, dtype=np.int64)
-    valid = np.isfinite(scores)
-    n = int(valid.sum())
-    if n == 0:
-        return out
-    kk = min(k, n)
-    kth = np.partition(np.where(valid, scores, -np.inf), -kk)[-kk]
-    cand = np.nonzero(valid & (scores >= kth))[0]
-    order = cand[np.lexsort((cand, -scores[cand]))][:kk]
-    out[:kk] = order
-    return out
-
-
 def _score_block(job: tuple[str, int]) -> tuple[str, int, np.ndarray]:
     split, b = job
     st = _STATE
@@ -245,17 +232,22 @@ class Database:
             arrays[split] = load_index(f, meta, split)
         return cls(directory, meta, arrays["train"], arrays["val"])
 
-    def retriever(self, data: TokenData, *, live: bool = True):
-        """A callable chunk [m] -> neighbours [k, r] for decoding: the stored index queried
-        (``bm25``, ``hnsw``), or the chunk scored against the training database now
-        (``bm25-bigrams``, whose index is not stored)."""
-        k = int(self.meta["neighbours"])
-        if self.index.kind == "bm25-bigrams":
-            return live_retriever(data.train, self.chunk_size, k, self.neighbour_len, data.eos_id)
+    @property
+    def stored_index(self) -> bool:
+        """Whether the index is stored beside the neighbours (decoding loads it); a
+        ``bm25-bigrams`` database built before attnlab stored it has none."""
+        return bool(self.meta.get("index_files"))
+
+    def retriever(self, data: TokenData):
+        """A callable chunk [m] -> neighbours [k, r] for decoding: the stored index loaded and
+        queried, or (a ``bm25-bigrams`` database without one, :attr:`stored_index`) BM25 over
+        the training database built now."""
+        k, m, r = int(self.meta["neighbours"]), self.chunk_size, self.neighbour_len
+        if self.index.kind == "bm25-bigrams" and not self.stored_index:
+            return live_retriever(data.train, m, k, r, data.eos_id)
         from attnlab.data.retrieval_index.live import stored_search
 
         search = stored_search(self.directory, self.meta, self.index, data)
-        m, r = self.chunk_size, self.neighbour_len
         return lambda chunk: neighbour_tokens(data.train, search(chunk), m, r, data.eos_id)
 
 
@@ -376,7 +368,7 @@ def _build(
     indexed.start_partial(partial, {**key, **backend}, restart)
     timings: dict[str, float] = {}
     if spec.kind == "bm25-bigrams":
-        files, index_files = _score_all(data, partial, m, k, cont, workers), []
+        files, index_files = _score_all(data, partial, m, k, cont, workers)
     else:
         files, index_files, timings = indexed.build_indexed(
             data, partial, spec, m, k, cont, workers
@@ -397,7 +389,9 @@ def _build(
     return Database(db.directory, db.meta, db.train, db.val, timings)
 
 
-def _score_all(data: TokenData, partial: Path, m: int, k: int, cont: int, workers: int) -> dict:
+def _score_all(
+    data: TokenData, partial: Path, m: int, k: int, cont: int, workers: int
+) -> tuple[dict[str, str], list[str]]:
     """The bm25-bigrams scorer over every query block (resumable), assembled into ``out/``."""
     train, val = np.asarray(data.train), np.asarray(data.val)
     n_db = len(train) // m
@@ -449,8 +443,11 @@ def _score_all(data: TokenData, partial: Path, m: int, k: int, cont: int, worker
         arr = np.concatenate(parts) if parts else np.zeros((0, k), dtype=np.int64)
         np.save(out_tmp / f"{split}.npy", arr)
         files[f"{split}.npy"] = sha256_file(out_tmp / f"{split}.npy")
+    index_files = bigrams.save(out_tmp, S, vocab)  # decoding loads it (no rebuild)
+    for name in index_files:
+        files[name] = sha256_file(out_tmp / name)
     _STATE.clear()
-    return files
+    return files, index_files
 
 
 def sequence_neighbours(

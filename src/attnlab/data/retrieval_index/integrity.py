@@ -27,8 +27,9 @@ from typing import Any
 
 from attnlab.base.atomic import atomic_write_json, sha256_file
 from attnlab.base.errors import UserError
-from attnlab.data.retrieval import Database
+from attnlab.data.retrieval import Database, database_dir
 from attnlab.data.retrieval_files import rebuild_command
+from attnlab.data.retrieval_index.spec import IndexSpec
 from attnlab.data.tokendata import TokenData
 
 CACHE = ".verified.json"
@@ -84,3 +85,16 @@ def verify_database(directory: str | Path, data: TokenData, *, full: bool = Fals
         with contextlib.suppress(OSError):  # read-only: hashed again next time
             atomic_write_json(directory / CACHE, fresh, indent=1)
     return db
+
+
+def open_checked(
+    data_dir: str | Path,
+    chunk_size: int,
+    neighbours: int,
+    continuation: int,
+    index: IndexSpec | None = None,
+) -> Database:
+    """The database of ``data_dir`` for these settings (``database_dir``), checked by
+    :func:`verify_database` against the data: what ``train``, ``eval`` and ``generate`` open."""
+    directory = database_dir(data_dir, chunk_size, neighbours, continuation, index)
+    return verify_database(directory, TokenData.open(data_dir))

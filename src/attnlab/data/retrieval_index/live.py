@@ -1,7 +1,7 @@
-"""Querying a stored ``bm25`` or ``hnsw`` index with one chunk, for decoding with retrieval.
+"""Querying a stored ``bm25-bigrams``, ``bm25`` or ``hnsw`` index with one chunk, for decoding with retrieval.
 
-The index files beside ``train.npy`` are opened once (bm25s' score arrays memory-mapped, faiss'
-graph read), so the first query costs a load, not a build; a query's top k comes from the same
+The index files beside ``train.npy`` are opened once (the bigrams' and bm25s' score arrays
+memory-mapped, faiss' graph read), so the first query costs a load, not a build; a query's top k comes from the same
 search the build ran (nothing is excluded: a generated chunk is in no training document).
 """
 
@@ -19,12 +19,27 @@ from attnlab.data.retrieval_index.spec import IndexSpec
 from attnlab.data.tokendata import TokenData
 
 
+def import_backend(spec: IndexSpec) -> None:
+    """Import the library that queries ``spec``'s index (scipy's sparse matrices, bm25s or
+    faiss), so a caller can time loading the index apart from importing its library."""
+    import importlib
+
+    lib = {"bm25-bigrams": "scipy.sparse", "bm25": "bm25s", "hnsw": "faiss"}[spec.kind]
+    importlib.import_module(lib)
+
+
 def stored_search(
     directory: Path, meta: dict[str, Any], spec: IndexSpec, data: TokenData
 ) -> Callable[[np.ndarray], np.ndarray]:
     """A callable chunk [m] -> database chunk indices [k] (-1 padded) over the stored index."""
     k, m = int(meta["neighbours"]), int(meta["chunk_size"])
     none = np.zeros(1, dtype=np.int64)
+    if spec.kind == "bm25-bigrams":
+        from attnlab.data.retrieval_index.bigrams import StoredBigrams
+        from attnlab.data.retrieval_index.topk import top_k
+
+        stored = StoredBigrams(directory, int(meta["database_chunks"]))
+        return lambda chunk: top_k(stored.scores(np.asarray(chunk)[:m]), k)
     if spec.kind == "bm25":
         index = bm25.load(directory / "bm25")
         decode = data.tokenizer.decode if spec.encoder == "words" else None
