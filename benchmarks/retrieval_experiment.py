@@ -68,6 +68,7 @@ def main() -> int:
     import torch
 
     from attnlab.eval.retrieval import retrieval_losses
+    from attnlab.experiments.reports.retrieval_controls import control_tests
 
     torch.set_num_threads(1)  # tiny forwards: one thread is fastest on a shared machine
 
@@ -80,7 +81,7 @@ def main() -> int:
         rows.append(res)
         print(run, {k: v for k, v in res.items() if k != "chunks"}, flush=True)
     report.mkdir(parents=True, exist_ok=True)
-    slim = [{k: v for k, v in r.items() if k != "chunks"} for r in rows]
+    slim = [{k: v for k, v in r.items() if k not in ("chunks", "per_window")} for r in rows]
     mach = machine()
     (report / "results.json").write_text(
         json.dumps({"machine": mach, "compare_s": compare_s, "runs": slim}, indent=2) + "\n"
@@ -102,17 +103,20 @@ def main() -> int:
         "of 128 bytes from the start of the validation split (the same windows for every run; "
         f"{rows[0]['tokens'] if rows else 0:,} tokens).",
         "",
-        "| variant | seed | loss without retrieval | loss with retrieval | gain | overlap |",
-        "|---|---|---|---|---|---|",
+        "| variant | seed | loss, no neighbours | loss, real neighbours | loss, mismatched "
+        "neighbours | gain (mismatched - real) | p (paired t over windows) | overlap |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         w = r.get("loss_with")
+        t = control_tests(r).get("all") if w else None
         lines.append(
             f"| {r['variant']} | {r['seed']} | {r['loss_without']:.4f} | "
             + (
-                f"{w:.4f} | {r['loss_without'] - w:+.4f} | {r['overlap']:.3f} |"
+                f"{w:.4f} | {r['loss_mismatched']:.4f} | {t['gain']:+.4f} | "
+                f"{t['p_ttest']:.3g} | {r['overlap']:.3f} |"
                 if w
-                else "– | – | – |"
+                else "– | – | – | – | – |"
             )
         )
     lines += ["", "Means over seeds (± sample std):", ""]
@@ -120,6 +124,9 @@ def main() -> int:
         lines.append(f"- decoder (matched): {mean_std([r['loss_without'] for r in dec])}")
     if ret:
         lines.append(f"- retrieval, with retrieval: {mean_std([r['loss_with'] for r in ret])}")
+        lines.append(
+            f"- retrieval, mismatched neighbours: {mean_std([r['loss_mismatched'] for r in ret])}"
+        )
         lines.append(
             f"- retrieval, neighbours removed: {mean_std([r['loss_without'] for r in ret])}"
         )

@@ -1,5 +1,5 @@
 """``attnlab bench`` on a retrieval config: the model is timed reading neighbours of the right
-shape (training, prefill, decoding without a cache), and the BM25 lookup per chunk is timed apart,
+shape (training, prefill, decoding with and without the K/V cache), and the BM25 lookup per chunk is timed apart,
 in its own column, from a synthetic database or a prepared ``--data`` folder."""
 
 from __future__ import annotations
@@ -54,9 +54,10 @@ def test_the_timed_model_reads_neighbours():
     model = build_model(cfg).eval()
     wrapped = WithNeighbours(model)
     x = torch.randint(0, cfg.vocab_size, (2, 16))
-    nb = wrapped.neighbours(x)
+    nb = wrapped.neighbours(2, 16, x.device)
     assert nb.shape == (2, 4, cfg.retrieval.neighbours, cfg.retrieval.neighbour_len)
-    assert torch.equal(nb, wrapped.neighbours(x))  # fixed per batch shape
+    assert torch.equal(nb, wrapped.neighbours(2, 16, x.device))
+    assert torch.equal(nb[:, :2], wrapped.neighbours(2, 9, x.device))  # each chunk's fixed
     with torch.no_grad():
         got = wrapped(x).logits
         assert torch.equal(got, model(x, neighbours=nb).logits)
@@ -68,7 +69,9 @@ def test_bench_times_a_retrieval_model_and_its_lookups_apart(tmp_path):
     train = r.row("training", "baseline")
     assert train.ms_per_step > 0 and train.first_loss > 0 and not r.failures
     inf = r.row("inference", "baseline")
-    assert inf.decode_cached_tokens_per_s is None and inf.decode_uncached_tokens_per_s > 0
+    # decoded with the K/V cache (greedy tokens equal to full forwards) and without
+    assert inf.decode_cached_tokens_per_s > 0 and inf.decode_uncached_tokens_per_s > 0
+    assert inf.greedy_identical
     q = r.retrieval
     assert q is not None and q.lookup_ms_per_chunk > 0 and q.source.startswith("synthetic")
     assert q.ms_per_window == pytest.approx(q.lookup_ms_per_chunk * 16 / 4)

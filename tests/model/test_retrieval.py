@@ -242,7 +242,11 @@ def test_cli_data_retrieval_and_generate(runs, planted, capsys):
     assert "retrievals" not in capsys.readouterr().err
     assert main(["eval", run, "--tasks", "retrieval", "--limit", "2", "--device", "cpu"]) == 0
     out = capsys.readouterr().out
-    assert "loss with retrieval" in out and "overlap with neighbours" in out
+    assert (
+        "loss, real neighbours" in out
+        and "loss, mismatched neighbours" in out
+        and "overlap with neighbours" in out
+    )
     saved = json.loads((root / "full" / "eval" / "results.json").read_text())
     assert saved["tasks"]["retrieval"]["metrics"]["windows"] == 2
     # a bad setting is one line naming the fix, not a traceback

@@ -1,5 +1,6 @@
 """Chunked cross-attention as a part: the built-in ``cross_attention.cca`` passes ``attnlab check``
-(its retrieval case), a plugin's variant that drops RETRO's m - 1 shift fails causality there,
+(its retrieval case, cached decoding included), a plugin's variant that drops RETRO's m - 1
+shift fails causality there, one whose cache reads stale neighbours fails kv_cache,
 and a plugin's gated CCA trains through the retrieval family like the built-in one. Retrieval
 configs that name no cross_attention table get ``cca``; other families refuse one."""
 
@@ -46,6 +47,14 @@ PLUGIN = textwrap.dedent(
             return out.reshape(B, C * m, d)[:, :T]
 
 
+    @register("cross_attention", "cca_stale_f27")
+    class StaleCCA(ChunkedCrossAttention):
+        """Cached decoding that reads chunk 0's neighbours for every chunk (a cache bug)."""
+
+        def _decode(self, h, memory, start, state):
+            return super()._decode(h, memory[:, :1].expand_as(memory), start, state)
+
+
     @register("cross_attention", "cca_gated_f27")
     class GatedCCA(ChunkedCrossAttention):
         """CCA scaled by tanh(g), one learned gate per layer (g starts at 1)."""
@@ -88,7 +97,20 @@ def test_builtin_cca_passes_the_battery():
     assert report.cases == ["retrieval/causal/learned"]
     for prop in ("causality", "batch", "params", "flops", "state_dict", "init", "compile"):
         assert got[prop] == "passed", (prop, report.results)
-    assert got["kv_cache"] == "skipped"  # retrieval decodes without a cache
+    assert got["kv_cache"] == "passed"  # cached decoding equals the full forward
+
+
+def test_check_catches_a_cca_whose_cache_is_stale(plugin):
+    """A variant whose cached path reads chunk 0's keys and values for every chunk fails the
+    battery's kv_cache check in the retrieval case; the variants written for the full forward
+    alone decode without the cache (their forward, no declaration)."""
+    from attnlab.parts import registry
+
+    report = check_part("cross_attention", "cca_stale_f27", export=False, compile=False)
+    kv = next(r for r in report.results if r.name == "kv_cache")
+    assert kv.status == "failed" and kv.where == "retrieval/causal/learned", report.results
+    assert not registry.get("cross_attention", "cca_gated_f27").cls.supports_kv_cache
+    assert registry.get("cross_attention", "cca_stale_f27").cls.supports_kv_cache
 
 
 def test_check_catches_a_cca_without_the_shift(plugin):

@@ -2,9 +2,9 @@
 retrieval time apart.
 
 Model speed does not depend on which tokens the neighbours hold, so the timed model reads
-synthetic neighbour ids of the right shape ([B, T // m, k, r], fixed per batch shape;
-:class:`WithNeighbours`), in training, prefill and decoding alike (decoding recomputes the prefix:
-retrieval has no KV cache). The retrieval cost is measured on its own (:func:`measure_retrieval`):
+synthetic neighbour ids of the right shape ([B, T // m, k, r], each chunk's fixed;
+:class:`WithNeighbours`), in training, prefill and decoding alike (decoding with the K/V cache,
+which keeps each completed chunk's encoded neighbours, when the parts declare it exact). The retrieval cost is measured on its own (:func:`measure_retrieval`):
 the BM25 lookup of one chunk (query terms, sparse scores against every database chunk, top k,
 neighbour tokens) timed per chunk over a database built from ``--data`` (a prepared data folder's
 training tokens) or, without it, from synthetic Zipf-distributed tokens; the index build is timed
@@ -35,25 +35,36 @@ class WithNeighbours(nn.Module):
         self.seed = seed
         self._nb: dict[tuple, Tensor] = {}
 
-    supports_cache = False  # the neighbours grow with every completed chunk
+    @property
+    def supports_cache(self) -> bool:
+        """The model's own declaration (cached decoding keeps each chunk's neighbours)."""
+        return bool(self.inner.supports_cache)
 
-    def neighbours(self, input_ids: Tensor) -> Tensor:
-        """[B, max(1, T // m), k, r] token ids, the same for the same batch shape."""
+    def new_cache(self, *args, **kw):
+        return self.inner.new_cache(*args, **kw)
+
+    def neighbours(self, batch: int, end: int, device: torch.device) -> Tensor:
+        """[B, max(1, end // m), k, r] token ids; chunk j's the same at every call (a database
+        lookup's are), so cached decoding and full forwards read the same neighbours."""
         r = self.cfg.retrieval
-        B, T = input_ids.shape
-        key = (B, T, input_ids.device)
-        if key not in self._nb:
-            gen = torch.Generator().manual_seed(self.seed + 1000 * T + B)
-            shape = (B, max(1, T // r.chunk_size), r.neighbours, r.neighbour_len)
-            nb = torch.randint(0, self.cfg.vocab_size, shape, generator=gen)
-            self._nb[key] = nb.to(input_ids.device)
-        return self._nb[key]
+        C = max(1, end // r.chunk_size)
+        have = self._nb.get((batch, device))
+        if have is None or have.shape[1] < C:
+            rows = []
+            for j in range(C):
+                gen = torch.Generator().manual_seed(self.seed + 1000 * j + batch)
+                shape = (batch, 1, r.neighbours, r.neighbour_len)
+                rows.append(torch.randint(0, self.cfg.vocab_size, shape, generator=gen))
+            have = torch.cat(rows, 1).to(device)
+            self._nb[(batch, device)] = have
+        return have[:, :C]
 
     def forward(self, input_ids: Tensor, targets: Tensor | None = None, **kw):
-        if kw.get("cache") is not None:
-            raise ValueError("a retrieval model decodes without a KV cache")
         kw.pop("memory", None)
-        return self.inner(input_ids, targets, neighbours=self.neighbours(input_ids), **kw)
+        cache = kw.get("cache")
+        end = input_ids.shape[1] + (cache.length if cache is not None else 0)
+        nb = self.neighbours(input_ids.shape[0], end, input_ids.device)
+        return self.inner(input_ids, targets, neighbours=nb, **kw)
 
     def param_groups(self, weight_decay: float) -> list[dict]:
         return self.inner.param_groups(weight_decay)

@@ -78,19 +78,65 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     sub.add_parser("sources", help="list the named corpora and tokenizers")
 
+    _add_retrieval(sub)
+    _add_synth_facts(sub)
+
+
+def _add_retrieval(sub) -> None:
+    """``attnlab data retrieval``: build a database, or --show a chunk's neighbours."""
     r = sub.add_parser(
         "retrieval",
-        help="build the retrieval database (BM25 neighbours of every chunk) of a prepared "
-        "data directory, for model.family='retrieval'",
+        help="build the retrieval database (the neighbours of every chunk) of a prepared "
+        "data directory, for model.family='retrieval'; or --show a chunk's neighbours",
     )
-    r.add_argument("--data", required=True, metavar="DIR", help="a prepared data directory")
+    r.add_argument("--data", metavar="DIR", help="a prepared data directory (to build)")
     r.add_argument("--chunk-size", type=int, default=16, help="m: tokens per chunk (16)")
     r.add_argument("--neighbours", type=int, default=2, help="k: neighbours per chunk (2)")
     r.add_argument(
         "--continuation", type=int, default=None, help="tokens after a neighbour chunk (m)"
     )
+    r.add_argument(
+        "--kind",
+        default=None,
+        help="the index: bm25-bigrams (default; what a retrieval run builds), bm25, hnsw",
+    )
+    r.add_argument(
+        "--encoder",
+        default=None,
+        help="bm25: words (default) or unigrams; hnsw: random (default), smollm2-table, smollm2",
+    )
     r.add_argument("--workers", type=int, default=None, help="scoring processes (every core)")
     r.add_argument("--restart", action="store_true", help="rebuild from scratch")
+    r.add_argument(
+        "--show",
+        metavar="RUN_OR_DATA",
+        help="print chunk --index N and its neighbours as text (a retrieval run, a database "
+        "directory, or a data directory with one database)",
+    )
+    r.add_argument("--index", type=int, default=None, metavar="N", help="the chunk to --show")
+    r.add_argument("--split", default="val", help="the split of the chunk to --show (val)")
+
+
+def _add_synth_facts(sub) -> None:
+    """``attnlab data synth-facts``: the planted-fact corpus."""
+    f = sub.add_parser(
+        "synth-facts",
+        help="write and prepare a planted-fact corpus (key=value; facts stated in training "
+        "documents, queried in validation ones; token positions recorded)",
+    )
+    f.add_argument("--out", required=True, metavar="DIR", help="the data directory to create")
+    f.add_argument("--tokenizer", default="bytes", help="tokenizer name (bytes)")
+    for name, default, what in (
+        ("facts", 200, "number of facts"),
+        ("mentions", 3, "training documents stating each fact"),
+        ("facts-per-doc", 2, "facts per document"),
+        ("key-len", 6, "letters per key"),
+        ("value-len", 3, "letters per value (the answer)"),
+        ("filler-sentences", 4, "most filler sentences around each statement"),
+        ("seed", 0, "generator seed"),
+    ):
+        f.add_argument(f"--{name}", type=int, default=default, help=f"{what} ({default})")
+    f.add_argument("--val-fraction", type=float, default=0.2, help="prepare's split (0.2)")
 
 
 def _fmt(n: int) -> str:
@@ -198,8 +244,14 @@ def _sources(args: argparse.Namespace) -> int:
 def _retrieval(args: argparse.Namespace) -> int:
     import time
 
+    from attnlab.base.errors import UserError
     from attnlab.data.retrieval import build_database
+    from attnlab.data.retrieval_index import index_spec
 
+    if args.show is not None:
+        return _show(args)
+    if args.data is None:
+        raise UserError("give --data DIR (to build a database) or --show RUN_OR_DATA --index N")
     t0 = time.perf_counter()
     db = build_database(
         args.data,
@@ -208,6 +260,7 @@ def _retrieval(args: argparse.Namespace) -> int:
         continuation=args.continuation,
         workers=args.workers,
         restart=args.restart,
+        index=index_spec(args.kind, args.encoder),
     )
     m = db.meta
     print(f"retrieval database: {db.directory}")
@@ -223,10 +276,72 @@ def _retrieval(args: argparse.Namespace) -> int:
         f"  neighbours      k={m['neighbours']} for {q['train']:,} train, {q['val']:,} val chunks"
         + lacking
     )
-    print(f"  took            {time.perf_counter() - t0:.1f} s")
+    print(f"  leakage rule    {db.leakage}")
+    stages = ", ".join(
+        f"{k} {v:.1f} s" for k, v in db.timings.items() if k not in ("encoder_tokens_per_s", "cpu")
+    )
+    if "cpu" in db.timings:
+        stages += f"; {db.timings['cpu']:.1f} CPU s"
+    if "encoder_tokens_per_s" in db.timings:
+        stages += f"; encoder {db.timings['encoder_tokens_per_s']:,.0f} tokens/s"
+    print(
+        f"  took            {time.perf_counter() - t0:.1f} s" + (f" ({stages})" if stages else "")
+    )
+    return exitcodes.OK
+
+
+def _show(args: argparse.Namespace) -> int:
+    from attnlab.base.errors import UserError
+    from attnlab.data import TokenData
+    from attnlab.data.retrieval import Database
+    from attnlab.data.retrieval_index.show import resolve_database, show_chunk
+
+    if args.index is None:
+        raise UserError("--show needs --index N: the chunk whose neighbours to print")
+    db = Database.open(resolve_database(args.show))
+    data = TokenData.open(db.directory.parent.parent)
+    print("\n".join(show_chunk(db, data, args.split, args.index)))
+    return exitcodes.OK
+
+
+def _synth_facts(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
+    from attnlab.base.errors import UserError
+    from attnlab.data.synth_facts import FactsSpec, generate
+
+    try:
+        spec = FactsSpec(
+            facts=args.facts,
+            mentions=args.mentions,
+            facts_per_doc=args.facts_per_doc,
+            key_len=args.key_len,
+            value_len=args.value_len,
+            filler_sentences=args.filler_sentences,
+            seed=args.seed,
+            val_fraction=args.val_fraction,
+        )
+    except ValidationError as e:
+        bad = "; ".join(
+            f"--{'-'.join(map(str, x['loc'])).replace('_', '-')}: {x['msg']}" for x in e.errors()
+        )
+        raise UserError(f"{bad}") from None
+    rec = generate(args.out, spec, tokenizer=args.tokenizer)
+    docs, st = rec["documents"], rec["statements"]
+    print(f"planted-fact data: {args.out} ({args.tokenizer})")
+    print(f"  facts           {len(rec['facts']):,}, each in {spec.mentions} training documents")
+    print(f"  documents       {docs['train']:,} train, {docs['val']:,} val")
+    print(f"  statements      {st['train']:,} train, {st['val']:,} val (token positions in")
+    print(f"                  {args.out}/facts/statements-{{train,val}}.npy)")
     return exitcodes.OK
 
 
 def run(args: argparse.Namespace) -> int:
-    commands = {"prepare": _prepare, "info": _info, "sources": _sources, "retrieval": _retrieval}
+    commands = {
+        "prepare": _prepare,
+        "info": _info,
+        "sources": _sources,
+        "retrieval": _retrieval,
+        "synth-facts": _synth_facts,
+    }
     return commands[args.data_command](args)

@@ -38,6 +38,9 @@ tasks (comma-separated; --limit caps the items, or documents, of each):
   mc:FILE.jsonl                   your own multiple choice (query, choices, gold), text as is
   hellaswag[:FILE.jsonl]          official HellaSwag format with its WikiHow cleaning (no file: hub)
   arc:FILE.jsonl                  ARC format; arc_easy / arc_challenge read the hub
+  retrieval                       a retrieval run's loss with real, mismatched (another
+                                  window's, --control-seed) and no neighbours, per token class;
+                                  the gain is real-vs-mismatched with a paired test over windows
 
 results are merged per task into RUN_DIR/eval/results.json (runs and probes) and --out FILE.
 
@@ -113,6 +116,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--no-save", action="store_true", help="do not write RUN_DIR/eval/results.json"
     )
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    parser.add_argument(
+        "--control-seed",
+        type=int,
+        default=0,
+        metavar="S",
+        help="--tasks retrieval: seed of the draw of the mismatched neighbours (default 0)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     cloze = parser.add_argument_group("cloze-set builder (instead of evaluating)")
     cloze.add_argument(
@@ -206,31 +216,41 @@ def _build_cloze(args: argparse.Namespace) -> int:
 
 
 def _retrieval(args: argparse.Namespace) -> int:
-    """``--tasks retrieval``: a run's validation loss with and without its neighbours
-    (``attnlab.eval.retrieval``; a decoder run has the "without" number on the same windows)."""
+    """``--tasks retrieval``: a run's validation loss with its real neighbours, mismatched ones
+    (another window's, ``--control-seed``) and none, per token class, and the retrieval gain as
+    real-vs-mismatched with a paired test over windows (``attnlab.eval.retrieval``; a decoder
+    run has the "none" row on the same windows)."""
     from pathlib import Path
 
     from attnlab.eval.results import merge_out, merge_results, results_path
-    from attnlab.eval.retrieval import retrieval_losses
+    from attnlab.eval.retrieval import retrieval_metrics
+    from attnlab.experiments.reports.retrieval_controls import control_lines, control_tests
     from attnlab.runs.load import is_run_dir
 
     if not is_run_dir(args.target):
         raise UserError(f"--tasks retrieval needs an attnlab run directory; {args.target} is not")
-    res = retrieval_losses(args.target, max_windows=args.limit, device=args.device)
-    res.pop("chunks", None)
+    if args.control_seed < 0:
+        raise UserError(f"--control-seed {args.control_seed} must be >= 0 (a numpy seed)")
+    res = retrieval_metrics(
+        args.target, max_windows=args.limit, device=args.device, control_seed=args.control_seed
+    )
+    res["tests"] = control_tests(res)
     if not args.no_save:
         merge_results(results_path(Path(args.target)), {"retrieval": {"metrics": res}})
     if args.out:
         merge_out(args.out, {"retrieval": {"metrics": res}})
     if args.json:
-        print(json.dumps(res, indent=2))
+        print(json.dumps({k: v for k, v in res.items() if k != "per_window"}, indent=2))
         return exitcodes.OK
+    mismatch = ""
+    if "control_seed" in res:
+        mismatch = f"; mismatched neighbours: another window's (seed {res['control_seed']})"
     print(
-        f"attnlab eval: {args.target}: {res['windows']} validation windows, {res['tokens']} tokens"
+        f"attnlab eval: {args.target}: {res['windows']} validation windows, "
+        f"{res['tokens']:,} tokens{mismatch}"
     )
-    print(f"  loss without retrieval  {res['loss_without']:.4f}  (ppl {res['ppl_without']:.3f})")
-    if "loss_with" in res:
-        print(f"  loss with retrieval     {res['loss_with']:.4f}  (ppl {res['ppl_with']:.3f})")
+    print("\n".join(control_lines(res, res["tests"])))
+    if "overlap" in res:
         print(f"  overlap with neighbours {res['overlap']:.3f}  (share of 8-token n-grams)")
     return exitcodes.OK
 

@@ -72,10 +72,13 @@ def _run(args: argparse.Namespace) -> int:
         parts = ", ".join(f"{s}.{k}" for s, k, _ in p["parts"])
         print(f"  plugin    {p['spec']} ({parts}) -> {p.get('file') or p['flat_module'] + '.py'}")
     if args.verify:
-        from attnlab.hf.verify import check_exports
+        from attnlab.hf.verify import check_exports, stored_neighbours
+        from attnlab.parts import families
+        from attnlab.parts.family import NEIGHBOURS
 
-        model, _, tok, _, _ = load_source(args.source)
-        (check,) = check_exports([(result.out, model, tok)])
+        model, cfg, tok, _, _ = load_source(args.source)
+        nb = stored_neighbours(cfg) if families.of(cfg.model).needs(NEIGHBOURS) else None
+        (check,) = check_exports([(result.out, model, tok)], neighbours=[nb])
         print(check.sentence())
         if not check.passed:
             return exitcodes.FAILED

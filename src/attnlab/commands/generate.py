@@ -110,7 +110,7 @@ def _run(args: argparse.Namespace) -> int:
         )
     gen = torch.Generator(device=device).manual_seed(args.seed)
     prompt = torch.tensor([ids], dtype=torch.long, device=device)
-    if family.needs(NEIGHBOURS):  # live retrieval: full forwards, neighbours every chunk
+    if family.needs(NEIGHBOURS):  # live retrieval: neighbours every chunk
         out = _generate_retrieval(args, model, cfg, prompt, tok, gen)
     else:
         out = generate(
@@ -133,26 +133,38 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _generate_retrieval(args, model, cfg, prompt, tok, gen):
-    """Live retrieval (RETRO §2.6): each completed chunk of m tokens is scored against the
-    training database, and every later token reads its neighbours. Retrieval time is reported
+    """Live retrieval (RETRO §2.6): each completed chunk of m tokens is queried against the
+    database's stored index (loaded, not built; the database checked against its hashes and
+    its data first), and every later token reads its neighbours. Retrieval time is reported
     apart from model time on stderr."""
     import sys
     import time
 
     from attnlab.data import TokenData
-    from attnlab.data.retrieval import Database, database_dir
+    from attnlab.data.retrieval_files import rebuild_command
+    from attnlab.data.retrieval_index.integrity import open_checked
+    from attnlab.data.retrieval_index.live import import_backend
     from attnlab.model.retrieval import generate_with_retrieval
 
     retrieve = None
-    spent = [0.0]
+    spent, how, index_s, imports_s = [0.0], "", 0.0, 0.0
     if not args.no_retrieval:
         r = cfg.model.retrieval
         data = TokenData.open(cfg.data.dir)
         cont = r.neighbour_len - r.chunk_size
-        db = Database.open(database_dir(cfg.data.dir, r.chunk_size, r.neighbours, cont))
+        db = open_checked(cfg.data.dir, r.chunk_size, r.neighbours, cont)
         t = time.perf_counter()
+        import_backend(db.index)
+        imports_s, t = time.perf_counter() - t, time.perf_counter()
         live = db.retriever(data)
         index_s = time.perf_counter() - t
+        how = "loaded" if db.stored_index else "built"
+        if not db.stored_index:
+            print(
+                f"attnlab generate: {db.directory} predates stored indices, so its BM25 index "
+                f"was built now; `{rebuild_command(db.directory)}` stores it",
+                file=sys.stderr,
+            )
 
         def retrieve(chunk):
             t0 = time.perf_counter()
@@ -171,12 +183,14 @@ def _generate_retrieval(args, model, cfg, prompt, tok, gen):
         top_k=args.top_k,
         generator=gen,
         eos_id=tok.eos_id,
+        use_cache=not args.no_cache,
     )
     total = time.perf_counter() - t
     if retrieve is not None:
         print(
-            f"attnlab generate: {calls} retrievals took {spent[0]:.3f} s (index loaded in "
-            f"{index_s:.2f} s); the model {total - spent[0]:.3f} s",
+            f"attnlab generate: {calls} retrievals took {spent[0]:.3f} s (index {how} in "
+            f"{index_s:.3f} s, its library imported in {imports_s:.2f} s); the model "
+            f"{total - spent[0]:.3f} s",
             file=sys.stderr,
         )
     return out

@@ -14,13 +14,21 @@
    [terms, chunks]; a block of queries is scored exactly by one sparse product Q S (Q: the
    queries' term counts, which is what ``BM25.get_scores`` sums one query at a time).
 3. Every training and validation chunk retrieves its k best database chunks (ties: the lower
-   chunk index first). **No leakage** (RETRO's rule): a training chunk never retrieves a chunk
-   whose tokens (with its continuation) share a document with it, itself included; validation
-   chunks retrieve from the training database only (their documents are not in it).
+   chunk index first). **No leakage**, per reading token (:mod:`attnlab.data.retrieval_index.
+   leakage`): a training chunk never retrieves a chunk whose tokens (with its continuation) share
+   a document with it or with any token that reads its neighbours (the next chunk, under the
+   chunked cross-attention's shift), itself included; validation chunks retrieve from the
+   training database only (their documents are not in it). Databases of format version 1 were
+   built with the query chunk's documents only; they still load (a warning says so).
+
+``index=`` picks another index (:mod:`attnlab.data.retrieval_index`: BM25 over words through
+bm25s' top-k retrieval, or faiss HNSW over frozen embeddings), built by a streaming, resumable
+build that grows as n log n (HNSW); its directory is ``m{m}-k{k}-c{c}-{kind}-{encoder}`` and it
+holds its index files, so decoding queries the stored index.
 
 Output ``DIR/retrieval/m{m}-k{k}-c{continuation}/``: ``train.npy``, ``val.npy`` (int64 [chunks,
 k]: database chunk indices, -1 where fewer than k chunks qualify) and ``meta.json`` (the settings,
-the data's content hash, the embedder and each file's sha256). Queries are scored in blocks on
+the index, the data's content hash, each file's sha256). The bm25-bigrams queries are scored in blocks on
 ``workers`` processes (default: every core); each block is written atomically to
 ``.NAME.partial/`` and a rerun after a kill (SIGKILL included) reuses the finished blocks. The
 bytes do not depend on the number of workers (each query row is scored and ranked alone).
@@ -32,11 +40,10 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import json
 import multiprocessing as mp
 import shutil
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -48,34 +55,43 @@ from attnlab.base.extras import require
 from attnlab.data.encoding import default_workers
 from attnlab.data.retrieval_files import (
     damaged,
-    document_ids,
+    database_name,
     load_index,
     read_meta,
     rebuild_command,
     shortfall,
 )
+from attnlab.data.retrieval_index import bigrams
+from attnlab.data.retrieval_index import build as indexed
+from attnlab.data.retrieval_index.leakage import document_ids, reading_documents
+from attnlab.data.retrieval_index.spec import IndexSpec, index_spec
+from attnlab.data.retrieval_index.topk import top_k as _top_k
 from attnlab.data.staging import output_lock
 from attnlab.data.tokendata import TokenData
 
 FORMAT = "attnlab-retrieval"
-FORMAT_VERSION = 1
-BLOCK = 256  # queries per work unit (and per resumable file)
+FORMAT_VERSION = 2  # 2: the leakage rule per reading token, the index and the data's hashes
+LEAKAGE = "reading-tokens"
+BLOCK = 256  # queries per work unit (and per resumable file) of the bm25-bigrams scorer
 
 
 class RetrievalWarning(UserWarning):
     """A database that was built but lacks neighbours (too few documents for the leakage rule)."""
 
 
-EMBEDDER = "bm25 over token 2- and 3-grams (bm25s, method lucene, k1=1.5, b=0.75)"
+EMBEDDER = IndexSpec(kind="bm25-bigrams").describe()
 
 
-def database_name(chunk_size: int, neighbours: int, continuation: int) -> str:
-    return f"m{chunk_size}-k{neighbours}-c{continuation}"
-
-
-def database_dir(data_dir: str | Path, chunk_size: int, neighbours: int, continuation: int) -> Path:
+def database_dir(
+    data_dir: str | Path,
+    chunk_size: int,
+    neighbours: int,
+    continuation: int,
+    index: IndexSpec | None = None,
+) -> Path:
     """Where ``build_database`` writes the database of these settings."""
-    return Path(data_dir) / "retrieval" / database_name(chunk_size, neighbours, continuation)
+    name = database_name(chunk_size, neighbours, continuation, (index or index_spec()).slug)
+    return Path(data_dir) / "retrieval" / name
 
 
 def chunk_terms(chunk: np.ndarray) -> list[str]:
@@ -137,21 +153,6 @@ def _query_matrix(chunks: list[np.ndarray], vocab: dict[str, int], n_terms: int)
     return sp.csr_matrix((data, (rows, cols)), shape=(len(chunks), n_terms), dtype=np.float32)
 
 
-def _top_k(scores: np.ndarray, k: int) -> np.ndarray:
-    """The k best columns of one row, ties to the lower index; -1 where fewer are allowed."""
-    out = np.full(k, -1, dtype=np.int64)
-    valid = np.isfinite(scores)
-    n = int(valid.sum())
-    if n == 0:
-        return out
-    kk = min(k, n)
-    kth = np.partition(np.where(valid, scores, -np.inf), -kk)[-kk]
-    cand = np.nonzero(valid & (scores >= kth))[0]
-    order = cand[np.lexsort((cand, -scores[cand]))][:kk]
-    out[:kk] = order
-    return out
-
-
 def _score_block(job: tuple[str, int]) -> tuple[str, int, np.ndarray]:
     split, b = job
     st = _STATE
@@ -165,7 +166,7 @@ def _score_block(job: tuple[str, int]) -> tuple[str, int, np.ndarray]:
     out = np.empty((hi - lo, k), dtype=np.int64)
     for i, c in enumerate(range(lo, hi)):
         row = scores[i]
-        if split == "train":  # RETRO: nothing from the query chunk's own documents
+        if split == "train":  # nothing from the documents of the chunk or of its readers
             d_lo, d_hi = st["q_lo"][c], st["q_hi"][c]
             clash = (st["db_lo"] <= d_hi) & (st["db_hi"] >= d_lo)
             row = np.where(clash, -np.inf, row)
@@ -181,6 +182,8 @@ class Database:
     meta: dict[str, Any]
     train: np.ndarray  # [train chunks, k] database indices
     val: np.ndarray  # [val chunks, k]
+    #: seconds per build stage (and the encoder's tokens/s) when this process built it
+    timings: dict[str, float] = field(default_factory=dict, compare=False)
 
     @property
     def chunk_size(self) -> int:
@@ -189,6 +192,18 @@ class Database:
     @property
     def neighbour_len(self) -> int:
         return int(self.meta["chunk_size"] + self.meta["continuation"])
+
+    @property
+    def index(self) -> IndexSpec:
+        """The index it was built with (version 1: BM25 over token bigrams and trigrams)."""
+        spec = self.meta.get("index")
+        return IndexSpec(**spec) if isinstance(spec, dict) else IndexSpec(kind="bm25-bigrams")
+
+    @property
+    def leakage(self) -> str:
+        """``reading-tokens`` (version 2) or ``query-chunk`` (version 1: the query chunk's own
+        documents only, so a chunk's readers could see their documents' later text)."""
+        return str(self.meta.get("leakage", "query-chunk"))
 
     def split(self, name: str) -> np.ndarray:
         return self.train if name == "train" else self.val
@@ -217,11 +232,23 @@ class Database:
             arrays[split] = load_index(f, meta, split)
         return cls(directory, meta, arrays["train"], arrays["val"])
 
-    def retriever(self, data: TokenData, *, live: bool = True):
-        """A callable chunk [m] -> neighbours [k, r] that scores the chunk against the training
-        database now (decoding with live retrieval)."""
-        k = int(self.meta["neighbours"])
-        return live_retriever(data.train, self.chunk_size, k, self.neighbour_len, data.eos_id)
+    @property
+    def stored_index(self) -> bool:
+        """Whether the index is stored beside the neighbours (decoding loads it); a
+        ``bm25-bigrams`` database built before attnlab stored it has none."""
+        return bool(self.meta.get("index_files"))
+
+    def retriever(self, data: TokenData):
+        """A callable chunk [m] -> neighbours [k, r] for decoding: the stored index loaded and
+        queried, or (a ``bm25-bigrams`` database without one, :attr:`stored_index`) BM25 over
+        the training database built now."""
+        k, m, r = int(self.meta["neighbours"]), self.chunk_size, self.neighbour_len
+        if self.index.kind == "bm25-bigrams" and not self.stored_index:
+            return live_retriever(data.train, m, k, r, data.eos_id)
+        from attnlab.data.retrieval_index.live import stored_search
+
+        search = stored_search(self.directory, self.meta, self.index, data)
+        return lambda chunk: neighbour_tokens(data.train, search(chunk), m, r, data.eos_id)
 
 
 def live_retriever(train: np.ndarray, m: int, k: int, r: int, eos_id: int):
@@ -244,17 +271,20 @@ def live_retriever(train: np.ndarray, m: int, k: int, r: int, eos_id: int):
     return retrieve
 
 
-def _key(data: TokenData, m: int, k: int, cont: int) -> dict[str, Any]:
-    return {
+def _key(data: TokenData, m: int, k: int, cont: int, spec: IndexSpec) -> dict[str, Any]:
+    key = {
         "format": FORMAT,
         "version": FORMAT_VERSION,
         "content_hash": data.content_hash,
         "chunk_size": m,
         "neighbours": k,
         "continuation": cont,
-        "embedder": EMBEDDER,
-        "block": BLOCK,
+        "embedder": spec.describe(),
+        "block": BLOCK if spec.kind == "bm25-bigrams" else indexed.BLOCK,
+        "leakage": LEAKAGE,
+        "index": spec.model_dump(),
     }
+    return key
 
 
 def build_database(
@@ -265,9 +295,12 @@ def build_database(
     continuation: int | None = None,
     workers: int | None = None,
     restart: bool = False,
+    index: IndexSpec | None = None,
 ) -> Database:
     """Build (or reuse, or resume) the database of ``data_dir`` for these settings."""
-    require("retrieval", "bm25s", "scipy", what="attnlab data retrieval")
+    spec = index or index_spec()
+    need = {"bm25-bigrams": ("bm25s", "scipy"), "bm25": ("bm25s",), "hnsw": ("faiss",)}
+    require("retrieval", *need[spec.kind], what=f"attnlab data retrieval --kind {spec.kind}")
     m, k = int(chunk_size), int(neighbours)
     cont = m if continuation is None else int(continuation)
     if m < 2 or k < 1 or cont < 0:
@@ -276,49 +309,96 @@ def build_database(
     if workers < 1:
         raise UserError(f"workers={workers} must be >= 1")
     data = TokenData.open(data_dir)
-    out = database_dir(data_dir, m, k, cont)
+    out = database_dir(data_dir, m, k, cont, spec)
     writable = f"the database is written inside the data directory: make {data_dir} writable"
     with output_lock(out, wait=True, fix=writable):  # an experiment's runs build it once
-        db = _build(data, out, m, k, cont, workers, restart)
+        db = _build(data, out, m, k, cont, workers, restart, spec)
     short = shortfall(db, np.asarray(data.train), data.eos_id)
     if short is not None:
         warnings.warn(RetrievalWarning(f"{out}: {short}"), stacklevel=2)
     return db
 
 
-def _build(
-    data: TokenData, out: Path, m: int, k: int, cont: int, workers: int, restart: bool
-) -> Database:
-    key = _key(data, m, k, cont)
-    if out.exists() and not restart:
-        db = Database.open(out)
-        if {x: db.meta.get(x) for x in key} == key:
-            return db
-        raise UserError(
-            f"{out} was built from other data or settings; rebuild it with `{rebuild_command(out)}`"
+def _reuse(out: Path, key: dict[str, Any]) -> Database:
+    """The finished database in ``out`` when it was built with ``key``'s settings (one of format
+    version 1 with a warning: its leakage rule was the query chunk's documents only)."""
+    db = Database.open(out)
+    if {x: db.meta.get(x) for x in key} == key:
+        return db
+    old = ("version", "leakage", "index", "block")
+    if db.meta.get("version") == 1 and all(db.meta.get(x) == key[x] for x in key if x not in old):
+        warnings.warn(
+            RetrievalWarning(
+                f"{out} was built by an earlier attnlab (format 1), whose leakage rule excluded "
+                "only the query chunk's documents: a chunk at a document's end could take a "
+                "neighbour from the next document, which its reading tokens belong to. Rebuild "
+                f"it with `{rebuild_command(out)}` for the rule per reading token"
+            ),
+            stacklevel=4,
         )
+        return db
+    raise UserError(
+        f"{out} was built from other data or settings; rebuild it with `{rebuild_command(out)}`"
+    )
+
+
+def _build(
+    data: TokenData,
+    out: Path,
+    m: int,
+    k: int,
+    cont: int,
+    workers: int,
+    restart: bool,
+    spec: IndexSpec,
+) -> Database:
+    key = _key(data, m, k, cont, spec)
+    if out.exists() and not restart:
+        return _reuse(out, key)
     if out.exists():
         shutil.rmtree(out)
-    partial = out.parent / f".{out.name}.partial"
-    if restart and partial.exists():
-        shutil.rmtree(partial)
-    partial.mkdir(parents=True, exist_ok=True)
-    key_file = partial / "key.json"
-    if key_file.exists() and _read_key(key_file) != key:
-        shutil.rmtree(partial)
-        partial.mkdir(parents=True)
-    atomic_write_json(key_file, key)
-
-    train, val = np.asarray(data.train), np.asarray(data.val)
-    n_db = len(train) // m
+    n_db = len(data.train) // m
     if n_db <= k:
         raise UserError(
             f"the training split has {n_db} chunks of {m} tokens, too few for {k} neighbours; "
             "use a smaller --chunk-size (model.retrieval.chunk_size in a run) or more data"
         )
+    partial = out.parent / f".{out.name}.partial"
+    backend = {"backend": indexed.bm25.backend(n_db)} if spec.kind == "bm25" else {}
+    indexed.start_partial(partial, {**key, **backend}, restart)
+    timings: dict[str, float] = {}
+    if spec.kind == "bm25-bigrams":
+        files, index_files = _score_all(data, partial, m, k, cont, workers)
+    else:
+        files, index_files, timings = indexed.build_indexed(
+            data, partial, spec, m, k, cont, workers
+        )
+    train, val = np.asarray(data.train), np.asarray(data.val)
+    meta = {
+        **key,
+        "database_chunks": n_db,
+        "database_tokens": n_db * m,
+        "query_chunks": {"train": len(train) // m, "val": len(val) // m},
+        "index_files": index_files,
+        "files": files,
+    }
+    atomic_write_json(partial / "out" / "meta.json", meta)
+    (partial / "out").replace(out)
+    shutil.rmtree(partial)
+    db = Database.open(out)
+    return Database(db.directory, db.meta, db.train, db.val, timings)
+
+
+def _score_all(
+    data: TokenData, partial: Path, m: int, k: int, cont: int, workers: int
+) -> tuple[dict[str, str], list[str]]:
+    """The bm25-bigrams scorer over every query block (resumable), assembled into ``out/``."""
+    train, val = np.asarray(data.train), np.asarray(data.val)
+    n_db = len(train) // m
     docs = document_ids(train, data.eos_id)
     starts = np.arange(n_db) * m
     db_end = np.minimum(starts + m + cont, len(train)) - 1
+    q_lo, q_hi = reading_documents(docs, m)  # the chunk and the tokens that read its neighbours
     S, vocab = _score_matrix(train, m)
     _STATE.clear()
     _STATE.update(
@@ -327,8 +407,8 @@ def _build(
         S=S,
         vocab=vocab,
         tokens={"train": train, "val": val},
-        q_lo=docs[starts],
-        q_hi=docs[starts + m - 1],
+        q_lo=q_lo,
+        q_hi=q_hi,
         db_lo=docs[starts],
         db_hi=docs[db_end],
     )
@@ -363,26 +443,11 @@ def _build(
         arr = np.concatenate(parts) if parts else np.zeros((0, k), dtype=np.int64)
         np.save(out_tmp / f"{split}.npy", arr)
         files[f"{split}.npy"] = sha256_file(out_tmp / f"{split}.npy")
-    meta = {
-        **key,
-        "database_chunks": n_db,
-        "database_tokens": n_db * m,
-        "query_chunks": {"train": len(train) // m, "val": len(val) // m},
-        "files": files,
-    }
-    atomic_write_json(out_tmp / "meta.json", meta)
-    out_tmp.replace(out)
-    shutil.rmtree(partial)
+    index_files = bigrams.save(out_tmp, S, vocab)  # decoding loads it (no rebuild)
+    for name in index_files:
+        files[name] = sha256_file(out_tmp / name)
     _STATE.clear()
-    return Database.open(out)
-
-
-def _read_key(path: Path) -> Any:
-    """An interrupted build's settings; None when the file is damaged (the build starts over)."""
-    try:
-        return json.loads(path.read_bytes())
-    except (ValueError, OSError):
-        return None
+    return files, index_files
 
 
 def sequence_neighbours(

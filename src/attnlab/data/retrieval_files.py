@@ -24,23 +24,33 @@ from typing import Any
 import numpy as np
 
 from attnlab.base.errors import UserError
+from attnlab.data.retrieval_index.leakage import training_exclusions
 from attnlab.data.versioned import read_versioned_meta
 
-_NAME = re.compile(r"m(\d+)-k(\d+)-c(\d+)")
+_NAME = re.compile(r"m(\d+)-k(\d+)-c(\d+)(?:-(.+))?")
 #: the settings ``meta.json`` must hold, with their types
 SETTINGS = {"chunk_size": int, "neighbours": int, "continuation": int, "files": dict}
 
 
+def database_name(chunk_size: int, neighbours: int, continuation: int, slug: str = "") -> str:
+    """``m{m}-k{k}-c{c}``, then ``-{kind}-{encoder}`` for an index other than bm25-bigrams."""
+    return f"m{chunk_size}-k{neighbours}-c{continuation}" + (f"-{slug}" if slug else "")
+
+
 def rebuild_command(directory: Path) -> str:
     """The ``attnlab data retrieval`` command that rebuilds the database in ``directory``."""
+    from attnlab.data.retrieval_index.spec import spec_from_slug
+
     data = shlex.quote(str(directory.parent.parent))
     found = _NAME.fullmatch(directory.name)
-    if found is None:
+    spec = spec_from_slug(found.group(4) or "") if found else None
+    if found is None or spec is None:
         return f"attnlab data retrieval --data {data} --chunk-size M --neighbours K --restart"
-    m, k, c = found.groups()
+    m, k, c, slug = found.groups()
+    index = f" --kind {spec.kind} --encoder {spec.encoder}" if slug else ""
     return (
         f"attnlab data retrieval --data {data} --chunk-size {m} --neighbours {k} "
-        f"--continuation {c} --restart"
+        f"--continuation {c}{index} --restart"
     )
 
 
@@ -50,9 +60,10 @@ def damaged(path: Path, what: str) -> UserError:
 
 
 def read_meta(path: Path, fmt: str, version: int) -> dict[str, Any]:
-    """``meta.json`` of a database, checked to be a JSON object of this format with its settings."""
+    """``meta.json`` of a database, checked to be a JSON object of this format (``version`` or
+    any earlier one) with its settings."""
     meta = read_versioned_meta(
-        path, fmt, version, "retrieval database", lambda problem: damaged(path, problem)
+        path, fmt, version, "retrieval database", lambda problem: damaged(path, problem), oldest=1
     )
     for key, kind in SETTINGS.items():
         value = meta.get(key)
@@ -80,24 +91,13 @@ def load_index(path: Path, meta: dict[str, Any], split: str) -> np.ndarray:
     return arr
 
 
-def document_ids(tokens: np.ndarray, eos_id: int) -> np.ndarray:
-    """Document number of every token (documents end with eos; the eos belongs to its document)."""
-    ends = np.asarray(tokens) == eos_id
-    return np.concatenate([[0], np.cumsum(ends)[:-1]]).astype(np.int64)
-
-
 def _documents_shared(train: np.ndarray, eos_id: int, m: int, cont: int) -> tuple[np.ndarray, int]:
-    """For each training chunk, how many database chunks share a document with it (the chunks
-    RETRO's rule excludes); and the number of documents in the split."""
-    docs = document_ids(train, eos_id)
-    n = len(train) // m
-    starts = np.arange(n) * m
-    q_lo, q_hi = docs[starts], docs[starts + m - 1]
-    db_lo, db_hi = docs[starts], docs[np.minimum(starts + m + cont, len(train)) - 1]
-    # db_lo, db_hi are sorted: the clashing chunks j (db_hi[j] >= q_lo, db_lo[j] <= q_hi) are a run
-    first = np.searchsorted(db_hi, q_lo, side="left")
-    last = np.searchsorted(db_lo, q_hi, side="right")
-    return np.maximum(last - first, 0), int(docs[-1]) + 1 if len(docs) else 0
+    """For each training chunk, how many database chunks share a document with it or with the
+    tokens that read its neighbours (the chunks the leakage rule excludes); and the number of
+    documents in the split."""
+    first, last = training_exclusions(train, eos_id, m, m + cont)
+    n_docs = int((np.asarray(train[:-1]) == eos_id).sum()) + 1 if len(train) else 0
+    return last - first, n_docs
 
 
 def shortfall(db: Any, train_tokens: np.ndarray, eos_id: int) -> str | None:
@@ -115,12 +115,20 @@ def shortfall(db: Any, train_tokens: np.ndarray, eos_id: int) -> str | None:
         if short[s]
     ]
     text = "; ".join(parts)
+    index = getattr(db, "index", None)
+    if index is not None and index.kind == "bm25":
+        text += (
+            ". A BM25 neighbour shares at least one term with its chunk (bm25 over "
+            f"{index.encoder}): a chunk whose terms are all stop terms or found nowhere else "
+            "gets fewer"
+        )
     if short["train"]:
         shared, n_docs = _documents_shared(train_tokens, eos_id, m, db.neighbour_len - m)
         n_db = int(db.meta.get("database_chunks", len(train_tokens) // m))
         text += (
             f". RETRO's no-leakage rule excludes from a training chunk's candidates every "
-            f"database chunk that shares a document with it: the training split holds "
+            f"database chunk that shares a document with it or with the tokens that read its "
+            f"neighbours (the next chunk): the training split holds "
             f"{n_docs:,} document{'s' if n_docs != 1 else ''}, so the rule excluded, per training "
             f"chunk, {shared.mean():,.0f} of the {n_db:,} database chunks on average "
             f"({shared.max():,} at most). The missing neighbours are empty (padding) in "

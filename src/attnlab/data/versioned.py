@@ -15,10 +15,15 @@ _KINDS.update({bool: "boolean", type(None): "null"})
 
 
 def read_versioned_meta(
-    path: Path, fmt: str, version: int, noun: str, refuse: Callable[[str], UserError]
+    path: Path,
+    fmt: str,
+    version: int,
+    noun: str,
+    refuse: Callable[[str], UserError],
+    oldest: int | None = None,
 ) -> dict[str, Any]:
-    """``path``'s JSON object when its ``format`` is ``fmt`` and its ``version`` ``version``;
-    otherwise ``refuse(problem)`` is raised, ``problem`` saying what is wrong with the file
+    """``path``'s JSON object when its ``format`` is ``fmt`` and its ``version`` ``version`` (or
+    any from ``oldest`` on, for a reader that still reads older files); otherwise ``refuse(problem)`` is raised, ``problem`` saying what is wrong with the file
     (``"is not valid JSON (...)"``) and ``refuse`` adding the fix."""
     try:
         meta = json.loads(path.read_bytes())
@@ -28,7 +33,9 @@ def read_versioned_meta(
         raise refuse("is a directory, not a file") from None
     if not isinstance(meta, dict):
         raise refuse(f"holds a JSON {_KINDS.get(type(meta), 'value')}, not an object")
-    if meta.get("format") != fmt or meta.get("version") != version:
+    v = meta.get("version")
+    known = range(version if oldest is None else oldest, version + 1)
+    if meta.get("format") != fmt or not isinstance(v, int) or isinstance(v, bool) or v not in known:
         raise refuse(
             f"is not an attnlab {noun} v{version} (format={meta.get('format')!r}, "
             f"version={meta.get('version')!r})"

@@ -14,6 +14,8 @@
 ``hellaswag[:FILE.jsonl]`` HellaSwag: a local file in the official format (lm-eval's
                            ``hellaswag`` preprocessing), else the hub validation split
 ``arc:FILE.jsonl``         ARC format; ``arc_easy`` / ``arc_challenge`` read the hub
+``retrieval``              an attnlab run's validation loss with real, mismatched and no
+                           neighbours per token class (:mod:`attnlab.eval.retrieval`)
 =========================  ==============================================================
 
 ``limit`` caps the number of items (documents for perplexity) of every task. The perplexity
@@ -167,6 +169,17 @@ def _mc(fmt: str, hub: str | None) -> Callable[[TaskRun], TaskOutcome]:
     return run_mc
 
 
+def _retrieval(run: TaskRun) -> TaskOutcome:
+    from attnlab.eval.retrieval import retrieval_metrics
+
+    if run.lm.results_dir is None:
+        raise UserError(f"the retrieval task needs an attnlab run directory; {run.lm.name} is not")
+    metrics = retrieval_metrics(
+        run.lm.results_dir, max_windows=run.limit, device=str(run.lm.device)
+    )
+    return TaskOutcome(metrics, str(run.lm.data_dir))
+
+
 TaskFn = Callable[[TaskRun], TaskOutcome]
 
 TASKS: dict[str, TaskFn] = {
@@ -179,6 +192,7 @@ TASKS: dict[str, TaskFn] = {
     "arc": _mc("arc", None),
     "arc_easy": _mc("arc", "arc_easy"),
     "arc_challenge": _mc("arc", "arc_challenge"),
+    "retrieval": _retrieval,
 }
 
 

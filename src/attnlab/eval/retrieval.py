@@ -1,17 +1,27 @@
-"""Validation loss of a retrieval model with and without its neighbours (RETRO §4), and the
+"""Validation loss of a retrieval model with its real neighbours, with *mismatched* ones
+(another window's) and with none (RETRO §4 with a content control), per token class, and the
 overlap between each validation chunk and its neighbours beside it.
 
 The validation split is read in consecutive windows of ``data.seq_len`` tokens starting at
-multiples of it (so on the chunk grid); every window's loss is token-weighted. "Without
-retrieval" runs the same model with no neighbours (its CCA layers add nothing). A decoder run is
-scored on the same windows (it has only the "without" number), so a retrieval run and its
-baseline are compared on identical tokens.
+multiples of it (so on the chunk grid); every loss is token-weighted. Three conditions on the
+same windows and tokens:
+
+    real        the window's own neighbours from the database
+    mismatched  the neighbours of window source[i] != i (:mod:`attnlab.eval.mismatch`, seeded)
+    none        no neighbours (the CCA layers add nothing: the decoder "without retrieval")
+
+A model that reads what its neighbours say has real < mismatched; a cross-attention path that
+only learnt that *some* neighbour is there (a bias, a separator cue) scores real = mismatched
+< none. So the retrieval gain is ``mismatched - real``, tested per window by the caller
+(:mod:`attnlab.experiments.reports.retrieval_controls`). Token classes
+(:mod:`attnlab.eval.token_classes`, e.g. the planted facts' answer tokens) get each condition's
+loss apart, and every class its per-window means for the paired test. A decoder run is scored
+on the same windows (only ``none``), so a retrieval run and its baseline share their tokens.
 
 Overlap: for each validation chunk, the share of its 8-token n-grams found in its k neighbours
-(``attnlab.data.retrieval.overlap``); RETRO reports that its gains come largely from neighbours
-that overlap the evaluation text, so the gain is only readable beside this number. Per chunk,
-``read_overlap`` is the overlap of chunk c with the neighbours its tokens read (chunk c - 1's),
-for the loss-by-overlap table.
+(``attnlab.data.retrieval.overlap``); ``read_overlap`` per chunk is the overlap of chunk c with
+the neighbours its tokens read (chunk c - 1's), for the loss-by-overlap table.
+Cost: three forwards per window (one for a decoder), in batches of ``batch_size`` windows.
 """
 
 from __future__ import annotations
@@ -23,27 +33,25 @@ from typing import Any
 import numpy as np
 import torch
 
+CONDITIONS = ("real", "mismatched", "none")
+
 
 @torch.no_grad()
 def retrieval_losses(
-    run_dir: str | Path, *, max_windows: int | None = None, device: str = "cpu"
+    run_dir: str | Path,
+    *,
+    max_windows: int | None = None,
+    device: str = "cpu",
+    control_seed: int = 0,
+    batch_size: int = 16,
 ) -> dict[str, Any]:
-    """{'loss_without', 'loss_with' (retrieval runs), 'ppl_*', 'overlap', 'windows', 'tokens',
-    'chunks': {'without', 'with', 'overlap'}: per validation chunk, its mean token loss and its
-    overlap (retrieval runs), for the loss-by-overlap analysis}."""
-    import torch.nn.functional as F
-
-    from attnlab.base.errors import UserError
+    """{'loss_with' (real), 'loss_mismatched', 'loss_without' (none), 'ppl_*', 'classes':
+    {class: {'tokens', 'real', 'mismatched', 'none'}}, 'per_window': {class: {condition:
+    [mean loss per window, NaN without tokens of the class]}}, 'overlap', 'windows', 'tokens',
+    'control_seed', 'chunks': per validation chunk its mean loss per condition and overlap}.
+    A decoder run has only the 'none' condition."""
     from attnlab.data import TokenData
-    from attnlab.data.retrieval import (
-        Database,
-        database_dir,
-        neighbour_tokens,
-        overlap,
-        sequence_neighbours,
-    )
-    from attnlab.parts import families
-    from attnlab.parts.family import NEIGHBOURS, RETRIEVAL_ROUTE
+    from attnlab.eval.token_classes import token_classes
     from attnlab.runs.device import resolve_device
     from attnlab.runs.load import load_run_model
 
@@ -55,61 +63,117 @@ def retrieval_losses(
     offsets = np.arange(0, len(data.val) - T - 1, T, dtype=np.int64)
     if max_windows is not None:
         offsets = offsets[:max_windows]
+    db = _database(run_dir, cfg)
+    feeds = _control_neighbours(db, data, offsets, T, control_seed) if db is not None else {}
+    losses = _token_losses(model, cfg, data, offsets, feeds, device, batch_size)
+    targets = offsets[:, None] + 1 + np.arange(T)  # the val position each loss predicts
+    classes = {"all": np.ones(len(data.val), dtype=bool)}
+    classes.update(token_classes(cfg.data.dir, "val", len(data.val)))
+    res: dict[str, Any] = {"windows": len(offsets), "tokens": len(offsets) * T}
+    res["classes"], res["per_window"] = {}, {}
+    for name, mask in classes.items():
+        inside = mask[targets]
+        res["classes"][name] = {"tokens": int(inside.sum())}
+        res["per_window"][name] = {}
+        for cond, lw in losses.items():
+            res["classes"][name][cond] = float(lw[inside].sum() / max(1, inside.sum()))
+            with np.errstate(invalid="ignore"):
+                per = (lw * inside).sum(1) / inside.sum(1)
+            res["per_window"][name][cond] = per.tolist()
+    for key, cond in (("without", "none"), ("with", "real"), ("mismatched", "mismatched")):
+        if cond in losses:
+            res[f"loss_{key}"] = res["classes"]["all"][cond]
+            res[f"ppl_{key}"] = math.exp(res[f"loss_{key}"])
+    if db is not None:
+        res["control_seed"] = control_seed
+        res.update(_overlaps(db, data, offsets, T, losses))
+    return res
+
+
+def retrieval_metrics(run_dir: str | Path, **kwargs: Any) -> dict[str, Any]:
+    """What ``eval/results.json`` keeps of :func:`retrieval_losses`: everything but the
+    per-chunk lists (the per-window means stay: the paired test reads them)."""
+    res = retrieval_losses(run_dir, **kwargs)
+    res.pop("chunks", None)
+    return res
+
+
+def _database(run_dir, cfg):
+    """The run's retrieval database, or None for a family that reads no neighbours."""
+    from attnlab.base.errors import UserError
+    from attnlab.data.retrieval_index.integrity import open_checked
+    from attnlab.parts import families
+    from attnlab.parts.family import NEIGHBOURS, RETRIEVAL_ROUTE
+
     family = families.of(cfg.model)
     if not family.evaluates(RETRIEVAL_ROUTE):
         raise UserError(
             f"{run_dir} is a model.family={cfg.model.family!r} run; the loss with and without "
             f"retrieval is for {families.where(lambda f: f.evaluates(RETRIEVAL_ROUTE))} runs"
         )
-    db = None
-    if family.needs(NEIGHBOURS):
-        r = cfg.model.retrieval
-        db = Database.open(
-            database_dir(cfg.data.dir, r.chunk_size, r.neighbours, r.neighbour_len - r.chunk_size)
-        )
-    sums = {"without": 0.0, "with": 0.0}
-    per_chunk: dict[str, list[float]] = {"without": [], "with": []}
-    n_tok = 0
+    if not family.needs(NEIGHBOURS):
+        return None
+    r = cfg.model.retrieval
+    return open_checked(cfg.data.dir, r.chunk_size, r.neighbours, r.neighbour_len - r.chunk_size)
 
-    def token_losses(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return F.cross_entropy(logits[0].double(), y[0], reduction="none")
 
-    for o in offsets:
-        x = torch.as_tensor(np.asarray(data.val[o : o + T], dtype=np.int64))[None].to(device)
-        y = torch.as_tensor(np.asarray(data.val[o + 1 : o + T + 1], dtype=np.int64))[None]
-        y = y.to(device)
-        lw = token_losses(family.score_logits(model, x), y)
-        sums["without"] += float(lw.sum())
-        if db is not None:
-            _, nbr = sequence_neighbours(db, data, "val", np.array([o]), T)
-            lr = token_losses(model(x, neighbours=torch.as_tensor(nbr, device=device)).logits, y)
-            sums["with"] += float(lr.sum())
-            m = db.chunk_size
-            per_chunk["without"].extend(lw.view(-1, m).mean(1).tolist())
-            per_chunk["with"].extend(lr.view(-1, m).mean(1).tolist())
-        n_tok += T
-    res: dict[str, Any] = {"windows": len(offsets), "tokens": n_tok}
-    res["loss_without"] = sums["without"] / n_tok
-    res["ppl_without"] = math.exp(res["loss_without"])
-    if db is not None:
-        res["loss_with"] = sums["with"] / n_tok
-        res["ppl_with"] = math.exp(res["loss_with"])
-        m = db.chunk_size
-        chunks = [c for o in offsets for c in range(o // m, (o + T) // m)]
-        idx = np.asarray(db.val)[chunks]
-        nbr = neighbour_tokens(data.train, idx, m, db.neighbour_len, data.eos_id)
-        ov = [
-            overlap(np.asarray(data.val[c * m : (c + 1) * m]), nbr[i]) for i, c in enumerate(chunks)
-        ]
-        res["overlap"] = float(np.mean(ov))
-        # what chunk c's tokens read: the neighbours of chunk c - 1 (their continuations may
-        # hold chunk c's text); the first chunk of a window reads none (NaN)
-        per = T // m
-        read = [
-            float("nan")
-            if i % per == 0
-            else overlap(np.asarray(data.val[c * m : (c + 1) * m]), nbr[i - 1])
-            for i, c in enumerate(chunks)
-        ]
-        res["chunks"] = {**per_chunk, "overlap": ov, "read_overlap": read}
-    return res
+def _control_neighbours(db, data, offsets: np.ndarray, T: int, seed: int) -> dict[str, Any]:
+    """{'real': [W, C, k, r], 'mismatched': the same rows in the order of
+    :func:`~attnlab.eval.mismatch.mismatched_windows`, 'none': None}: what each window is fed."""
+    from attnlab.data.retrieval import sequence_neighbours
+    from attnlab.eval.mismatch import mismatched_windows
+
+    _, real = sequence_neighbours(db, data, "val", offsets, T)
+    return {"real": real, "mismatched": real[mismatched_windows(len(offsets), seed)], "none": None}
+
+
+def _token_losses(model, cfg, data, offsets, feeds, device, batch_size) -> dict[str, np.ndarray]:
+    """{condition: [W, T] float64 token losses}; a decoder (no feeds) gets 'none' only."""
+    import torch.nn.functional as F
+
+    from attnlab.parts import families
+
+    family = families.of(cfg.model)
+    T = cfg.data.seq_len
+    val = np.asarray(data.val)
+    out = {c: np.empty((len(offsets), T)) for c in (feeds or {"none": None})}
+    for lo in range(0, len(offsets), batch_size):
+        rows = offsets[lo : lo + batch_size, None] + np.arange(T + 1)
+        seq = torch.as_tensor(val[rows].astype(np.int64), device=device)
+        x, y = seq[:, :-1], seq[:, 1:]
+        for cond in out:
+            nbr = feeds.get(cond)
+            if nbr is None:
+                logits = family.score_logits(model, x)
+            else:
+                n = torch.as_tensor(nbr[lo : lo + batch_size], device=device)
+                logits = model(x, neighbours=n).logits
+            loss = F.cross_entropy(logits.double().flatten(0, 1), y.flatten(), reduction="none")
+            out[cond][lo : lo + len(x)] = loss.view(len(x), T).cpu().numpy()
+    return out
+
+
+def _overlaps(db, data, offsets: np.ndarray, T: int, losses: dict) -> dict[str, Any]:
+    """'overlap' (mean over chunks) and 'chunks': per chunk its mean loss per condition, its
+    overlap with its own neighbours and with the ones its tokens read (chunk c - 1's)."""
+    from attnlab.data.retrieval import neighbour_tokens, overlap
+
+    m = db.chunk_size
+    chunks = [c for o in offsets for c in range(o // m, (o + T) // m)]
+    nbr = neighbour_tokens(data.train, np.asarray(db.val)[chunks], m, db.neighbour_len, data.eos_id)
+    val = np.asarray(data.val)
+    ov = [overlap(val[c * m : (c + 1) * m], nbr[i]) for i, c in enumerate(chunks)]
+    # the first chunk of a window reads none (NaN)
+    per = T // m
+    read = [
+        float("nan") if i % per == 0 else overlap(val[c * m : (c + 1) * m], nbr[i - 1])
+        for i, c in enumerate(chunks)
+    ]
+    per_chunk = {
+        {"real": "with", "none": "without"}.get(c, c): lw.reshape(-1, m).mean(1).tolist()
+        for c, lw in losses.items()
+    }
+    return {
+        "overlap": float(np.mean(ov)),
+        "chunks": {**per_chunk, "overlap": ov, "read_overlap": read},
+    }

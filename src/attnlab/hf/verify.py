@@ -10,7 +10,11 @@ For each folder:
   tokens alone can tie on a weak model, logits cannot hide a cache that sees only the new token),
   and whether its tokens equal ``attnlab.model.generate``'s (greedy, stopping at end-of-text);
 - transformers' ``pipeline("text-generation")`` on a text: whether its tokens equal greedy
-  decoding by full forwards without a cache.
+  decoding by full forwards without a cache;
+- a model that reads neighbours (``family = "retrieval"``): the checks above run its decoder
+  without neighbours (its database is not exported), and ``forward(neighbours=)`` is compared
+  with attnlab's on the stored neighbours of validation windows (``stored_neighbours``:
+  ``neighbour_logits``); the sentence says which is which.
 
 Several folders share one child process (imports cost most of its time).
 """
@@ -58,6 +62,10 @@ for job in json.load(open(sys.argv[1])):
     n, eos = job["max_new_tokens"], model.generation_config.eos_token_id
     with torch.no_grad():
         logits = model(input_ids=torch.tensor(job["ids"]), use_cache=False).logits
+        nb_logits = None
+        if job.get("nb_ids") is not None:  # a retrieval model's neighbour path
+            nb_logits = model(input_ids=torch.tensor(job["nb_ids"]),
+                              neighbours=torch.tensor(job["neighbours"]), use_cache=False).logits
         prompt = torch.tensor([job["prompt"]])
         gen = model.generate(prompt, max_new_tokens=n, do_sample=False, output_logits=True,
                              return_dict_in_generate=True)
@@ -72,10 +80,42 @@ for job in json.load(open(sys.argv[1])):
             piped = pipe(job["text"], max_new_tokens=n, do_sample=False, return_tensors=True)
             piped = [int(t) for t in piped[0]["generated_token_ids"]]
             reference = greedy_without_cache(model, torch.tensor([text_ids]), n, eos)
-    torch.save({"logits": logits, "generated": gen.sequences[0].tolist(), "step_diff": step_diff,
+    torch.save({"logits": logits, "nb_logits": nb_logits, "generated": gen.sequences[0].tolist(), "step_diff": step_diff,
                 "steps": len(steps), "piped": piped, "piped_reference": reference,
                 "module": type(model).__module__, "text_ids": text_ids}, job["out"])
 """
+
+
+@dataclass(frozen=True)
+class Neighbours:
+    """Inputs of a retrieval model's neighbour path: ``ids`` [B, T], their ``neighbours``
+    [B, C, k, r] token ids, and where they come from (one line)."""
+
+    ids: torch.Tensor
+    neighbours: torch.Tensor
+    source: str
+
+
+def stored_neighbours(cfg, windows: int = 2) -> Neighbours:
+    """The first ``windows`` validation windows of a retrieval run's data and their neighbours
+    from its stored database (checked against its hashes and its data first)."""
+    import numpy as np
+
+    from attnlab.data import TokenData
+    from attnlab.data.retrieval import sequence_neighbours
+    from attnlab.data.retrieval_index.integrity import open_checked
+
+    r, T = cfg.model.retrieval, cfg.data.seq_len
+    data = TokenData.open(cfg.data.dir)
+    db = open_checked(cfg.data.dir, r.chunk_size, r.neighbours, r.neighbour_len - r.chunk_size)
+    windows = max(1, min(windows, (len(data.val) - 1) // T))
+    offsets, nb = sequence_neighbours(db, data, "val", np.arange(windows) * T, T)
+    ids = np.stack([np.asarray(data.val[o : o + T], dtype=np.int64) for o in offsets])
+    source = (
+        f"the stored neighbours of {windows} validation windows ({windows * (T // r.chunk_size)} "
+        f"chunks of {r.chunk_size} tokens, {r.neighbours} neighbours each) from {db.directory}"
+    )
+    return Neighbours(torch.as_tensor(ids), torch.as_tensor(nb), source)
 
 
 @dataclass
@@ -98,6 +138,11 @@ class Check:
     prompt_tokens: int
     #: whether pipeline("text-generation") was run (``check_exports(pipeline=False)`` skips it)
     pipeline_checked: bool = True
+    #: a model that reads neighbours: max |logits - attnlab logits| of ``forward(neighbours=)``
+    #: on the neighbours ``neighbour_source`` names (None: not checked)
+    neighbour_logits: float | None = None
+    neighbour_source: str = ""
+    reads_neighbours: bool = False
 
     #: float32 logits of the same weights through two code paths agree far closer than this
     TOLERANCE = 1e-4
@@ -110,6 +155,7 @@ class Check:
             and self.max_abs_step_logits < self.TOLERANCE
             and self.greedy_equal
             and self.pipeline_equal
+            and (self.neighbour_logits is None or self.neighbour_logits < self.TOLERANCE)
         )
 
     def sentence(self) -> str:
@@ -122,12 +168,22 @@ class Check:
             if self.pipeline_checked
             else "pipeline() not run"
         )
+        without = " without neighbours" if self.reads_neighbours else ""
+        line = (
+            f"verified without attnlab: max |logits - attnlab logits| = {self.max_abs_logits:.3g}"
+            f"{without}; transformers' generate() with its KV cache{without}: step logits "
+            f"{cached} to a full forward (max |difference| {self.max_abs_step_logits:.3g} over "
+            f"{self.steps} steps), {same} {len(self.attnlab_tokens) - self.prompt_tokens} new "
+            f"tokens as attnlab generate; {piped}"
+        )
+        if not self.reads_neighbours:
+            return line
+        if self.neighbour_logits is None:
+            return f"{line}; the neighbour path forward(neighbours=) NOT checked"
         return (
-            f"verified without attnlab: max |logits - attnlab logits| = {self.max_abs_logits:.3g}; "
-            f"transformers' generate() with its KV cache: step logits {cached} to a full forward "
-            f"(max |difference| {self.max_abs_step_logits:.3g} over {self.steps} steps), "
-            f"{same} {len(self.attnlab_tokens) - self.prompt_tokens} new tokens as attnlab "
-            f"generate; {piped}"
+            f"{line}; the neighbour path forward(neighbours=) on {self.neighbour_source}: max "
+            f"|logits - attnlab logits| = {self.neighbour_logits:.3g} (the database is not "
+            "exported: generate() and pipeline() decode without neighbours)"
         )
 
 
@@ -139,10 +195,15 @@ def check_exports(
     text: str = "The history of attention, in brief.",
     timeout: float = 600,
     pipeline: bool = True,
+    neighbours: list[Neighbours | None] | None = None,
 ) -> list[Check]:
     """``jobs``: (exported folder, the run's model, the run's tokenizer) triples. ``pipeline``:
-    also decode ``text`` with transformers' ``pipeline()`` (``attnlab check`` leaves it out)."""
+    also decode ``text`` with transformers' ``pipeline()`` (``attnlab check`` leaves it out).
+    ``neighbours``: per job, the inputs on which a retrieval model's neighbour path is compared
+    (:func:`stored_neighbours`), or None."""
     from attnlab.model import generate
+    from attnlab.parts import families
+    from attnlab.parts.family import NEIGHBOURS
 
     gen = torch.Generator().manual_seed(0)
     specs, refs = [], []
@@ -151,15 +212,20 @@ def check_exports(
         vocab = min(model.cfg.vocab_size, tok.vocab_size)
         ids = torch.randint(0, vocab, (2, seq_len), generator=gen)
         prompt = tok.encode(text)[:8] or [tok.eos_id]
+        nb = neighbours[i] if neighbours is not None else None
         with torch.no_grad():
             logits = model(ids).logits
+            nb_logits = None if nb is None else model(nb.ids, neighbours=nb.neighbours).logits
         ref = generate(model, torch.tensor([prompt]), new_tokens, temperature=0, eos_id=tok.eos_id)
-        refs.append((logits, ref[0].tolist(), tok.encode(text)))
+        reads = families.of(model.cfg).needs(NEIGHBOURS)
+        refs.append((logits, ref[0].tolist(), tok.encode(text), nb_logits, nb, reads))
         out = work / f"{i}.pt"
         specs.append(
             {
                 "folder": str(Path(folder).resolve()),
                 "ids": ids.tolist(),
+                "nb_ids": None if nb is None else nb.ids.tolist(),
+                "neighbours": None if nb is None else nb.neighbours.tolist(),
                 "prompt": prompt,
                 "max_new_tokens": new_tokens,
                 "text": text,
@@ -180,8 +246,11 @@ def check_exports(
     if proc.returncode != 0:
         raise UserError(f"loading the export without attnlab failed:\n{proc.stderr[-3000:]}")
     checks = []
-    for spec, (logits, tokens, text_ids) in zip(specs, refs):
+    for spec, (logits, tokens, text_ids, nb_logits, nb, reads) in zip(specs, refs):
         got = torch.load(spec["out"], weights_only=True)
+        nb_diff = None
+        if nb_logits is not None:
+            nb_diff = float((nb_logits - got["nb_logits"]).abs().max())
         checks.append(
             Check(
                 folder=spec["folder"],
@@ -196,6 +265,9 @@ def check_exports(
                 transformers_tokens=got["generated"],
                 prompt_tokens=len(spec["prompt"]),
                 pipeline_checked=pipeline,
+                neighbour_logits=nb_diff,
+                neighbour_source="" if nb is None else nb.source,
+                reads_neighbours=reads,
             )
         )
     return checks

@@ -109,6 +109,10 @@ class Attention(DecodeLayout, nn.Module):
             self._fused_cache = (key, weight, bias)
         return weight, bias
 
+    def memory_kv(self, memory: Tensor) -> tuple[Tensor, Tensor]:
+        """Cross-attention's keys and values of ``memory`` [B, S, d]: [B, H_kv, S, d_h] each."""
+        return self._heads(self.key(memory), self.Hkv), self._heads(self.value(memory), self.Hkv)
+
     def _heads(self, t: Tensor, n: int) -> Tensor:
         B, T, _ = t.shape
         return t.view(B, T, n, self.dh).transpose(1, 2)
@@ -122,15 +126,19 @@ class Attention(DecodeLayout, nn.Module):
         cache: KVCache | None = None,
         slot: int = 0,
         memory: Tensor | None = None,
+        kv: tuple[Tensor, Tensor] | None = None,
     ) -> tuple[Tensor, Tensor | None]:
-        """u [B,T,d] -> [B,T,d] (and the attention maps when ctx.need_weights)."""
+        """u [B,T,d] -> [B,T,d] (and the attention maps when ctx.need_weights). Cross-attention
+        reads ``memory`` [B, S, d], or its keys and values ``kv`` (:meth:`memory_kv`) kept by
+        the caller."""
         if self.cross:
             q = self.query(u)
-            if cache is not None and slot in cache.cross:
+            if kv is not None:
+                k, v = kv
+            elif cache is not None and slot in cache.cross:
                 k, v = cache.cross[slot]
             else:
-                k = self._heads(self.key(memory), self.Hkv)
-                v = self._heads(self.value(memory), self.Hkv)
+                k, v = self.memory_kv(memory)
                 if cache is not None:
                     cache.cross[slot] = (k, v)
             sctx = ScoreContext(None, False, None, ctx.need_weights)

@@ -7,6 +7,8 @@ identity head) add nothing to it.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor
 
@@ -30,6 +32,9 @@ class KVCache:
         self.max_len = max_len
         self.length = 0
         self.cross: dict[int, tuple[Tensor, Tensor]] = {}
+        #: what a family keeps across decoding steps besides keys and values (retrieval: the
+        #: encoded neighbours of each completed chunk, each CCA layer's keys and values of them)
+        self.store: dict[str, Any] = {}
 
     def update(self, slot: int, k: Tensor, v: Tensor, start: int) -> tuple[Tensor, Tensor]:
         """Write k, v at positions [start, start+T) and return all keys/values up to there."""

@@ -83,13 +83,14 @@ class Transformer(nn.Module):
     # -------------------------------------------------------------------------------- properties
     @property
     def supports_cache(self) -> bool:
-        """A family that decodes with the cache (``decodes_with_cache``; retrieval decodes
-        without: ``model.retrieval.generate_with_retrieval``) whose decoder's every part
+        """A family that decodes with the cache (``decodes_with_cache``) whose decoder's every
+        part, and every part that reads the decoder's stream (retrieval's cross-attention),
         declares cached decoding exact."""
+        readers = parts_of(self.cca) if self.cca is not None else []
         return (
             self.family.decodes_with_cache
             and self.decoder is not None
-            and all(type(p).supports_kv_cache for p in parts_of(self.decoder))
+            and all(type(p).supports_kv_cache for p in [*parts_of(self.decoder), *readers])
         )
 
     @property

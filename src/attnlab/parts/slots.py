@@ -426,8 +426,11 @@ class CrossAttentionPart(Part):
     retrieved with the tokens of chunk j). Causality is the part's job: output p may read chunk
     j's neighbours only once p has seen all of chunk j (p >= (j + 1) m - 1); ``attnlab check``
     derives each chunk's neighbours from its tokens, so a part that reads them earlier fails
-    its causality check. Retrieval decodes without a KV cache (the memory grows with every
-    completed chunk). Declared FLOPs per decoder token include the K/V work on the k r
+    its causality check. A part that declares ``supports_kv_cache = True`` also takes
+    ``forward(h, memory, start=s, state=dict)`` in cached decoding: h holds positions s..s+T-1,
+    memory the neighbours of every chunk they may read, ``state`` the layer's own dict in the
+    K/V cache (kept across steps: the built-in part keeps each chunk's keys and values); the
+    battery's kv_cache check proves it equals the full forward. Declared FLOPs per decoder token include the K/V work on the k r
     neighbour tokens of each chunk (k r / m neighbour tokens per decoder token)."""
 
     supports_kv_cache: ClassVar[bool] = False

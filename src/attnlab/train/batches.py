@@ -55,8 +55,10 @@ def micro_offsets(offsets: np.ndarray, step: int, slice_index: int, batch_size: 
 
 def open_database(cfg: Config, data_dir: Path, dist: Any):
     """``model.family = "retrieval"``: the retrieval database of ``data_dir`` for the model's
-    chunk size, neighbours and continuation, built (rank 0) when missing."""
-    from attnlab.data.retrieval import Database, build_database, database_dir
+    chunk size, neighbours and continuation, built (rank 0) when missing, and checked against
+    its recorded hashes and the data it was built from (a changed database is refused)."""
+    from attnlab.data.retrieval import build_database
+    from attnlab.data.retrieval_index.integrity import open_checked
 
     r = cfg.model.retrieval
     m, cont = r.chunk_size, r.neighbour_len - r.chunk_size
@@ -67,7 +69,7 @@ def open_database(cfg: Config, data_dir: Path, dist: Any):
     if dist.is_main:
         build_database(data_dir, chunk_size=m, neighbours=r.neighbours, continuation=cont)
     dist.barrier()
-    return Database.open(database_dir(data_dir, m, r.neighbours, cont))
+    return open_checked(data_dir, m, r.neighbours, cont)  # its hashes and its data's
 
 
 def chunk_neighbours(

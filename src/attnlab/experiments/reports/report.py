@@ -6,6 +6,7 @@ one function per section, in the order the report shows them (:func:`compare_rep
     fairness     one batch schedule per seed (:mod:`~.sections`)
     variants     parameters, overrides and parameter matching per variant
     runs         one row per run, and the evaluation tasks' means per variant
+    retrieval    real, mismatched and no neighbours per token class, paired tests (:mod:`~.retrieval_controls`)
     curves       validation loss, relative improvement along training, parameters vs loss
     parts        the parts' own sections (:mod:`~.part_sections`)
     notes        runs that did not finish, and the notes gathered on the way
@@ -41,6 +42,7 @@ from attnlab.experiments.reports.part_sections import (
     parts_section,
     train_stats_section,
 )
+from attnlab.experiments.reports.retrieval_controls import retrieval_section
 from attnlab.experiments.reports.sections import fairness_section, notes_section, written_by
 from attnlab.experiments.reports.stats import (
     PairedTest,
@@ -113,6 +115,7 @@ def compare_report(out: Path, record: Record, rows: list[RunRow]) -> Path:
         *variants_section(record),
         *runs_section(rows),
         *evaluation_section(rows, summaries),
+        *retrieval_section(rows),
         *lengths_section(out, rows),
         *curves_section(out, record, rows, summaries, notes),
         *parts_section(record),

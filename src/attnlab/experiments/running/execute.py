@@ -126,14 +126,18 @@ def evaluate_run(r: RunPlan, spec: EvaluateSpec, note: Callable[[str], None]) ->
     try:
         if r.config.train.threads:
             torch.set_num_threads(r.config.train.threads)
-        evaluate(
-            r.run_dir,
-            todo,
-            spec.limit,
-            batch_size=spec.batch_size,
-            device=r.config.train.device,
-            lengths=spec.lengths or r.config.eval.lengths,
-        )
+        if "retrieval" in todo:  # a retrieval run is no causal LM target: the run itself
+            _retrieval(r, spec)
+            todo = [t for t in todo if t != "retrieval"]
+        if todo:
+            evaluate(
+                r.run_dir,
+                todo,
+                spec.limit,
+                batch_size=spec.batch_size,
+                device=r.config.train.device,
+                lengths=spec.lengths or r.config.eval.lengths,
+            )
     except KeyboardInterrupt:
         raise
     except Exception as e:
@@ -142,6 +146,15 @@ def evaluate_run(r: RunPlan, spec: EvaluateSpec, note: Callable[[str], None]) ->
         note(f"  evaluation of {r.variant} seed{r.seed} failed: {e}")
     finally:
         torch.set_num_threads(threads)
+
+
+def _retrieval(r: RunPlan, spec: EvaluateSpec) -> None:
+    """The ``retrieval`` task (real, mismatched and no neighbours) into ``eval/results.json``."""
+    from attnlab.eval.results import merge_results, results_path
+    from attnlab.eval.retrieval import retrieval_metrics
+
+    metrics = retrieval_metrics(r.run_dir, max_windows=spec.limit, device=r.config.train.device)
+    merge_results(results_path(r.run_dir), {"retrieval": {"metrics": metrics}})
 
 
 def execute(

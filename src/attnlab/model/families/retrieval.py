@@ -9,9 +9,10 @@ sharing the embeddings:
     h_i = Block_i(h_{i-1}) + CCA_i(h, E)  at the CCA layers; h = Block_i(h_{i-1}) elsewhere
 
 ``neighbours`` [B, C, k, r] token ids come from the retrieval database (``attnlab data
-retrieval``); without them the CCA layers add nothing (the decoder "without retrieval"). No K/V
-cache (CCA's memory grows with every completed chunk): generation retrieves live, running full
-forwards. Cost per token: the decoder, the encoder at k r / m tokens per decoder token, each CCA
+retrieval``); without them the CCA layers add nothing (the decoder "without retrieval"). Cached
+decoding (RETRO §2.6): the K/V cache keeps the decoder's keys and values, each completed chunk's
+encoded neighbours (encoded once) and each CCA layer's keys and values of them (projected once);
+a step passes the neighbours of every chunk completed so far. Cost per token: the decoder, the encoder at k r / m tokens per decoder token, each CCA
 part's own (K/V over the neighbours), the LM head.
 """
 
@@ -22,7 +23,7 @@ from torch import nn
 
 from attnlab.base.errors import InvalidRequestError
 from attnlab.model.families.objectives import CAUSAL_LM
-from attnlab.model.retrieval.cca import encode_neighbours
+from attnlab.model.retrieval.cca import cached_neighbours, encode_neighbours
 from attnlab.parts import Dims
 from attnlab.parts.families import register
 from attnlab.parts.family import NEIGHBOURS, RETRIEVAL_ROUTE, CheckCase, Family, StackPlan
@@ -50,6 +51,7 @@ class Retrieval(Family):
     objective = CAUSAL_LM
     data_needs = (NEIGHBOURS,)
     continues_text = True
+    decodes_with_cache = True
     exports = True
     eval_routes = (RETRIEVAL_ROUTE,)
     reads_cross_attention = True
@@ -82,14 +84,16 @@ class Retrieval(Family):
 
     def route(self, model, input_ids, *, cache, start_pos, return_attn, neighbours=None, **_):
         after = None
-        if neighbours is not None:
-            if cache is not None or start_pos:
+        if neighbours is not None and cache is None:
+            if start_pos:
                 raise InvalidRequestError(
-                    "a retrieval model reads its neighbours over the whole sequence; call "
-                    "it without a cache (model.retrieval.generate_with_retrieval does)"
+                    "a retrieval model reads its neighbours over the whole sequence; decode "
+                    "from a later position with a cache (model.new_cache)"
                 )
             enc = encode_neighbours(model, neighbours)
             after = {int(i): (lambda h, c=c: c(h, enc)) for i, c in model.cca.items()}
+        elif neighbours is not None:
+            after = self._cached_after(model, neighbours, cache, start_pos + input_ids.shape[1])
         return model.run_stack(
             model.decoder,
             input_ids,
@@ -98,6 +102,25 @@ class Retrieval(Family):
             return_attn=return_attn,
             after=after,
         )
+
+    @staticmethod
+    def _cached_after(model, neighbours, cache, end):
+        """The CCA layers of a cached step: each reads the chunks' encodings kept in the cache
+        (each chunk encoded once) and keeps its own state there (its keys and values)."""
+        slow = [type(c).__name__ for c in model.cca.values() if not type(c).supports_kv_cache]
+        if slow:
+            raise InvalidRequestError(
+                f"the cross_attention part {slow[0]} declares supports_kv_cache = False; decode "
+                "without a cache (generate --no-cache)"
+            )
+        enc = cached_neighbours(model, neighbours, cache, end)
+        if enc is None:  # no chunk complete: no token reads anything yet
+            return None
+        after = {}
+        for i, c in model.cca.items():
+            state = cache.store.setdefault(f"cca{i}", {})
+            after[int(i)] = lambda h, c=c, s=state: c(h, enc, start=end - h.shape[1], state=s)
+        return after
 
     def extra_flops(self, model, seq_len: int) -> int:
         """Each cross_attention part declares its own (K/V per neighbour)."""

@@ -16,7 +16,9 @@ Cost per CCA layer: params 2 d d_q + 2 d d_kv (+ norm, with the baseline parts);
 2(d d_q + d_q d) for q and W_O, 4 k r d_h H for the scores and the weighted sum, and the K/V
 projections of k r neighbour tokens per chunk, 4 d d_kv k r / m per token. Implementation: the
 shifted sequence is reshaped to [B C, m, d] so each chunk attends to its own [B C, k r, d]
-memory in one batched call.
+memory in one batched call. Cached decoding (RETRO §2.6 with a K/V cache): a token reads one
+chunk's keys and values, computed once when the chunk completes and kept in the cache, so a
+decoding step costs q, W_O and 4 k r d_h H, not the chunk's K/V projections again.
 """
 
 from __future__ import annotations
@@ -42,7 +44,17 @@ from attnlab.parts.registry import build
 
 @register("cross_attention", "cca")
 class ChunkedCrossAttention(CrossAttentionPart):
-    """One CCA layer: pre-norm, then cross-attention per chunk to its encoded neighbours."""
+    """One CCA layer: pre-norm, then cross-attention per chunk to its encoded neighbours; with
+    the K/V cache, token by token, each chunk's keys and values projected once."""
+
+    supports_kv_cache = True
+
+    def __init_subclass__(cls, **kw) -> None:
+        """A subclass with a forward of its own (a plugin's variant written for the full
+        forward) decodes without the cache unless it declares ``supports_kv_cache`` itself."""
+        super().__init_subclass__(**kw)
+        if "forward" in cls.__dict__ and "supports_kv_cache" not in cls.__dict__:
+            cls.supports_kv_cache = False
 
     cost = "params 2 d d_q + 2 d d_kv + norm; FLOPs 4 d d_q + 4 k r d_h H + 4 d d_kv k r / m"
     #: the built-in part's attnlab params row
@@ -105,10 +117,17 @@ class ChunkedCrossAttention(CrossAttentionPart):
                 total += round(flops * kr / r.chunk_size) if id(mod) in kv else flops
         return total + 4 * kr * a.dh * a.heads_out
 
-    def forward(self, h: Tensor, memory: Tensor) -> Tensor:
+    def forward(
+        self, h: Tensor, memory: Tensor, start: int = 0, state: dict | None = None
+    ) -> Tensor:
         """h [B, T, d], memory [B, C, k r, d] (encoded neighbours of chunks 0..C-1) -> [B, T, d].
 
-        Needs C >= ceil((T - m + 1) / m) (= T / m when m divides T)."""
+        Needs C >= ceil((T - m + 1) / m) (= T / m when m divides T). Cached decoding
+        (``state``: this layer's dict in the K/V cache): h holds positions start..start+T-1,
+        memory every chunk they may read, and each chunk's keys and values are computed once
+        (:meth:`_decode`)."""
+        if state is not None:
+            return self._decode(h, memory, start, state)
         B, T, d = h.shape
         m = self.m
         if m > T:  # no chunk is complete yet: nothing to read
@@ -128,3 +147,32 @@ class ChunkedCrossAttention(CrossAttentionPart):
         out, _ = self.cross_attention(x, ctx, memory=mem)
         out = out.reshape(B, C * m, d)[:, :Ts]
         return F.pad(out, (0, 0, m - 1, 0))
+
+    def _decode(self, h: Tensor, memory: Tensor, start: int, state: dict) -> Tensor:
+        """Token p = start + t reads chunk j(p) = (p + 1) // m - 1 (0 where j(p) < 0), through
+        the keys and values of each chunk kept in ``state["kv"]`` ([B, C, H_kv, k r, d_h]),
+        the new chunks' added here: a chunk's neighbours are projected once however many
+        tokens read them. Per token: q, W_O and the k r scores, as in the chunked forward."""
+        B, T, d = h.shape
+        j = (torch.arange(start, start + T, device=h.device) + 1) // self.m - 1
+        if int(j.max()) < 0:
+            return torch.zeros_like(h)
+        if memory.shape[1] <= int(j.max()):
+            raise ValueError(
+                f"position {start + T - 1} reads chunk {int(j.max())}; got the neighbours of "
+                f"{memory.shape[1]} chunks"
+            )
+        kv, C = state.get("kv"), memory.shape[1]
+        done = 0 if kv is None else kv[0].shape[1]
+        if done < C:
+            S = memory.shape[2]
+            k, v = self.cross_attention.memory_kv(memory[:, done:].reshape(-1, S, d))
+            k, v = (t.reshape(B, C - done, *t.shape[1:]) for t in (k, v))
+            kv = (k, v) if kv is None else (torch.cat([kv[0], k], 1), torch.cat([kv[1], v], 1))
+            state["kv"] = kv
+        at = j.clamp(min=0)
+        k, v = (t[:, at].flatten(0, 1) for t in kv)  # [B T, H_kv, k r, d_h]
+        x = self.norm(h).reshape(B * T, 1, d)
+        dummy = torch.zeros(0, dtype=torch.long, device=h.device)
+        out, _ = self.cross_attention(x, AttnContext(dummy, dummy, None, False), kv=(k, v))
+        return torch.where((j >= 0).view(1, T, 1), out.reshape(B, T, d), 0.0)
