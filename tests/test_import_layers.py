@@ -166,6 +166,7 @@ EXP = "attnlab.experiments"
 #: experiments/ from the bottom up: a layer imports only layers below it (or itself)
 EXPERIMENT_LAYERS = [
     ("definition", ["spec", "sweep_spec", "matching", "resolve", "record", "results"]),
+    ("scaling", ["scaling"]),
     ("sweeps", ["sweeps"]),
     ("running", ["running"]),
     ("reports", ["reports"]),
