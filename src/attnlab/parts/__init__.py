@@ -50,6 +50,7 @@ from attnlab.parts.slots import (
     SideBranchPart,
     ValuePart,
 )
+from attnlab.parts.width import WidthRole, WidthScaling
 
 __all__ = [
     "BUILTIN",
@@ -79,6 +80,8 @@ __all__ = [
     "ScorePart",
     "SideBranchPart",
     "ValuePart",
+    "WidthRole",
+    "WidthScaling",
     "default_init",
     "load_plugin",
     "load_plugins",
