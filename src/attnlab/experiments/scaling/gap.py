@@ -160,7 +160,7 @@ class GapFit:
         return "fitted gap " + "; ".join(parts)
 
 
-def _paired_gaps(b: LadderData, v: LadderData, yb: np.ndarray, yv: np.ndarray, both: np.ndarray):
+def _paired_gaps(yb: np.ndarray, yv: np.ndarray, both: np.ndarray) -> np.ndarray:
     """[..., R] mean over the seeds both ran of exp(yb) - exp(yv) (NaN where none)."""
     diff = np.where(both, np.exp(yb) - np.exp(yv), 0.0)
     n = both.sum(axis=-1)
@@ -237,14 +237,14 @@ def compare_scaling(
     both = np.isfinite(b.y) & np.isfinite(yv)
     x = np.sqrt(b.x * v.x)
     if both.any():
-        observed = _paired_gaps(b, v, b.y, yv, both)
+        observed = _paired_gaps(b.y, yv, both)
     else:  # no seed ran in both: the difference of the rung means
         observed = np.exp(b.rung_means()) - np.exp(v.rung_means())
     slope = float(_slopes(np.log10(x), observed))
     boot = None
     if db is not None and dv is not None and paired:
         rb, rv = replicate(b, db), replicate(v, dv)
-        g = _paired_gaps(b, v, rb.y, rv.y, rb.mask & rv.mask)
+        g = _paired_gaps(rb.y, rv.y, rb.mask & rv.mask)
         boot = _slopes(np.log10(x)[db.rung], g)
     elif db is not None and dv is not None:
         rb, rv = replicate(b, db), replicate(v, dv)
