@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 
+from attnlab.base import exitcodes
 from attnlab.commands._common import add_trust_argument, trusting
 
 NAME = "export"
@@ -77,5 +78,5 @@ def _run(args: argparse.Namespace) -> int:
         (check,) = check_exports([(result.out, model, tok)])
         print(check.sentence())
         if not check.passed:
-            return 1
-    return 0
+            return exitcodes.FAILED
+    return exitcodes.OK
