@@ -74,6 +74,42 @@ def plan(model: nn.Module, cfg: ModelConfig, base: ModelConfig) -> MupPlan:
     )
 
 
+def base_config(cfg: ModelConfig) -> ModelConfig:
+    """The standard model at ``cfg``'s µP base width (``mup_base_width``, else ``d_model``):
+    heads of the same size when ``attention.head_dim`` is set (their number scaled), else the
+    same number of heads; an absolute FFN width (a matched control's ``ffn.hidden``) scaled with
+    the width, so it is an infinite dimension as ``ratio x d_model`` is."""
+    w = cfg.mup_base_width or cfg.d_model
+    a = cfg.attention
+    att: dict = {}
+    if a.head_dim is not None:
+        heads = max(1, w // a.head_dim)
+        att["n_heads"] = heads
+        if a.n_kv_heads is not None:
+            att["n_kv_heads"] = max(1, a.n_kv_heads * heads // a.n_heads)
+    update: dict = {
+        "d_model": w,
+        "parametrisation": "standard",
+        "mup_base_width": None,
+        "attention": a.model_copy(update=att),
+    }
+    hidden = getattr(cfg.ffn, "hidden", None)
+    if hidden:
+        update["ffn"] = cfg.ffn.model_copy(
+            update={"hidden": max(1, round(hidden * w / cfg.d_model))}
+        )
+    return cfg.model_copy(update=update)
+
+
+def apply_configured(model: nn.Module, cfg: ModelConfig) -> MupPlan | None:
+    """µP on a freshly built model when ``cfg.parametrisation`` is ``"mup"`` (what
+    :func:`attnlab.model.build_model` calls; a loaded checkpoint then replaces the rescaled
+    init, and the attention scale and readout multiplier follow from the config alone)."""
+    if cfg.parametrisation != "mup":
+        return None
+    return apply_mup(model, cfg, base_config(cfg))
+
+
 def _readout_stack(model: nn.Module) -> nn.Module:
     stack = getattr(model, "decoder", None) or getattr(model, "encoder", None)
     if stack is None:

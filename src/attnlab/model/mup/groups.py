@@ -19,10 +19,23 @@ from attnlab.model.mup.apply import MupPlan
 
 
 def mup_param_groups(model: nn.Module, plan: MupPlan, weight_decay: float) -> list[dict[str, Any]]:
-    """The model's ``param_groups(weight_decay)`` split by each parameter's ``lr_scale``."""
+    """The model's ``param_groups(weight_decay)`` split by each parameter's ``lr_scale`` (a
+    model whose own ``param_groups`` already splits them, as a µP-configured attnlab model's
+    does, is returned as it groups itself)."""
+    groups = model.param_groups(weight_decay)
+    if all("lr_scale" in g for g in groups):
+        return groups
+    return split_groups(model, plan, groups)
+
+
+def split_groups(
+    model: nn.Module, plan: MupPlan, groups: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """``groups`` (decay grouping) split by each parameter's ``lr_scale``, the decay of each
+    divided by it."""
     names = {id(p): n for n, p in model.named_parameters()}
     out: list[dict[str, Any]] = []
-    for group in model.param_groups(weight_decay):
+    for group in groups:
         by_scale: dict[float, list[nn.Parameter]] = {}
         for p in group["params"]:
             by_scale.setdefault(plan.params[names[id(p)]].lr_scale, []).append(p)
