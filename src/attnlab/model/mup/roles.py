@@ -58,12 +58,11 @@ def layerless(name: str) -> str:
     return _INDEX.sub(".*", name)
 
 
-def base_shapes(base: ModelConfig) -> dict[str, torch.Size]:
-    """Layerless parameter name -> shape in the model ``base`` describes (built on meta)."""
-    from attnlab.model.transformer import build_model
-
+def base_shapes(base: ModelConfig, build: type[nn.Module]) -> dict[str, torch.Size]:
+    """Layerless parameter name -> shape in the model ``base`` describes, built on meta by
+    ``build`` (the model's own class: the standard model of ``base``)."""
     with torch.device("meta"):
-        model = build_model(base)
+        model = build(base)
     out: dict[str, torch.Size] = {}
     for name, p in model.named_parameters():
         out.setdefault(layerless(name), p.shape)
@@ -106,7 +105,7 @@ def declarations(model: nn.Module) -> dict[str, WidthScaling]:
 
 def scalings(model: nn.Module, base: ModelConfig) -> dict[str, ParamScaling]:
     """Every (deduplicated) parameter of ``model`` -> its :class:`ParamScaling` against ``base``."""
-    shapes = base_shapes(base)
+    shapes = base_shapes(base, type(model))
     declared = declarations(model)
     head = getattr(model, "lm_head", None)
     readout = {id(head.weight)} if isinstance(head, nn.Linear) else set()
