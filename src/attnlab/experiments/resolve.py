@@ -328,6 +328,10 @@ def resolve(
     base0 = _validate(base_raw, "base config", base_notes)
     t = base0.train
     tokens_per_step = t.batch_plan(base0.data.seq_len).tokens  # one process: compare's runs
+    if spec.budget is None:
+        raise ConfigError(
+            "this experiment has a [ladder] table and no [budget]; run it with `attnlab ladder`"
+        )
     if spec.budget.steps is not None:
         steps = spec.budget.steps
     else:

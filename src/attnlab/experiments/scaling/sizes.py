@@ -29,10 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from pydantic import Field, model_validator
-
-from attnlab.base.section import Section
 from attnlab.config import Config, ConfigError, load_config
+from attnlab.experiments.ladder_spec import SizeRule
 from attnlab.experiments.resolve import Experiment, resolve
 from attnlab.experiments.spec import Budget, ExperimentSpec
 from attnlab.model.params import count
@@ -47,30 +45,6 @@ PAPER_SIZES: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 #: a resolution's placeholder budget while the rung's own is not known yet
 _PLACEHOLDER_STEPS = 2**31
-
-
-class SizeRule(Section):
-    """How rung i is shaped and how many tokens it trains on."""
-
-    base_width: int = Field(64, ge=1, description="d_model of rung 0")
-    growth: float = Field(2**0.5, gt=1, description="d_model ratio between neighbouring rungs")
-    widths: list[int] | None = Field(
-        None, description="d_model of every rung, instead of base_width x growth^i"
-    )
-    head_dim: int = Field(16, ge=1, description="heads of this size: n_heads = d_model / head_dim")
-    aspect: float = Field(32.0, gt=0, description="d_model / n_layers")
-    min_layers: int = Field(2, ge=1)
-    tokens_per_param: float = Field(20.0, gt=0, description="token budget D = this x N")
-
-    @model_validator(mode="after")
-    def _widths(self) -> SizeRule:
-        bad = [w for w in self.widths or [] if w < self.head_dim or w % self.head_dim]
-        if bad:
-            raise ValueError(
-                f"widths {bad} are not positive multiples of head_dim={self.head_dim}; every "
-                "d_model must hold whole heads"
-            )
-        return self
 
 
 @dataclass(frozen=True)
