@@ -301,3 +301,62 @@ def test_every_module_with_weights_is_watched(baseline_check):
     own = {n for n, m in model.named_modules() if n and next(m.parameters(False), None) is not None}
     assert own <= set(result.scales)  # the fused Q, K, V weights too: the check unfuses them
     assert "decoder.blocks.0.attention.query.w_q" in own and "embed" in result.scales
+
+
+# ------------------------------------------------------------------ the battery's property
+
+
+def test_the_battery_fails_a_mis_scaled_plugin_part_naming_its_weight():
+    from attnlab.testing import check_part
+
+    report = check_part("side_branch", "mis_declared_skip", compile=False, export=False)
+    result = next(r for r in report.results if r.name == "coord_check")
+    assert result.status == "failed"
+    assert result.measured > result.limit == 0.25
+    assert "decoder.blocks.0.side_branch.w_skip.weight" in result.message()
+    assert "grows with width" in result.message()
+    assert not report.passed
+
+
+def test_the_battery_passes_the_seed_parts():
+    from attnlab.testing.cases import CASES, float64
+    from attnlab.testing.width_transfer import check as coord_property
+
+    with float64():
+        for slot, kind in (("query", "nonlinear"), ("side_branch", "content_skip")):
+            result = coord_property(f"{slot}.{kind}", slot, kind, {}, CASES[0])
+            assert result.status == "passed", result.message()
+            assert result.measured < result.limit
+
+
+# ------------------------------------------------------------------ µP through the config
+
+
+def test_model_parametrisation_mup_is_applied_by_build_model_and_the_optimizer():
+    from attnlab.model import build_model
+    from attnlab.runs.optim import recipe_optimizer, set_lr
+
+    sets = ["model.parametrisation=mup", "model.mup_base_width=32"]
+    cfg = load_config("tiny", [*SMALL, "model.d_model=128", "model.attention.n_heads=8",
+                               "model.attention.head_dim=16", *sets])  # fmt: skip
+    model = build_model(cfg.model)
+    plan = model.mup_plan
+    assert (plan.base_d_model, plan.d_model, plan.output_multiplier) == (32, 128, 0.25)
+    opt = recipe_optimizer(model, cfg.train, torch.device("cpu"))
+    set_lr(opt, 1e-2)
+    names = {id(p): n for n, p in model.named_parameters()}
+    for group in opt.param_groups:
+        for p in group["params"]:
+            assert group["lr"] == pytest.approx(1e-2 * plan.params[names[id(p)]].lr_scale)
+    hidden = "decoder.blocks.0.ffn.w_in.weight"
+    assert plan.params[hidden].lr_scale == 0.25
+    # the same config, standard: one learning rate, no plan
+    std = build_model(load_config("tiny", [*SMALL, "model.d_model=128"]).model)
+    assert getattr(std, "mup_plan", None) is None
+    # the base is the standard model at the base width: µP there changes nothing
+    same = load_config("tiny", [*SMALL, "model.parametrisation=mup"]).model
+    torch.manual_seed(0)
+    a = build_model(same)
+    torch.manual_seed(0)
+    b = build_model(same.model_copy(update={"parametrisation": "standard"}))
+    assert all(torch.equal(x, y) for x, y in zip(a.parameters(), b.parameters()))

@@ -56,7 +56,6 @@ class SizeRule(Section):
         return self
 
 
-
 class FitSettings(Section):
     """The fit's loss, the bootstrap, and the thresholds of the honesty checks."""
 

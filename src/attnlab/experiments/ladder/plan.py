@@ -23,7 +23,7 @@ from typing import Any
 from attnlab.experiments.ladder_spec import LadderSpec
 from attnlab.experiments.resolve import Experiment
 from attnlab.experiments.scaling.sizes import Rung, rung_experiment, shape
-from attnlab.experiments.spec import Budget, ExperimentSpec, VariantSpec
+from attnlab.experiments.spec import Budget, ExperimentSpec
 from attnlab.experiments.sweep_spec import SweepSpec
 from attnlab.experiments.sweeps.grid import expand
 
@@ -86,7 +86,9 @@ class LadderPlan:
         """Rung ``index``'s tuning sweep: every variant at every ``ladder.lr`` (with
         ``min_lr = min_lr_ratio x lr``), one seed, the rung's budget (sweep machinery)."""
         rung = self.rungs[index]
-        sweep = SweepSpec(grid={"train.lr": list(self.ladder.lr)}, min_lr_ratio=self.ladder.min_lr_ratio)
+        sweep = SweepSpec(
+            grid={"train.lr": list(self.ladder.lr)}, min_lr_ratio=self.ladder.min_lr_ratio
+        )
         spec = self.spec.model_copy(
             update={
                 "name": f"{self.spec.name}-tune-{self.label(index)}",
@@ -96,7 +98,9 @@ class LadderPlan:
                 "budget": Budget(steps=rung.steps),
             }
         )
-        return expand(spec, folder=self.folder, base_overrides=self._overrides(index), source=self.source)
+        return expand(
+            spec, folder=self.folder, base_overrides=self._overrides(index), source=self.source
+        )
 
     def with_lrs(self, index: int, lrs: dict[str, float]) -> Rung:
         """Rung ``index`` resolved with each variant's learning rate (``lrs`` by variant)."""
@@ -167,7 +171,11 @@ def _rung(plan: LadderPlan, index: int, spec: ExperimentSpec) -> Rung:
 
 
 def plan_ladder(
-    spec: ExperimentSpec, *, folder: str | Path = ".", base_overrides: list[str] = (), source: str = ""
+    spec: ExperimentSpec,
+    *,
+    folder: str | Path = ".",
+    base_overrides: list[str] = (),
+    source: str = "",
 ) -> LadderPlan:
     """Every rung of ``spec``'s ``[ladder]`` resolved (µP's overrides added under µP)."""
     ladder = spec.ladder

@@ -106,7 +106,9 @@ def ladder(req: LadderRequest, say: Say) -> LadderResult:
         for r in plan.rungs:
             i = r.shape.index
             src = plan.lr_source(i)
-            lrs = tuned[src].lrs if src is not None else {v: plan.ladder.lr[0] for v in plan.variants}
+            lrs = (
+                tuned[src].lrs if src is not None else {v: plan.ladder.lr[0] for v in plan.variants}
+            )
             rec["lr"][plan.label(i)] = lrs
             _write(out, rec)
             rung = plan.with_lrs(i, lrs)
@@ -136,7 +138,10 @@ def _train(exp: Experiment, where: Path, req: LadderRequest, say: Say) -> list[R
     if not req.quiet:
         flops = {v.name: float(v.params.flops_per_token) for v in exp.variants.values()}
         progress = ExperimentProgress(
-            len(exp.variants) * len(exp.seeds), flops, jobs=req.jobs, log_every=max(1, exp.steps // 5)
+            len(exp.variants) * len(exp.seeds),
+            flops,
+            jobs=req.jobs,
+            log_every=max(1, exp.steps // 5),
         )
     launcher = make_launcher(req.launcher, where, req.launcher_args, req.jobs, say)
     outcomes = run_all(exp, where, progress=progress, jobs=req.jobs, launcher=launcher)
@@ -147,9 +152,7 @@ def _train(exp: Experiment, where: Path, req: LadderRequest, say: Say) -> list[R
 def _claim(out: Path) -> None:
     from attnlab.base.owned import claim
 
-    claim(
-        out, LADDER_KIND, what="ladder directory", legacy=lambda d: (d / LADDER_FILE).is_file()
-    )
+    claim(out, LADDER_KIND, what="ladder directory", legacy=lambda d: (d / LADDER_FILE).is_file())
 
 
 def _write(out: Path, rec: dict[str, Any]) -> None:

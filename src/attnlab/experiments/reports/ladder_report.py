@@ -48,7 +48,9 @@ def read_ladder(out: Path) -> dict[str, Any]:
     try:
         rec = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise UserError(f"{out} has no {LADDER_FILE}; give the --out directory of `attnlab ladder`")
+        raise UserError(
+            f"{out} has no {LADDER_FILE}; give the --out directory of `attnlab ladder`"
+        ) from None
     except (ValueError, UnicodeDecodeError) as e:
         raise UserError(f"{path} is not valid JSON ({e}); rerun `attnlab ladder`") from None
     if not isinstance(rec, dict) or not isinstance(rec.get("rungs"), list):
@@ -226,7 +228,9 @@ def _markdown(
     for v, g in gaps.items():
         lines += [f"### {v}", "", g.verdict(), "", g.extrapolation(targets), ""]
         lines += [f"![gap {v}](plots/gap_{v}.png)", ""]
-    far = ", ".join(f"{k} (N = {n:,.0f}, {n / top:,.0f}x the largest rung)" for k, n in targets.items())
+    far = ", ".join(
+        f"{k} (N = {n:,.0f}, {n / top:,.0f}x the largest rung)" for k, n in targets.items()
+    )
     lines += [
         "## What this says about the papers' scale",
         "",

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+
 from attnlab.config import Config, ConfigError, load_config
 from attnlab.experiments.ladder_spec import SizeRule
 from attnlab.experiments.resolve import Experiment, resolve
