@@ -26,7 +26,7 @@ from attnlab.runs.preflight import PreflightError
 from attnlab.runs.rundir import read_status
 
 WIDTHS = [16, 32, 48]
-TOKENS_PER_PARAM = 0.1
+TOKENS_PER_PARAM = 0.05
 VARIANTS = """
 [[variants]]
 name = "baseline"
@@ -154,17 +154,11 @@ def test_mup_uses_the_lr_tuned_at_rung_0_at_every_rung(done):
         assert lr == min((x, k) for k, x in losses.items() if x is not None)[1]
     for label, lrs in rec["lr"].items():
         assert lrs == tuning["lr"]
-        for v, lr in lrs.items():
-            cfg = (
-                json.loads(
-                    (out / "rungs" / label / "runs" / v / "seed0" / "config.json").read_text()
-                )
-                if (out / "rungs" / label / "runs" / v / "seed0" / "config.json").is_file()
-                else None
-            )
-            st = read_status(out / "rungs" / label / "runs" / v / "seed0")
-            assert st and st["status"] == "finished"
-            assert cfg is None or cfg["train"]["lr"] == lr
+        exp = json.loads((out / "rungs" / label / "experiment.json").read_text(encoding="utf-8"))
+        for v in exp["variants"]:
+            train = v["config"]["train"]
+            assert train["lr"] == lrs[v["name"]]
+            assert train["min_lr"] == pytest.approx(0.1 * lrs[v["name"]])
     # the tuning sweep ran every grid point of every variant at rung 0, one seed
     tune = out / "tune" / rec["rungs"][0]["label"] / "runs"
     assert len(list(tune.glob("*/seed0"))) == 3 * 2
