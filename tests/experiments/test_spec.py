@@ -261,8 +261,17 @@ SHIPPED = sorted((CONFIGS / "experiments").glob("*.toml"))
 
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.stem)
 def test_shipped_experiments_load(path):
-    exp = load_experiment(path)
-    assert len(exp.variants) >= 2
-    for v in exp.variants.values():
-        if v.match is not None:
-            assert abs(v.match.rel_gap) < 0.01
+    from attnlab.experiments.ladder import plan_ladder
+    from attnlab.experiments.load import load_spec
+
+    spec, _ = load_spec(path)
+    if spec.ladder is None:
+        exps = [load_experiment(path)]
+    else:  # a ladder: every rung resolved, its controls matched at every size
+        exps = [r.experiment for r in plan_ladder(spec, folder=path.parent).rungs]
+        assert len(exps) >= 5
+    for exp in exps:
+        assert len(exp.variants) >= 2
+        for v in exp.variants.values():
+            if v.match is not None:
+                assert abs(v.match.rel_gap) < 0.01

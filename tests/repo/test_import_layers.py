@@ -171,12 +171,17 @@ def test_the_package_root_holds_only_the_listed_modules():
 EXP = "attnlab.experiments"
 #: experiments/ from the bottom up: a layer imports only layers below it (or itself)
 EXPERIMENT_LAYERS = [
-    ("definition", ["spec", "sweep_spec", "matching", "resolve", "record", "results"]),
+    (
+        "definition",
+        ["spec", "sweep_spec", "ladder_spec", "matching", "resolve", "record", "results"],
+    ),
+    ("scaling", ["scaling"]),
     ("sweeps", ["sweeps"]),
     ("running", ["running"]),
     ("reports", ["reports"]),
     ("load", ["load"]),
     ("compare", ["compare"]),
+    ("ladder", ["ladder"]),
 ]
 #: side by side: neither imports the other
 SIBLINGS = {("running", "reports"), ("reports", "running")}

@@ -48,7 +48,11 @@ FACTS = {
 }
 #: the same shape meaning another fact: a FLOP tolerance, the bytes of a module's state
 ELSEWHERE = {
-    "default init std": {"testing/declarations.py"},
+    "default init std": {
+        "testing/declarations.py",
+        "experiments/reports/scaling_plots.py",  # a label's height in axes coordinates
+        "experiments/scaling/power_law.py",  # a fit's starting points: fractions of the loss
+    },
     "parameter counting": {"testing/memory.py"},
 }
 

@@ -12,7 +12,7 @@ from attnlab.base import exitcodes
 NAME = "check"
 HELP = (
     "Prove parts with the conformance battery (causality, KV cache, batching, declared params "
-    "and FLOPs, state dict, init, gradcheck, compile, bfloat16, export)."
+    "and FLOPs, state dict, init, gradcheck, µP coordinate check, compile, bfloat16, export)."
 )
 EPILOG = f"""\
 Without SLOT:KIND it checks the parts of the --plugin files given, or every registered part when
@@ -34,6 +34,7 @@ COLUMNS = {
     "state_dict": "state",
     "init": "init",
     "gradcheck": "grad",
+    "coord_check": "coord",
     "compile": "compile",
     "bfloat16": "bf16",
     "export": "export",

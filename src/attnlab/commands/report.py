@@ -1,5 +1,6 @@
 """``attnlab report DIR``: rebuild report.md, plots and results.csv/json of an experiment directory
-from its finished runs (no training)."""
+from its finished runs (no training); a ladder directory (``attnlab ladder --out DIR``) gets its
+ladder report (fits, gaps, verdicts)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,13 @@ import argparse
 from attnlab.base import exitcodes
 
 NAME = "report"
-HELP = "rebuild the report, plots and results tables of an `attnlab compare` directory"
+HELP = "rebuild the report, plots and results tables of an `attnlab compare` or `ladder` directory"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("out", metavar="DIR", help="the directory of `attnlab compare --out DIR`")
+    p.add_argument(
+        "out", metavar="DIR", help="the directory of `attnlab compare` (or `ladder`) --out DIR"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -21,6 +24,13 @@ def run(args: argparse.Namespace) -> int:
     from attnlab.experiments.record import claim_experiment, read_record
 
     check_tree(args.out)
+    from pathlib import Path
+
+    from attnlab.experiments.reports.ladder_report import LADDER_FILE, build_ladder_report
+
+    if (Path(args.out) / LADDER_FILE).is_file():
+        print(f"wrote {build_ladder_report(args.out)}")
+        return exitcodes.OK
     read_record(args.out)  # an experiment directory, or the error that says what to give
     claim_experiment(args.out)  # its files are recorded, so a report edited later is kept
     path = build_report(args.out)

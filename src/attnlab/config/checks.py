@@ -94,4 +94,23 @@ def model_problems(m: Any) -> list[str]:
     problems += mask_problems(m)
     problems += residual_problems(m)
     problems += family_problems(m)
+    problems += mup_problems(m)
     return problems
+
+
+def mup_problems(m: Any) -> list[str]:
+    """µP's base must hold whole heads of the model's head size."""
+    a, w = m.attention, m.mup_base_width
+    if m.parametrisation != "mup" or w is None:
+        return []
+    if a.head_dim is not None and w % a.head_dim:
+        return [
+            f"model.mup_base_width={w} is not a multiple of model.attention.head_dim="
+            f"{a.head_dim}; µP's base has heads of the same size: pick a multiple"
+        ]
+    if a.head_dim is None and w % a.n_heads:
+        return [
+            f"model.mup_base_width={w} is not divisible by model.attention.n_heads={a.n_heads}; "
+            "pick a multiple, or set model.attention.head_dim (heads of a fixed size)"
+        ]
+    return []

@@ -138,6 +138,19 @@ class ModelConfig(Section):
     dropout: float = Field(0.0, ge=0, lt=1)
     stochastic_depth: float = Field(0.0, ge=0, lt=1)
     init_std: float = Field(DEFAULT_INIT_STD, gt=0)
+    parametrisation: Literal["standard", "mup"] = Field(
+        "standard",
+        description="mup: the maximal-update parametrisation relative to mup_base_width "
+        "(init, attention scale, readout multiplier and per-group learning rates from each "
+        "part's declared width roles; attnlab.model.mup), so a learning rate tuned at the base "
+        "width holds at every width",
+    )
+    mup_base_width: int | None = Field(
+        None,
+        ge=1,
+        description="µP's base d_model, the width the hyperparameters were tuned at (None = "
+        "d_model: the standard model)",
+    )
     norm: NormSlot = default_options("norm")
     position: PositionSlot = default_options("position")
     #: which keys each query may see (``[model.mask]``; the old ``model.attention.mask`` keys

@@ -121,7 +121,13 @@ def _run(
 
 def _launcher(req: CompareRequest, say: Say) -> Any:
     """None (this machine) or the submitit launcher ``req.launcher`` names."""
-    if req.launcher == "local":
+    return make_launcher(req.launcher, Path(req.out), req.launcher_args, req.jobs, say)
+
+
+def make_launcher(kind: str, out: Path, launcher_args: list[str], jobs: int, say: Say) -> Any:
+    """None for ``kind="local"`` (this machine, ``run_all``'s ``--jobs``), else the submitit
+    launcher (``slurm`` or ``submitit-local``) writing its job files under ``out/submitit``."""
+    if kind == "local":
         return None
     from attnlab.experiments.running.launch_submitit import (  # submitit: an optional extra
         SubmititLauncher,
@@ -129,11 +135,7 @@ def _launcher(req: CompareRequest, say: Say) -> Any:
     )
 
     return SubmititLauncher(
-        req.launcher,
-        Path(req.out) / "submitit",
-        parse_launcher_args(req.launcher_args),
-        jobs=req.jobs,
-        say=say,
+        kind, out / "submitit", parse_launcher_args(launcher_args), jobs=jobs, say=say
     )
 
 

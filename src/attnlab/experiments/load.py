@@ -9,11 +9,11 @@ from pathlib import Path
 
 from attnlab.config import parse_override
 from attnlab.experiments.resolve import Experiment, overridden, resolve
-from attnlab.experiments.spec import parse_experiment, read_experiment
+from attnlab.experiments.spec import ExperimentSpec, parse_experiment, read_experiment
 from attnlab.experiments.sweeps.grid import expand
 
 #: top-level keys of the experiment file that ``--set`` may change (the rest go to the base)
-EXPERIMENT_KEYS = ("budget", "seeds", "baseline", "name", "description", "sweep")
+EXPERIMENT_KEYS = ("budget", "seeds", "baseline", "name", "description", "sweep", "ladder")
 
 
 def _split_overrides(overrides: list[str]) -> tuple[list[str], list[str]]:
@@ -32,6 +32,19 @@ def load_experiment(
 ) -> Experiment:
     """Read, validate and resolve an experiment file; ``overrides`` are ``--set`` items,
     ``plugins`` the ``--plugin`` specs (added to the file's own ``plugins``)."""
+    spec, base_over = load_spec(path, overrides, plugins)
+    if spec.sweep is not None:
+        return expand(spec, folder=Path(path).parent, base_overrides=base_over, source=str(path))
+    return resolve(spec, folder=Path(path).parent, base_overrides=base_over, source=str(path))
+
+
+def load_spec(
+    path: str | Path,
+    overrides: list[str] = (),  # type: ignore[assignment]
+    plugins: list[str] = (),  # type: ignore[assignment]
+) -> tuple[ExperimentSpec, list[str]]:
+    """The experiment file with ``--set``'s experiment keys and ``--plugin`` applied, and the
+    ``--set`` items left for the base config (what ``attnlab ladder`` resolves per rung)."""
     exp_over, base_over = _split_overrides(list(overrides))
     spec, raw = read_experiment(path)
     if exp_over:
@@ -41,6 +54,4 @@ def load_experiment(
         spec.name = spec.name or name
     if plugins:
         spec.plugins = [*spec.plugins, *(p for p in plugins if p not in spec.plugins)]
-    if spec.sweep is not None:
-        return expand(spec, folder=Path(path).parent, base_overrides=base_over, source=str(path))
-    return resolve(spec, folder=Path(path).parent, base_overrides=base_over, source=str(path))
+    return spec, base_over

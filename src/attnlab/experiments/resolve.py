@@ -308,6 +308,23 @@ def _match(
     return build(value), result
 
 
+def _budget_steps(spec: ExperimentSpec, tokens_per_step: int, notes: list[str]) -> int:
+    """The budget in whole optimizer steps (``budget.tokens`` rounded up, noted in ``notes``)."""
+    if spec.budget is None:
+        raise ConfigError(
+            "this experiment has a [ladder] table and no [budget]; run it with `attnlab ladder`"
+        )
+    if spec.budget.steps is not None:
+        return spec.budget.steps
+    steps = math.ceil(spec.budget.tokens / tokens_per_step)
+    if steps * tokens_per_step != spec.budget.tokens:
+        notes.append(
+            f"budget.tokens={spec.budget.tokens:,} rounded up to {steps} steps x "
+            f"{tokens_per_step:,} tokens = {steps * tokens_per_step:,} tokens"
+        )
+    return steps
+
+
 def resolve(
     spec: ExperimentSpec,
     *,
@@ -328,16 +345,8 @@ def resolve(
     base0 = _validate(base_raw, "base config", base_notes)
     t = base0.train
     tokens_per_step = t.batch_plan(base0.data.seq_len).tokens  # one process: compare's runs
-    if spec.budget.steps is not None:
-        steps = spec.budget.steps
-    else:
-        steps = math.ceil(spec.budget.tokens / tokens_per_step)
     notes = [f"base config: {n}" for n in base_notes]
-    if spec.budget.tokens is not None and steps * tokens_per_step != spec.budget.tokens:
-        notes.append(
-            f"budget.tokens={spec.budget.tokens:,} rounded up to {steps} steps x "
-            f"{tokens_per_step:,} tokens = {steps * tokens_per_step:,} tokens"
-        )
+    steps = _budget_steps(spec, tokens_per_step, notes)
     if base0.train.warmup_steps > steps:
         raise ConfigError(
             f"the budget of {steps} steps is shorter than train.warmup_steps="

@@ -27,6 +27,10 @@
     [sweep]                                # optional: a grid over config keys, run for every
     "train.lr" = [1e-3, 3e-3, 1e-2]        #   variant and seed (see attnlab.experiments.sweep_spec)
 
+    [ladder]                               # `attnlab ladder`: every variant at several sizes,
+    rungs = 5                              #   each on D = tokens_per_param x N tokens (instead of
+    tokens_per_param = 20                  #   [budget]; see attnlab.experiments.ladder_spec)
+
 Every key is checked (unknown keys name the nearest spelling); the variants' configs are fully
 validated by :mod:`attnlab.experiments.resolve` before anything trains.
 """
@@ -48,6 +52,7 @@ from attnlab.config import (
     read_toml_file,
     resolve_plugin_paths,
 )
+from attnlab.experiments.ladder_spec import LadderSpec
 from attnlab.experiments.sweep_spec import SweepSpec
 
 #: a variant name becomes a directory name
@@ -118,11 +123,28 @@ class ExperimentSpec(_Spec):
     seeds: list[seed_type("train.seed of one repetition")] = Field(  # type: ignore[valid-type]
         default_factory=lambda: [0], min_length=1
     )
-    budget: Budget
+    budget: Budget | None = None
     baseline: str | None = None
     evaluate: EvaluateSpec | None = None
     sweep: SweepSpec | None = None
+    ladder: LadderSpec | None = None
     variants: list[VariantSpec] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _budget(self) -> ExperimentSpec:
+        if self.ladder is None and self.budget is None:
+            raise ValueError("missing key budget: add [budget] with steps = N or tokens = N")
+        if self.ladder is not None and self.budget is not None:
+            raise ValueError(
+                "[budget] and [ladder] both set the budget; a ladder's rung trains on "
+                "ladder.tokens_per_param x N tokens, so remove [budget]"
+            )
+        if self.ladder is not None and self.sweep is not None:
+            raise ValueError(
+                "[sweep] and [ladder] both set; a ladder tunes the learning rate itself "
+                "(ladder.lr), so remove [sweep]"
+            )
+        return self
 
     @field_validator("seeds")
     @classmethod

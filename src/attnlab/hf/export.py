@@ -218,6 +218,12 @@ def export_model(
             f"{families.where(lambda f: f.exports)} models export as a transformers causal LM "
             "(AutoModelForCausalLM)"
         )
+    if m.parametrisation == "mup":
+        raise UserError(
+            f"{source or 'the model'} was trained with model.parametrisation='mup', whose readout "
+            "multiplier and attention scale the exported transformers model does not apply; "
+            "evaluate it with `attnlab eval` instead (exporting µP models is not supported yet)"
+        )
     modules, plugins = plugin_modules(cfg)
     vendored = flatten(modules)
     recover_out(out)

@@ -129,10 +129,16 @@ class Transformer(nn.Module):
             if p.requires_grad:
                 wd = p.dim() >= 2 and id(p) not in exempt
                 (decay if wd else no_decay).append(p)
-        return [
+        groups = [
             {"params": decay, "weight_decay": weight_decay},
             {"params": no_decay, "weight_decay": 0.0},
         ]
+        plan = getattr(self, "mup_plan", None)
+        if plan is None:
+            return groups
+        from attnlab.model.mup.groups import split_groups  # µP: learning rates per width role
+
+        return split_groups(self, plan, groups)
 
     def new_cache(
         self,
@@ -323,5 +329,9 @@ class Transformer(nn.Module):
 
 
 def build_model(cfg: ModelConfig) -> Transformer:
-    """Build the model a config describes."""
-    return Transformer(cfg)
+    """Build the model a config describes (µP applied when ``cfg.parametrisation`` says so)."""
+    from attnlab.model.mup.apply import apply_configured
+
+    model = Transformer(cfg)
+    apply_configured(model, cfg)
+    return model

@@ -59,6 +59,7 @@ from attnlab.parts.slots import (
     SideBranchPart,
     ValuePart,
 )
+from attnlab.parts.width import WidthRole, WidthScaling
 
 __all__ = [
     "BUILTIN",
@@ -94,6 +95,8 @@ __all__ = [
     "SideBranchPart",
     "StackPlan",
     "ValuePart",
+    "WidthRole",
+    "WidthScaling",
     "default_init",
     "families",
     "load_plugin",

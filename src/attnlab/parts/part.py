@@ -30,6 +30,8 @@ declaration                what reads it
 ``probe_name``             ``attnlab probe``: the part's name in method strings
 ``probe_ready``            ``attnlab probe``: whether it can be injected (in a slot the probe injects)
 ``width_option``           ``compare``'s parameter matching: the option that sets its width
+``width_scaling``          µP (``attnlab.model.mup``): how its parameters scale with width, where
+                           their shapes do not say it (``attnlab.parts.width``)
 ``check_config``           ``attnlab check``: settings its small models need (``model.mlp=false``)
 ``unchecked``              ``attnlab check``: properties that do not apply to it, and why
 =========================  =====================================================================
@@ -55,6 +57,7 @@ from torch import Tensor, nn
 
 from attnlab.base.params import n_params
 from attnlab.base.schema import DEFAULT_INIT_STD, PartOptions
+from attnlab.parts.width import WidthScaling
 
 
 @dataclass(frozen=True)
@@ -255,6 +258,11 @@ class Part(nn.Module):
         order). Default: every Linear/Embedding N(0, init.std), norms 1, biases 0."""
         for m in self.modules():
             default_init(m, init.std)
+
+    def width_scaling(self) -> dict[str, WidthScaling]:
+        """µP: parameter name (relative to this part) -> how it scales with width, for those its
+        shape does not say (:mod:`attnlab.parts.width`); the rest are inferred. Default: none."""
+        return {}
 
     # ---------------------------------------------------------------------------- optimisation
     def no_decay_parameters(self) -> Iterable[nn.Parameter]:

@@ -19,7 +19,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from attnlab.model.mup.groups import set_lr  # lr x each group's lr_scale (µP); re-exported
 from attnlab.recipe import TrainRecipe
+
+__all__ = ["build_optimizer", "lr_at", "param_groups", "recipe_optimizer", "set_lr"]
 
 
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
@@ -84,9 +87,3 @@ def lr_at(step: int, *, lr: float, min_lr: float, warmup_steps: int, max_steps: 
         return lr
     progress = min(1.0, (step - warmup_steps) / (max_steps - warmup_steps))
     return min_lr + (lr - min_lr) * 0.5 * (1.0 + math.cos(math.pi * progress))
-
-
-def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
-    """Set every group's learning rate."""
-    for group in optimizer.param_groups:
-        group["lr"] = lr

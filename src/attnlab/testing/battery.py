@@ -32,6 +32,7 @@ from attnlab.testing import (
     kv_cache,
     memory,
     state,
+    width_transfer,
 )
 from attnlab.testing.cases import Case, accepted, build, config_for, float64
 from attnlab.testing.result import PROPERTIES, PartReport, Result, failed, skipped
@@ -170,6 +171,9 @@ def _checks(
             cls,
             config_for(base_case, req.slot, req.kind, req.options, gradients.CONFIG),
             base_case,
+        ),
+        "coord_check": lambda: width_transfer.check(
+            name, req.slot, req.kind, req.options, base_case
         ),
         "compile": (
             (lambda: compiled.check_compile(name, cls, unfused(), base_case, backend))

@@ -23,6 +23,7 @@ PROPERTIES: tuple[str, ...] = (
     "state_dict",
     "init",
     "gradcheck",
+    "coord_check",
     "compile",
     "bfloat16",
     "export",

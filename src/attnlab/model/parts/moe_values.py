@@ -63,7 +63,7 @@ from attnlab.model.parts.moe_dispatch import (
     experts_loop,
     sort_by_expert,
 )
-from attnlab.parts import Dims, Init, PartOptions, ValuePart, families, register
+from attnlab.parts import Dims, Init, PartOptions, ValuePart, WidthScaling, families, register
 
 Impl = Literal["auto", "loop", "grouped"]
 IMPLS: tuple[str, ...] = get_args(Impl)
@@ -183,6 +183,16 @@ class MoEValues(ValuePart):
         for b in (self.b_in, self.b_out):
             if b is not None:
                 nn.init.zeros_(b)
+
+    def width_scaling(self) -> dict[str, WidthScaling]:
+        """µP: the stacked experts are [E, in, out] (fan-in is dimension 1 of each expert, not
+        of the stack) and the stacked biases are vectors per expert."""
+        return {
+            "w_in": WidthScaling("hidden", fan_in_dim=1),
+            "w_out": WidthScaling("hidden", fan_in_dim=1),
+            "b_in": WidthScaling("input"),
+            "b_out": WidthScaling("input"),
+        }
 
     def no_decay_parameters(self) -> Iterable[nn.Parameter]:
         """The stacked per-expert biases: 2-D only because the experts are stacked."""

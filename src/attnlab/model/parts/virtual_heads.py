@@ -19,7 +19,7 @@ from torch import Tensor, nn
 
 from attnlab.model.virtual_fused.image import convolve_scores
 from attnlab.model.virtual_options import VirtualHeadsOptions
-from attnlab.parts import Dims, Init, ScoreContext, ScorePart, register
+from attnlab.parts import Dims, Init, ScoreContext, ScorePart, WidthScaling, register
 
 
 @register("score", "virtual_heads")
@@ -71,6 +71,11 @@ class VirtualHeads(ScorePart):
 
     def init_weights(self, init: Init) -> None:
         self._identity()
+
+    def width_scaling(self) -> dict[str, WidthScaling]:
+        """µP: the kernel mixes heads (fan-in: the heads read, dimension 1), and its identity
+        init is right at every width, so only its learning rate scales."""
+        return {"weight": WidthScaling("hidden", fan_in_dim=1, keep_init=True)}
 
     def extra_flops(self, seq_len: int) -> int:
         return 2 * self.weight.numel() * seq_len

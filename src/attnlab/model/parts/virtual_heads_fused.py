@@ -48,7 +48,7 @@ from attnlab.model.virtual_fused.keys import convolved_keys, stacked_queries
 from attnlab.model.virtual_fused.probs import bidirectional_probs, causal_probs
 from attnlab.model.virtual_fused.sdpa import attend
 from attnlab.model.virtual_options import VirtualHeadsOptions
-from attnlab.parts import Dims, Init, ScoreContext, ScorePart, families, register
+from attnlab.parts import Dims, Init, ScoreContext, ScorePart, WidthScaling, families, register
 
 
 @register("score", "virtual_heads_fused")
@@ -171,6 +171,11 @@ class VirtualHeadsFused(ScorePart):
 
     def init_weights(self, init: Init) -> None:
         self._identity()
+
+    def width_scaling(self) -> dict[str, WidthScaling]:
+        """µP: the kernel mixes heads (fan-in: the heads read, dimension 1), and its identity
+        init is right at every width, so only its learning rate scales."""
+        return {"weight": WidthScaling("hidden", fan_in_dim=1, keep_init=True)}
 
     def dense_weight(self) -> Tensor:
         """The weight as ``virtual_heads``' [H', H, K] (2-D: [H', H, K, K])."""
