@@ -74,6 +74,8 @@ class Linear(DecodeLayout, nn.Linear):
 
     def set_decode_layout(self, on: bool) -> None:
         w = self.weight
+        # a quantized weight (a torchao tensor subclass) keeps its own low-precision kernel
+        on = on and type(w.data) is Tensor
         self._blocks = (param_key((w,)), split_columns(w)) if on else None
 
     def forward(self, x: Tensor) -> Tensor:
