@@ -42,7 +42,10 @@ def quantize_model(
     """Quantize ``model``'s planned weights in place with ``scheme``; returns the plan, with the
     weights torchao could not take (an int4 group size that does not divide a Linear's inputs)
     moved to the kept list with that reason. ``only``: quantize just these planned modules."""
-    from torchao.quantization import quantize_
+    from attnlab.quant.schemes import quiet_torchao
+
+    with quiet_torchao():
+        from torchao.quantization import quantize_
 
     fused = [n for n, m in model.named_modules() if getattr(m, "fused", False)]
     if fused:

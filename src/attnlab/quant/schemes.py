@@ -28,6 +28,8 @@ torchao (the ``quant`` extra) is imported only when a config is built.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +37,28 @@ from attnlab.base.errors import UserError
 
 #: the group sizes torchao's CPU int4 kernel accepts
 INT4_GROUP_SIZES = (32, 64, 128)
+
+
+@contextmanager
+def quiet_torchao(what: str = "quantization") -> Iterator[None]:
+    """Within: torchao can be imported (the ``quant`` extra, named when missing) without the
+    warnings its imports log on a CPU-only torch: its CUDA kernel libraries (``_C_cutlass_90a``,
+    ``_C_mxfp8``) fail to load there, which costs nothing on the CPU, and torch's pytree notes a
+    deprecated registration of its enums. Other warnings are untouched."""
+    import logging
+
+    from attnlab.base.extras import require
+
+    require("quant", "torchao", what=what)
+    loggers = [logging.getLogger(n) for n in ("torchao", "torch.utils._pytree")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
 
 
 @dataclass(frozen=True)
@@ -77,10 +101,8 @@ class Scheme:
     def config(self, group_size: int | None = None) -> Any:
         """The torchao ``AOBaseConfig`` of this scheme (``set_inductor_config=False``: quantizing
         must not change torch.compile's global settings for the rest of the process)."""
-        from attnlab.base.extras import require
-
-        require("quant", "torchao", what=f"quantization ({self.name})")
-        return _CONFIGS[self.name](self.group_size(group_size))
+        with quiet_torchao(f"quantization ({self.name})"):
+            return _CONFIGS[self.name](self.group_size(group_size))
 
 
 def _int8_weight(_: int | None) -> Any:

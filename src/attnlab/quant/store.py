@@ -6,7 +6,8 @@
     quantized.json         scheme, group size, torchao version, source run and step, the
                            quantized modules and the kept list (each weight kept in full
                            precision and why), size on disk
-    config.toml            the source run's config, as it trained
+    source-config.toml     the source run's config, as it trained (not ``config.toml``: the
+                           directory is not a run, and nothing may take it for one)
     model.safetensors      the state: torchao's safetensors form of each quantized weight
                            (its int8 data and scales, flattened by
                            ``torchao.prototype.safetensors.flatten_tensor_state_dict``, the
@@ -37,11 +38,11 @@ from torch import nn
 
 from attnlab.base.errors import UserError
 from attnlab.quant.apply import is_quantized, quantizable_config, quantize_model
-from attnlab.quant.schemes import get_scheme
+from attnlab.quant.schemes import get_scheme, quiet_torchao
 
 KIND = "quantized"
 INFO_FILE = "quantized.json"
-CONFIG_FILE = "config.toml"
+CONFIG_FILE = "source-config.toml"
 WEIGHTS_FILE = "model.safetensors"
 MARKERS = (INFO_FILE,)
 
@@ -101,13 +102,15 @@ def save(
     a weight torchao cannot serialise (re-quantized at load)."""
     from safetensors.torch import save_file
 
-    import torchao
     from attnlab.base.owned import MARKER, file_hashes, mark
     from attnlab.base.swap import replace_dir, staging_dir
     from attnlab.config import dump_toml
 
+    with quiet_torchao():
+        import torchao
+
+        tensors, meta, requant = _state(model, full_precision)
     out = Path(os.path.abspath(out))
-    tensors, meta, requant = _state(model, full_precision)
     tmp = staging_dir(out)
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
@@ -190,16 +193,15 @@ def _read_state(path: Path) -> dict[str, torch.Tensor]:
 
 def load(path: str | os.PathLike, device: str | torch.device = "cpu") -> Quantized:
     """The quantized model of directory ``path`` (see the module docstring), in eval mode."""
-    from attnlab.base.extras import require
     from attnlab.model import build_model
 
-    require("quant", "torchao", what="loading a quantized model")
     path = Path(path)
     info = read_info(path)
     scheme = get_scheme(str(info.get("scheme")))
     cfg = _config(path)
     model = build_model(quantizable_config(cfg).model).eval()
-    state = _read_state(path)
+    with quiet_torchao("loading a quantized model"):
+        state = _read_state(path)
     requant = set(info.get("stored_in_float_requantized_at_load") or [])
     _put_state(model, state, path)
     if requant:
