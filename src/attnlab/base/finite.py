@@ -16,7 +16,7 @@ from torch import nn
 from attnlab.base.errors import NonFiniteError
 
 
-def _plain(model: nn.Module) -> list[tuple[str, torch.Tensor]]:
+def plain_tensors(model: nn.Module) -> list[tuple[str, torch.Tensor]]:
     """Every parameter and buffer as plain tensors: a quantized weight (a tensor subclass such as
     torchao's, which implements no elementwise ops) by the tensors it holds (data, scales)."""
     out = []
@@ -35,7 +35,7 @@ def check_weights(model: nn.Module, source: str) -> None:
     bad: list[str] = []
     total = 0
     with torch.no_grad():
-        for name, t in _plain(model):
+        for name, t in plain_tensors(model):
             if not t.is_floating_point() or t.device.type == "meta":
                 continue
             n = int((~torch.isfinite(t)).sum())

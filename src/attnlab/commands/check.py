@@ -36,9 +36,10 @@ COLUMNS = {
     "compile": "compile",
     "bfloat16": "bf16",
     "export": "export",
+    "quantize": "quant",
 }
-#: the table's width: a part name and twelve property columns
-WIDTH = 140
+#: the table's width: a part name and thirteen property columns
+WIDTH = 148
 MARK = {"passed": "[green]ok[/]", "failed": "[bold red]FAIL[/]", "skipped": "[dim]-[/]"}
 
 

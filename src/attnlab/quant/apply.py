@@ -55,6 +55,13 @@ def quantize_model(
         )
     result = plan(model)
     targets = set(result.quantized) if only is None else set(result.quantized) & only
+    for name in sorted(targets):
+        lin = model.get_submodule(name)
+        why = scheme.shape_problem(lin.in_features, lin.out_features, group_size)
+        if why is not None:
+            targets.discard(name)
+            result.quantized.remove(name)
+            result.kept[f"{name}.weight"] = f"{scheme.name} cannot take this Linear: {why}"
     config = scheme.config(group_size)
     quantize_(model, config, filter_fn=lambda m, fqn: fqn in targets)
     for name in list(result.quantized):

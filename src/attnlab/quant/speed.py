@@ -5,7 +5,7 @@
   (a busy machine slows every model of a round alike; the median over rounds is reported with
   the load average before and after);
 - peak memory: a fresh Python per model (``python -m attnlab.quant.speed memory ...``): resident
-  memory after loading (RSS, the weights and the runtime), then the high-water mark of one
+  memory of the runtime (imports, torchao's included for every model), after loading, then the high-water mark of one
   cached decode after resetting it (``/proc/self/clear_refs``), so the KV cache and the
   decode's activations count and the loading's transient copies do not;
 - weight bytes: the bytes of every stored tensor (a torchao tensor's int data, scales and zero
@@ -40,6 +40,8 @@ class SpeedRow:
     decode_tokens_per_s_best: float
     speedup: float
     weight_bytes: int
+    #: resident memory of the runtime alone (imports), after loading, and peak while decoding
+    rss_runtime_mib: float | None = None
     rss_loaded_mib: float | None = None
     peak_decode_mib: float | None = None
 
@@ -49,10 +51,10 @@ class SpeedRow:
 
 def weight_bytes(model: nn.Module) -> int:
     """Bytes of every parameter and buffer as stored (a quantized weight by its inner tensors)."""
-    from attnlab.base.finite import _plain
+    from attnlab.base.finite import plain_tensors
 
     seen, total = set(), 0
-    for _, t in _plain(model):
+    for _, t in plain_tensors(model):
         key = (t.data_ptr(), t.numel()) if t.data_ptr() else id(t)
         if key in seen:
             continue
@@ -133,7 +135,13 @@ def memory_child(spec: dict) -> dict:
     """Run in a fresh process: RSS after loading, peak RSS of one cached decode (MiB)."""
     import gc
 
+    from attnlab.quant.schemes import quiet_torchao
+
     torch.set_num_threads(int(spec.get("threads") or torch.get_num_threads()))
+    with quiet_torchao():  # every model's process holds the same runtime (torchao's ~90 MiB)
+        import torchao.prototype.safetensors.safetensors_support  # noqa: F401
+    gc.collect()
+    runtime = _rss()
     model = _load_for_memory(spec)
     gc.collect()
     loaded = _rss()
@@ -144,7 +152,11 @@ def memory_child(spec: dict) -> dict:
         pass
     prompt = torch.zeros(1, int(spec["prompt_len"]), dtype=torch.long)
     generate(model, prompt, int(spec["new_tokens"]), temperature=0.0, use_cache=True)
-    return {"rss_loaded_mib": loaded / 2**20, "peak_decode_mib": _hwm() / 2**20}
+    return {
+        "rss_runtime_mib": runtime / 2**20,
+        "rss_loaded_mib": loaded / 2**20,
+        "peak_decode_mib": _hwm() / 2**20,
+    }
 
 
 def measure_memory(spec: dict, timeout: float = 600) -> dict:

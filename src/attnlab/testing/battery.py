@@ -30,6 +30,7 @@ from attnlab.testing import (
     gradients,
     kv_cache,
     memory,
+    quantize,
     state,
 )
 from attnlab.testing.cases import Case, accepted, build, config_for, float64
@@ -176,6 +177,7 @@ def _checks(
         ),
         "bfloat16": lambda: compiled.check_bfloat16(name, base_cfg, base_case),
         "export": lambda: export(base_case),
+        "quantize": lambda: quantize.check(name, cls, req.slot, req.kind, req.options, base_case),
     }
     assert list(checks) == list(PROPERTIES)
     return checks

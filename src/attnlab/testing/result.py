@@ -25,6 +25,7 @@ PROPERTIES: tuple[str, ...] = (
     "compile",
     "bfloat16",
     "export",
+    "quantize",
 )
 
 
