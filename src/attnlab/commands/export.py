@@ -22,8 +22,11 @@ file edited since (the model card included); the new folder is swapped in atomic
 evaluate it with lm-evaluation-harness's own model:
   lm_eval --model hf --model_args pretrained=DIR,trust_remote_code=True --tasks ...
 
+a quantized directory (attnlab quantize, int8-weight or int8-dynamic) exports with its torchao
+quantization_config: transformers (and lm_eval --model hf) load it quantized.
+
 --verify loads the folder in a fresh Python where attnlab cannot be imported and compares its
-logits with the run's model, the step logits of transformers' own generate() (KV cache) with a
+logits with the run's model (a quantized directory's: to its scheme's tolerance), the step logits of transformers' own generate() (KV cache) with a
 full forward, and the tokens of generate() and pipeline() with greedy decoding.
 """
 
@@ -32,7 +35,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.epilog = EPILOG
     p.add_argument(
-        "source", metavar="RUN_OR_CHECKPOINT", help="a run dir or RUN/checkpoints/step_N"
+        "source",
+        metavar="RUN_OR_CHECKPOINT",
+        help="a run dir, RUN/checkpoints/step_N or a quantized dir (attnlab quantize)",
     )
     p.add_argument("--out", required=True, metavar="DIR", help="the folder to write")
     p.add_argument("--force", action="store_true", help="replace a non-empty --out")
@@ -65,8 +70,21 @@ def run(args: argparse.Namespace) -> int:
     if args.verify:
         from attnlab.hf.verify import check_exports
 
-        model, _, tok, _, _ = load_source(args.source)
-        (check,) = check_exports([(result.out, model, tok)])
+        from attnlab.quant.store import is_quantized_dir
+
+        tolerance = None
+        if is_quantized_dir(args.source):  # against the quantized attnlab model, to its scheme
+            from attnlab.quant.schemes import get_scheme
+            from attnlab.quant.store import load
+
+            q = load(args.source)
+            model, tok = q.model, q.tokenizer
+            tolerance = get_scheme(q.info["scheme"]).verify_tolerance
+        else:
+            model, _, tok, _, _ = load_source(args.source)
+        (check,) = check_exports(
+            [(result.out, model, tok)], **({"tolerance": tolerance} if tolerance else {})
+        )
         print(check.sentence())
         if not check.passed:
             return 1

@@ -98,6 +98,9 @@ class Check:
     prompt_tokens: int
     #: whether pipeline("text-generation") was run (``check_exports(pipeline=False)`` skips it)
     pipeline_checked: bool = True
+    #: the largest |logits difference| accepted (a quantized export: its scheme's
+    #: ``verify_tolerance``, :mod:`attnlab.quant.schemes`)
+    tolerance: float = 1e-4
 
     #: float32 logits of the same weights through two code paths agree far closer than this
     TOLERANCE = 1e-4
@@ -106,15 +109,15 @@ class Check:
     def passed(self) -> bool:
         """Logits, cached decoding, greedy tokens and the pipeline all agree."""
         return (
-            self.max_abs_logits < self.TOLERANCE
-            and self.max_abs_step_logits < self.TOLERANCE
+            self.max_abs_logits < self.tolerance
+            and self.max_abs_step_logits < self.tolerance
             and self.greedy_equal
             and self.pipeline_equal
         )
 
     def sentence(self) -> str:
         """What the check found, in one line."""
-        cached = "equal" if self.max_abs_step_logits < self.TOLERANCE else "NOT equal"
+        cached = "equal" if self.max_abs_step_logits < self.tolerance else "NOT equal"
         same = "the same" if self.greedy_equal else "DIFFERENT"
         piped = "the same" if self.pipeline_equal else "DIFFERENT"
         piped = (
@@ -139,9 +142,11 @@ def check_exports(
     text: str = "The history of attention, in brief.",
     timeout: float = 600,
     pipeline: bool = True,
+    tolerance: float = Check.TOLERANCE,
 ) -> list[Check]:
     """``jobs``: (exported folder, the run's model, the run's tokenizer) triples. ``pipeline``:
-    also decode ``text`` with transformers' ``pipeline()`` (``attnlab check`` leaves it out)."""
+    also decode ``text`` with transformers' ``pipeline()`` (``attnlab check`` leaves it out).
+    ``tolerance``: the largest |logits difference| that passes."""
     from attnlab.model import generate
 
     gen = torch.Generator().manual_seed(0)
@@ -196,6 +201,7 @@ def check_exports(
                 transformers_tokens=got["generated"],
                 prompt_tokens=len(spec["prompt"]),
                 pipeline_checked=pipeline,
+                tolerance=tolerance,
             )
         )
     return checks
