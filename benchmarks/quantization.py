@@ -64,7 +64,10 @@ def build(args: argparse.Namespace):
         scheme = get_scheme(name)
         q = copy.deepcopy(unfused)
         quantize_model(q, scheme, args.group_size if scheme.default_group_size else None)
-        info = {"scheme": name, "group_size": args.group_size if scheme.default_group_size else None}
+        info = {
+            "scheme": name,
+            "group_size": args.group_size if scheme.default_group_size else None,
+        }
         rec = save(work / name, q, cfg, info, full_precision=unfused)
         models[name] = q
         dirs[name] = (work / name, rec["size_on_disk_bytes"])
@@ -89,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(args.threads)
     load_start = os.getloadavg()
-    cfg, models, dirs, kernels = build(args)
+    _, models, dirs, kernels = build(args)
     bw = bandwidth_gbs()
     rows = decode_speeds(
         models, prompt_len=args.prompt_len, new_tokens=args.new_tokens, repeats=args.repeats
@@ -97,11 +100,17 @@ def main(argv: list[str] | None = None) -> int:
     for row in rows:
         if args.no_memory:
             break
-        spec = {"prompt_len": args.prompt_len, "new_tokens": args.new_tokens, "threads": args.threads}
+        spec = {
+            "prompt_len": args.prompt_len,
+            "new_tokens": args.new_tokens,
+            "threads": args.threads,
+        }
         if row.name in dirs:
             spec["quantized"] = str(dirs[row.name][0])
         else:
-            overrides = list(args.set) + (["model.attention.fuse_qkv=false"] if "unfused" in row.name else [])
+            overrides = list(args.set) + (
+                ["model.attention.fuse_qkv=false"] if "unfused" in row.name else []
+            )
             spec.update(preset=args.preset, overrides=overrides)
         mem = measure_memory(spec)
         row.rss_runtime_mib = mem["rss_runtime_mib"]

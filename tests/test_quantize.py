@@ -21,8 +21,7 @@ from attnlab.base.errors import UserError
 from attnlab.config import load_config
 from attnlab.model import build_model
 from attnlab.parts import Part
-from attnlab.quant import SCHEMES, get_scheme, plan, quantizable_config, quantize_model
-from attnlab.quant import store
+from attnlab.quant import SCHEMES, get_scheme, plan, quantizable_config, quantize_model, store
 from hf_helpers import fake_run
 
 torch.set_num_threads(1)
@@ -138,7 +137,7 @@ def test_each_scheme_moves_logits_a_little_and_the_fused_qkv_model_is_refused(ti
     err = float((got - ref).norm() / ref.norm())
     assert 0 < err < 2 * get_scheme(name).tolerance
     fused = build_model(load_config("tiny").model)
-    with pytest.raises(UserError, match="model.attention.fuse_qkv=false"):
+    with pytest.raises(UserError, match=r"model\.attention\.fuse_qkv=false"):
         quantize_model(fused, get_scheme(name))
 
 
@@ -157,7 +156,9 @@ def test_the_directory_reloads_the_same_model_without_pickle(tiny, tmp_path, nam
     q = copy.deepcopy(model)
     gs = 32 if name == "int4-weight" else None
     quantize_model(q, get_scheme(name), gs)
-    rec = store.save(tmp_path / "q", q, cfg, {"scheme": name, "group_size": gs}, full_precision=model)
+    rec = store.save(
+        tmp_path / "q", q, cfg, {"scheme": name, "group_size": gs}, full_precision=model
+    )
     raw = (tmp_path / "q" / store.WEIGHTS_FILE).read_bytes()
     header = json.loads(raw[8 : 8 + int.from_bytes(raw[:8], "little")])
     assert "__metadata__" in header  # a safetensors file (torchao's metadata inside)
@@ -168,9 +169,7 @@ def test_the_directory_reloads_the_same_model_without_pickle(tiny, tmp_path, nam
     if name == "int4-weight":  # no safetensors form for the CPU int4 tensor: float, re-quantized
         assert rec["stored_in_float_requantized_at_load"]
     else:
-        assert rec["size_on_disk_bytes"] < 0.5 * sum(
-            p.numel() * 4 for p in model.parameters()
-        )
+        assert rec["size_on_disk_bytes"] < 0.5 * sum(p.numel() * 4 for p in model.parameters())
 
 
 def test_a_disallowed_class_in_the_metadata_is_refused(tiny, tmp_path):
@@ -180,7 +179,9 @@ def test_a_disallowed_class_in_the_metadata_is_refused(tiny, tmp_path):
     cfg, model = tiny
     q = copy.deepcopy(model)
     quantize_model(q, get_scheme("int8-weight"))
-    store.save(tmp_path / "q", q, cfg, {"scheme": "int8-weight", "group_size": None}, full_precision=model)
+    store.save(
+        tmp_path / "q", q, cfg, {"scheme": "int8-weight", "group_size": None}, full_precision=model
+    )
     path = tmp_path / "q" / store.WEIGHTS_FILE
     with safe_open(path, framework="pt") as f:
         meta = f.metadata()
@@ -205,13 +206,20 @@ def test_quantize_then_eval_generate_and_inspect_take_the_directory(run, tmp_pat
     p = attnlab("eval", str(out), "--tasks", f"cloze:{fixture}", "--limit", "4", "--json")
     assert p.returncode == 0, p.stderr
     ours = json.loads(p.stdout)
-    base = json.loads(attnlab("eval", str(run), "--tasks", f"cloze:{fixture}", "--limit", "4",
-                              "--json", "--no-save").stdout)
+    base = json.loads(
+        attnlab(
+            "eval", str(run), "--tasks", f"cloze:{fixture}", "--limit", "4", "--json", "--no-save"
+        ).stdout
+    )
     (key,) = ours
-    assert ours[key]["metrics"]["logprob"] == pytest.approx(base[key]["metrics"]["logprob"], rel=0.05)
+    assert ours[key]["metrics"]["logprob"] == pytest.approx(
+        base[key]["metrics"]["logprob"], rel=0.05
+    )
     assert ours[key]["metrics"]["logprob"] != base[key]["metrics"]["logprob"]
     assert (out / "eval" / "results.json").is_file()
-    p = attnlab("generate", str(out), "--prompt", "ab", "--max-new-tokens", "4", "--temperature", "0")
+    p = attnlab(
+        "generate", str(out), "--prompt", "ab", "--max-new-tokens", "4", "--temperature", "0"
+    )
     assert p.returncode == 0 and p.stdout.startswith("ab"), p.stderr
     p = attnlab("inspect", str(out), "--prompt", "abc", "--out", str(tmp_path / "page.html"))
     assert p.returncode == 0, p.stderr
@@ -225,14 +233,27 @@ def test_quantize_refuses_a_foreign_out_and_replaces_its_own_only_with_force(run
     assert p.returncode == 2 and "not a quantized model of attnlab's" in p.stderr
     assert "Traceback" not in p.stderr
     out = tmp_path / "q"
-    assert attnlab("quantize", str(run), "--scheme", "int8-dynamic", "--out", str(out)).returncode == 0
+    assert (
+        attnlab("quantize", str(run), "--scheme", "int8-dynamic", "--out", str(out)).returncode == 0
+    )
     p = attnlab("quantize", str(run), "--scheme", "int8-dynamic", "--out", str(out))
     assert p.returncode == 2 and "--force" in p.stderr
-    p = attnlab("quantize", str(run), "--scheme", "int4-weight", "--group-size", "32", "--out",
-                str(out), "--force")
+    p = attnlab(
+        "quantize",
+        str(run),
+        "--scheme",
+        "int4-weight",
+        "--group-size",
+        "32",
+        "--out",
+        str(out),
+        "--force",
+    )
     assert p.returncode == 0, p.stderr
     assert json.loads((out / "quantized.json").read_text())["group_size"] == 32
-    p = attnlab("quantize", str(run), "--scheme", "int8-weight", "--group-size", "32", "--out", str(out))
+    p = attnlab(
+        "quantize", str(run), "--scheme", "int8-weight", "--group-size", "32", "--out", str(out)
+    )
     assert p.returncode == 2 and "applies to int4-weight only" in p.stderr
 
 
@@ -246,5 +267,5 @@ def test_check_weights_reads_a_quantized_weights_inner_tensors(tiny):
     check_weights(q, "q")
     with torch.no_grad():
         q.decoder.blocks[0].ffn.w_in.weight.scale[0] = float("nan")
-    with pytest.raises(NonFiniteError, match="ffn.w_in.weight.scale"):
+    with pytest.raises(NonFiniteError, match=r"ffn\.w_in\.weight\.scale"):
         check_weights(q, "q")

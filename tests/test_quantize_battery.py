@@ -47,7 +47,9 @@ def _quantize(slot: str, kind: str):
     case = next(c for c, _ in ok if c.family == "decoder")
     from attnlab.parts import registry
 
-    return quantize_property.check(f"{slot}.{kind}", registry.get(slot, kind).cls, slot, kind, {}, case)
+    return quantize_property.check(
+        f"{slot}.{kind}", registry.get(slot, kind).cls, slot, kind, {}, case
+    )
 
 
 @pytest.mark.parametrize(

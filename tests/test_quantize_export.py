@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,7 @@ import torch
 pytest.importorskip("torchao")
 pytest.importorskip("lm_eval")
 
-import attnlab.eval.harness  # noqa: F401  (registers lm-eval's "attnlab" model)
+import attnlab.eval.harness
 import attnlab.quant.target  # noqa: F401  (quantized directories as targets)
 from attnlab.eval.lm_eval_tasks import write_task_yamls
 from attnlab.hf.export import export
@@ -94,7 +93,9 @@ def test_lm_eval_hf_scores_the_quantized_export_as_attnlab_scores_the_directory(
 
     root, out = exported
     qdir, folder = out["int8-weight"]
-    tasks = write_task_yamls(root / "tasks", cloze=FIXTURES / "lambada.jsonl", text=FIXTURES / "texts.jsonl")
+    tasks = write_task_yamls(
+        root / "tasks", cloze=FIXTURES / "lambada.jsonl", text=FIXTURES / "texts.jsonl"
+    )
 
     def score(model: str, args: str) -> dict:
         r = simple_evaluate(
@@ -108,7 +109,9 @@ def test_lm_eval_hf_scores_the_quantized_export_as_attnlab_scores_the_directory(
             limit=6,
             verbosity="ERROR",
         )["results"]
-        return {t: {k: v for k, v in m.items() if "," in k and "stderr" not in k} for t, m in r.items()}
+        return {
+            t: {k: v for k, v in m.items() if "," in k and "stderr" not in k} for t, m in r.items()
+        }
 
     hf = score("hf", f"pretrained={folder},trust_remote_code=True")
     ours = score("attnlab", f"path={qdir}")

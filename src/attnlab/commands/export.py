@@ -69,7 +69,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"  plugin    {p['spec']} ({parts}) -> {p.get('file') or p['flat_module'] + '.py'}")
     if args.verify:
         from attnlab.hf.verify import check_exports
-
         from attnlab.quant.store import is_quantized_dir
 
         tolerance = None

@@ -47,8 +47,10 @@ def run(args: argparse.Namespace) -> int:
         f"quantized {rec['source_arg']} (step {rec['step']}) to {args.out}: {args.scheme}{group}, "
         f"torchao {rec['torchao']}"
     )
-    print(f"  quantized {len(rec['quantized'])} Linears; {size:,} bytes on disk ({size / full:.2f}x "
-          f"the {full:,} bytes in float32)")
+    print(
+        f"  quantized {len(rec['quantized'])} Linears; {size:,} bytes on disk ({size / full:.2f}x "
+        f"the {full:,} bytes in float32)"
+    )
     print(
         f"  logits moved by {rec['logits_rel_rms_error']:.4f} (relative RMS, random tokens); "
         f"the scheme's tolerance per part is {rec['tolerance']}"
@@ -60,6 +62,8 @@ def run(args: argparse.Namespace) -> int:
     for reason, n in sorted(reasons.items(), key=lambda kv: -kv[1]):
         print(f"    {n:>4} x {reason}")
     if rec["stored_in_float_requantized_at_load"]:
-        print("  int4 weights are stored in float and quantized again at load (no torchao "
-              "safetensors form for the CPU int4 tensor)")
+        print(
+            "  int4 weights are stored in float and quantized again at load (no torchao "
+            "safetensors form for the CPU int4 tensor)"
+        )
     return 0

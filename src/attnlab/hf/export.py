@@ -147,9 +147,21 @@ def export(source: str | Path, out: str | Path, *, force: bool = False) -> Expor
     recover_out(out)  # what a killed export to the same --out left behind
     check_out(source, out, force=force)
     if is_quantized_dir(source):
-        from attnlab.hf.export_quant import export_quantized
+        from attnlab.hf.export_quant import prepare
+        from attnlab.quant.schemes import quiet_torchao
 
-        return export_quantized(source, out)
+        with quiet_torchao():  # transformers imports torchao's safetensors support as it saves
+            model, cfg, tokenizer, step, run_dir, qconfig = prepare(source)
+            return export_model(
+                model,
+                cfg,
+                tokenizer,
+                out,
+                source=str(source),
+                step=step,
+                run_dir=run_dir,
+                quantization=qconfig,
+            )
     model, cfg, tokenizer, run_dir, step = load_source(source)
     return export_model(model, cfg, tokenizer, out, source=str(source), step=step, run_dir=run_dir)
 

@@ -51,8 +51,11 @@ def attach(hf: nn.Module, model: nn.Module, qconfig: Any) -> None:
     hf.hf_quantizer = AutoHfQuantizer.from_config(qconfig, pre_quantized=True)
 
 
-def export_quantized(source: str | Path, out: Path):
-    """The export of quantized directory ``source`` (see the module doc)."""
+def prepare(source: str | Path) -> tuple[Any, Any, Any, int | None, Path | None, Any]:
+    """(quantized model, its config as built, tokenizer, step, source run or None,
+    TorchAoConfig) of quantized directory ``source``, for ``export_model`` (see the module
+    doc); a scheme that cannot be exported is a ``UserError`` with its reason."""
+    from attnlab.quant.apply import quantizable_config
     from attnlab.quant.schemes import get_scheme
     from attnlab.quant.store import load, read_info
 
@@ -64,27 +67,10 @@ def export_quantized(source: str | Path, out: Path):
             f"transformers: {scheme.not_exportable}. Export an int8-weight or int8-dynamic "
             "quantization of the run, or evaluate this directory with attnlab itself"
         )
-    from attnlab.quant.schemes import quiet_torchao
-
     q = load(source)
     run_dir = Path(info["source"]) if info.get("source") else None
     if run_dir is not None and not run_dir.is_dir():
         run_dir = None
-    with quiet_torchao():  # transformers imports torchao's safetensors support while saving
-        return _export(q, info, source, out, run_dir)
-
-
-def _export(q: Any, info: dict[str, Any], source: str | Path, out: Path, run_dir: Path | None):
-    from attnlab.hf.export import export_model
-    from attnlab.quant.apply import quantizable_config
-
-    return export_model(
-        q.model,
-        quantizable_config(q.config),
-        q.tokenizer,
-        out,
-        source=str(source),
-        step=info.get("step"),
-        run_dir=run_dir,
-        quantization=quantization_config(q.model, info),
-    )
+    qconfig = quantization_config(q.model, info)
+    cfg = quantizable_config(q.config)
+    return q.model, cfg, q.tokenizer, info.get("step"), run_dir, qconfig

@@ -17,4 +17,12 @@ from attnlab.quant.apply import quantizable_config, quantize_model
 from attnlab.quant.plan import Plan, plan
 from attnlab.quant.schemes import SCHEMES, Scheme, get_scheme
 
-__all__ = ["SCHEMES", "Plan", "Scheme", "get_scheme", "plan", "quantizable_config", "quantize_model"]
+__all__ = [
+    "SCHEMES",
+    "Plan",
+    "Scheme",
+    "get_scheme",
+    "plan",
+    "quantizable_config",
+    "quantize_model",
+]

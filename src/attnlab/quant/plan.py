@@ -85,7 +85,9 @@ def plan(model: nn.Module) -> Plan:
     for prefix, part in parts:
         for name, lin in part.quantizable().items():
             if not isinstance(lin, nn.Linear):
-                raise TypeError(f"{type(part).__name__}.quantizable() returned {name!r}, not a Linear")
+                raise TypeError(
+                    f"{type(part).__name__}.quantizable() returned {name!r}, not a Linear"
+                )
             result.quantized.append(_join(prefix, name))
     chosen = set(result.quantized)
     for prefix, part in parts:

@@ -104,7 +104,9 @@ class Scheme:
             )
         return size
 
-    def shape_problem(self, in_features: int, out_features: int, group_size: int | None) -> str | None:
+    def shape_problem(
+        self, in_features: int, out_features: int, group_size: int | None
+    ) -> str | None:
         """Why this scheme's kernel cannot take a Linear of this shape (None: it can)."""
         if self.default_group_size is None:
             return None

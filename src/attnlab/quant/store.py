@@ -173,7 +173,6 @@ def _tokenizer(cfg: Any) -> Any:
 def _read_state(path: Path) -> dict[str, torch.Tensor]:
     from safetensors import safe_open
     from safetensors.torch import load_file
-
     from torchao.prototype.safetensors.safetensors_support import unflatten_tensor_state_dict
 
     try:
@@ -183,8 +182,7 @@ def _read_state(path: Path) -> dict[str, torch.Tensor]:
         state, leftover = unflatten_tensor_state_dict(tensors, meta)
     except (OSError, ValueError, KeyError, json.JSONDecodeError) as e:
         raise UserError(
-            f"{path / WEIGHTS_FILE} cannot be read as a torchao state ({e}); quantize the run "
-            "again"
+            f"{path / WEIGHTS_FILE} cannot be read as a torchao state ({e}); quantize the run again"
         ) from None
     if leftover:
         raise UserError(f"{path / WEIGHTS_FILE} holds tensors of no weight: {sorted(leftover)[:4]}")

@@ -51,9 +51,8 @@ def _first_tensor(out: Any) -> torch.Tensor | None:
 def part_error(model, quantized, cls: type, case: Case) -> float | None:
     """Worst relative RMS error of the part's quantized instances on the inputs their
     full-precision twins saw in one forward (None: no instance holds a quantized weight)."""
-    from attnlab.testing.cases import forward, ids
-
     from attnlab.quant.apply import is_quantized
+    from attnlab.testing.cases import forward, ids
 
     pairs = [
         (a, b)
@@ -64,7 +63,9 @@ def part_error(model, quantized, cls: type, case: Case) -> float | None:
         return None
     seen: list[tuple] = []
     hooks = [
-        a.register_forward_hook(lambda m, args, kw, out: seen.append((m, args, kw, out)), with_kwargs=True)
+        a.register_forward_hook(
+            lambda m, args, kw, out: seen.append((m, args, kw, out)), with_kwargs=True
+        )
         for a, _ in pairs
     ]
     try:
