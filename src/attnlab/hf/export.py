@@ -166,6 +166,16 @@ def export(source: str | Path, out: str | Path, *, force: bool = False) -> Expor
     return export_model(model, cfg, tokenizer, out, source=str(source), step=step, run_dir=run_dir)
 
 
+def _fill(hf: nn.Module, model: nn.Module, quantization: Any) -> None:
+    """``hf`` holds ``model``'s weights: copied in, or (quantized) the model itself."""
+    if quantization is None:
+        hf.model.load_state_dict(model.state_dict(), strict=True)
+        return
+    from attnlab.hf.export_quant import attach
+
+    attach(hf, model, quantization)
+
+
 def export_model(
     model: nn.Module,
     cfg: Config,
@@ -227,12 +237,7 @@ def export_model(
         )
         config.auto_map = dict(AUTO_MAP)
         hf = AttnlabForCausalLM(config)
-        if quantization is None:
-            hf.model.load_state_dict(model.state_dict(), strict=True)
-        else:
-            from attnlab.hf.export_quant import attach
-
-            attach(hf, model, quantization)
+        _fill(hf, model, quantization)
         hf.generation_config = GenerationConfig(
             bos_token_id=eos, eos_token_id=eos, pad_token_id=eos, use_cache=model.supports_cache
         )
