@@ -44,6 +44,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--wait-quiet", type=float, metavar="LOAD", help="wait for load average < LOAD")
     p.add_argument("--max-wait", type=float, default=1200.0, metavar="S")
     p.add_argument("--out", metavar="FILE", help="default benchmarks/results/cpu-<cpu>-<date>")
+    p.add_argument(
+        "--force", action="store_true", help="replace an earlier unedited result of attnlab's"
+    )
     args = p.parse_args(argv)
 
     from attnlab.bench.report import print_report, results_dir, write_results
@@ -59,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     print_report(result)
     stem = args.out or results_dir() / result.machine.slug()
-    for path in write_results(result, stem, "attnlab CPU targets"):
+    for path in write_results(result, stem, "attnlab CPU targets", force=args.force):
         print(f"wrote {path}")
     return 0 if all(t["met"] for t in result.targets) else 1
 

@@ -73,6 +73,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--out", metavar="STEM", help="default benchmarks/results/cpu-<cpu>-<date>-seed004"
     )
+    p.add_argument(
+        "--force", action="store_true", help="replace an earlier unedited result of attnlab's"
+    )
     args = p.parse_args(argv)
 
     sys.path.insert(0, str(Path(__file__).parent))
@@ -103,7 +106,9 @@ def main(argv: list[str] | None = None) -> int:
     result.targets = evaluate(result)
     print_report(result)
     stem = args.out or results_dir() / f"{result.machine.slug()}-seed004"
-    for path in write_results(result, stem, "attnlab issue 14 targets (identity head, MoE values)"):
+    for path in write_results(
+        result, stem, "attnlab issue 14 targets (identity head, MoE values)", force=args.force
+    ):
         print(f"wrote {path}")
     return 0 if all(t["met"] for t in result.targets) else 1
 

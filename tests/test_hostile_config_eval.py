@@ -749,6 +749,13 @@ ADVICE_MODULES = {
     },
     **{f"eval/{m}.py": ("lm-eval",) for m in ("lm_eval_cli", "lm_eval_files", "harness")},
     "eval/lm_eval_tasks.py": ("lm-eval",),
+    # consent to run a model folder's code: every command that loads a folder, a received run or
+    # probe directory, or an export as a base or an initialisation
+    "base/consent.py": ("eval", "inspect", "generate", "export", "train", "probe"),
+    "hf/export_plugins.py": ("eval", "inspect", "export", "train", "probe"),
+    "hf/init_from.py": ("train",),
+    "probe/base.py": ("probe", "eval"),
+    "base/outfile.py": ("inspect", "bench"),
 }
 
 
@@ -797,14 +804,20 @@ def test_every_flag_an_eval_or_config_message_names_exists() -> None:
     for module, commands in ADVICE_MODULES.items():
         for line, text in advice(src / module):
             for m in re.finditer(r"(?<![\w-])--[a-z][a-z0-9_-]*[a-z0-9]", text):
-                # the program named last before the flag: `attnlab CMD`, or lm-eval's CLI
-                named = re.findall(
-                    r"attnlab-lm-eval|lm_eval_cli|lm_eval |attnlab ([a-z]+)", text[: m.start()]
-                )
+                # the program named last before the flag: `attnlab CMD`, lm-eval's CLI, or pip
+                named = [
+                    (n.group(0), n.group(1))
+                    for n in re.finditer(
+                        r"attnlab-lm-eval|lm_eval_cli|lm_eval |pip install|attnlab ([a-z]+)",
+                        text[: m.start()],
+                    )
+                ]
+                if named and named[-1][0] == "pip install":
+                    continue  # pip's own flags (--no-deps, --force)
                 where = commands
-                if named and named[-1] in flags:
-                    where = (named[-1],)
-                elif named and not named[-1]:
+                if named and named[-1][1] in flags:
+                    where = (named[-1][1],)
+                elif named and not named[-1][1]:
                     where = ("lm-eval",)
                 seen += 1
                 if not all(m.group() in flags[c] for c in where):

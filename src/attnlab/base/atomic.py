@@ -18,9 +18,8 @@ import hashlib
 import json
 import math
 import os
-import shutil
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -97,33 +96,6 @@ def atomic_write_json(
 ) -> None:
     """``obj`` as strict JSON (see the module's policy) plus a newline, written atomically."""
     atomic_write_text(path, dumps_json(obj, indent=indent, default=default) + "\n")
-
-
-@contextlib.contextmanager
-def atomic_directory(final: Path, *, replace: bool) -> Iterator[Path]:
-    """Yield a temporary directory that becomes ``final`` only if the block succeeds.
-
-    With ``replace``, an existing ``final`` is swapped out (renamed, then deleted) after the new
-    directory is complete, so a failure at any point leaves the old directory untouched.
-    """
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = temp_sibling(final)
-    tmp.mkdir()
-    try:
-        yield tmp
-        if final.exists():
-            if not replace:
-                raise FileExistsError(final)
-            old = temp_sibling(final, "old")
-            os.replace(final, old)
-            os.replace(tmp, final)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, final)
-        fsync_dir(final.parent)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def sha256_file(path: str | os.PathLike) -> str:

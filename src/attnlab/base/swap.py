@@ -10,6 +10,10 @@ The new directory is written completely under a hidden sibling name
   (``.NAME.attnlab-old-PID``), the new one renamed in, the old one deleted. A kill between the
   two renames leaves no ``NAME`` for an instant's work; :func:`recover` puts the old one back.
 
+:func:`atomic_directory` wraps the three steps for a writer: it recovers, yields the hidden
+directory to write into, and swaps it in when the block succeeds (a failed block leaves the old
+directory as it was and removes the new one).
+
 A killed process leaves hidden siblings behind. :func:`recover`, called before the next
 replacement of the same ``NAME``, finishes its work: when ``NAME`` is missing it restores the old
 directory (else a complete new one, as ``complete`` judges), and it deletes every other leftover
@@ -17,7 +21,8 @@ directory (else a complete new one, as ``complete`` judges), and it deletes ever
 whose process is still running is left alone.
 
 Cost: two renames (one with ``renameat2``), the deletion of the old tree, one ``listdir`` of the
-parent per recovery.
+parent per recovery. Users: an export folder (:mod:`attnlab.hf.export_out`), a probe's LoRA
+directory (:mod:`attnlab.probe.artifacts`).
 """
 
 from __future__ import annotations
@@ -29,7 +34,8 @@ import os
 import re
 import shutil
 import sys
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from attnlab.base.atomic import fsync_dir
@@ -138,3 +144,37 @@ def recover(dest: Path, complete: Callable[[Path], bool], legacy: str | None = N
             shutil.rmtree(path)
         done.append(f"removed {path.name}, left behind by a killed process ({pid})")
     return done
+
+
+def _always(path: Path) -> bool:
+    return True
+
+
+@contextlib.contextmanager
+def atomic_directory(
+    final: str | os.PathLike,
+    *,
+    replace: bool,
+    complete: Callable[[Path], bool] = _always,
+    warning: type[Warning] = UserWarning,
+) -> Iterator[Path]:
+    """Yield a hidden sibling directory that becomes ``final`` only if the block succeeds,
+    swapped in by :func:`replace_dir` (an existing ``final`` is replaced only with ``replace``,
+    else :class:`FileExistsError`). What a killed earlier replacement of ``final`` left is
+    recovered first (:func:`recover`, ``complete`` judging a leftover; each sentence a
+    ``warning``)."""
+    final = Path(os.path.abspath(final))
+    final.parent.mkdir(parents=True, exist_ok=True)
+    for sentence in recover(final, complete):
+        warnings.warn(sentence, warning, stacklevel=3)
+    tmp = staging_dir(final)
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        yield tmp
+        if (final.exists() or final.is_symlink()) and not replace:
+            raise FileExistsError(final)
+        replace_dir(tmp, final)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)

@@ -11,7 +11,6 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from attnlab.base.atomic import atomic_write_json, atomic_write_text
 from attnlab.bench.peers import PEERS
 from attnlab.bench.runner import BenchResult
 
@@ -292,14 +291,41 @@ def to_markdown(r: BenchResult, title: str = "attnlab bench") -> str:
     return "\n".join(out)
 
 
-def write_results(r: BenchResult, stem: str | Path, title: str = "attnlab bench") -> list[Path]:
-    """Write ``stem.md`` and ``stem.json`` (a ``.md``/``.json`` suffix on ``stem`` is dropped)."""
+def result_files(stem: str | Path) -> tuple[Path, Path]:
+    """``stem.md`` and ``stem.json`` (a ``.md``/``.json`` suffix on ``stem`` is dropped)."""
     stem = Path(stem)
     if stem.suffix in (".md", ".json"):
         stem = stem.with_suffix("")
-    md, js = stem.with_suffix(".md"), stem.with_suffix(".json")
-    atomic_write_text(md, to_markdown(r, title))
-    atomic_write_json(js, r.to_dict(), default=str)
+    return stem.with_suffix(".md"), stem.with_suffix(".json")
+
+
+def claim_results(stem: str | Path, *, force: bool = False, flag: str = "--out") -> None:
+    """Check that :func:`write_results` may write both files of ``stem``: new files, or (with
+    ``force``) attnlab's own earlier result, unedited (:func:`attnlab.base.outfile.claim_out_file`:
+    never a user's file, a link, a device, a file inside a run)."""
+    from attnlab.base.outfile import claim_out_file
+
+    for path in result_files(stem):
+        claim_out_file(path, force=force, flag=flag, what="benchmark result")
+
+
+def write_results(
+    r: BenchResult,
+    stem: str | Path,
+    title: str = "attnlab bench",
+    *,
+    force: bool = False,
+    flag: str = "--out",
+) -> list[Path]:
+    """Write ``stem.md`` and ``stem.json``, each stamped as attnlab's, once both are claimed
+    (:func:`claim_results`; nothing is written when either is refused)."""
+    from attnlab.base.outfile import markdown_stamp, stamped_json, write_out_text
+
+    md, js = result_files(stem)
+    claim_results(stem, force=force, flag=flag)
+    claim = {"force": force, "flag": flag, "what": "benchmark result"}
+    write_out_text(md, to_markdown(r, title) + "\n" + markdown_stamp("attnlab bench"), **claim)
+    write_out_text(js, stamped_json(r.to_dict(), default=str), **claim)
     return [md, js]
 
 

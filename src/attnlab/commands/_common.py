@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 
 from attnlab.config import Config, ConfigError, check_distinct, load_config
 
@@ -52,6 +53,25 @@ def add_plugin_argument(p: argparse.ArgumentParser) -> None:
         help="import a module or .py file that registers parts (repeatable); recorded in the "
         "run's config as plugins = [...]",
     )
+
+
+def add_trust_argument(p: argparse.ArgumentParser) -> None:
+    """``--trust-remote-code``: consent to run code a model folder carries
+    (:mod:`attnlab.base.consent`), on every command that loads one."""
+    p.add_argument(
+        "--trust-remote-code",
+        action="store_true",
+        help="run the code a model folder carries (an export's plugin parts and their helpers, "
+        "a Hugging Face folder's own modeling code, a plugin file inside a received run or "
+        "probe directory); read it first. Without it such a folder is refused",
+    )
+
+
+def trusting(args: argparse.Namespace) -> contextlib.AbstractContextManager:
+    """The consent ``--trust-remote-code`` gave, for the duration of a command."""
+    from attnlab.base.consent import trusting_remote_code
+
+    return trusting_remote_code(bool(getattr(args, "trust_remote_code", False)))
 
 
 def add_skip_argument(p: argparse.ArgumentParser) -> None:

@@ -80,9 +80,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--new-tokens", type=int, metavar="N", help="decoded tokens (default <= 64)")
     p.add_argument("--decode-batch", type=int, default=1, metavar="B")
     p.add_argument("--decode-repeats", type=int, default=3, metavar="R")
-    p.add_argument("--out", metavar="FILE", help="write FILE.md and FILE.json")
+    p.add_argument(
+        "--out",
+        metavar="FILE",
+        help="write FILE.md and FILE.json (new files; an earlier result of attnlab's with --force)",
+    )
     p.add_argument(
         "--save", action="store_true", help="write the result into benchmarks/results/ by machine"
+    )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="replace an earlier result of attnlab bench at --out (or --save's or --targets' "
+        "name), unedited; never a file it did not write",
     )
     p.add_argument(
         "--targets",
@@ -164,7 +174,13 @@ def run(args: argparse.Namespace) -> int:
     import sys
 
     from attnlab.base.devices import check_device, check_threads
-    from attnlab.bench.report import failure_lines, print_report, results_dir, write_results
+    from attnlab.bench.report import (
+        claim_results,
+        failure_lines,
+        print_report,
+        results_dir,
+        write_results,
+    )
 
     if args.list:
         return _list()
@@ -177,17 +193,18 @@ def run(args: argparse.Namespace) -> int:
             raise UserError("--targets measures its own fixed config; drop the config and --set")
         from attnlab.bench.targets import run_targets
 
+        if args.out:
+            claim_results(args.out, force=args.force)  # before minutes of timing
         result = run_targets(log=log, threads=args.threads or 2)
         stem = args.out or results_dir() / result.machine.slug()
-        title = "attnlab bench --targets (CPU)"
+        title, flag = "attnlab bench --targets (CPU)", "--out" if args.out else "--targets"
     else:
-        from attnlab.base.safepath import check_out_file
         from attnlab.bench.runner import run_bench
         from attnlab.runs.preflight import check_training
 
         spec = _spec(args)
         if args.out:
-            check_out_file(args.out)
+            claim_results(args.out, force=args.force)  # before minutes of timing
         from attnlab.bench.variants import variant_config
         from attnlab.testing.gate import model_parts, require_checked
 
@@ -219,13 +236,13 @@ def run(args: argparse.Namespace) -> int:
         if stem is None and args.save:
             cfg = "".join(c if c.isalnum() or c in "-_." else "-" for c in spec.config_name)
             stem = results_dir() / f"{result.machine.slug()}-{cfg[:60].strip('-')}"
-        title = f"attnlab bench {spec.config_name}"
+        title, flag = f"attnlab bench {spec.config_name}", "--out" if args.out else "--save"
     if args.json:
         print(json.dumps(result.to_dict(), indent=2, default=str))
     else:
         print_report(result)
     if stem is not None:
-        for path in write_results(result, stem, title):
+        for path in write_results(result, stem, title, force=args.force, flag=flag):
             log(f"wrote {path}")
     for line in failure_lines(result):  # the rest is measured and saved; the exit code is 1
         print(f"attnlab bench: {line}", file=sys.stderr)

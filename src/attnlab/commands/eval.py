@@ -10,8 +10,8 @@ from pathlib import Path
 
 from attnlab.base.devices import check_device
 from attnlab.base.errors import UserError
-from attnlab.base.safepath import check_out_file
-from attnlab.commands._common import add_set_argument
+from attnlab.base.outfile import claim_out_file
+from attnlab.commands._common import add_set_argument, add_trust_argument
 
 NAME = "eval"
 HELP = "evaluate a run, checkpoint, probe or Hugging Face/GGUF model (perplexity, cloze, choice)"
@@ -100,13 +100,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=["float32", "bfloat16", "float16"],
         help="weights dtype for Hugging Face / GGUF models (default float32)",
     )
-    parser.add_argument("--out", default=None, metavar="FILE", help="also merge results here")
     parser.add_argument(
-        "--trust-remote-code",
-        action="store_true",
-        help="run the code a model folder carries (an export's plugin parts, a Hugging Face "
-        "folder's own modeling code); read it first. Without it such a folder is refused",
+        "--out",
+        default=None,
+        metavar="FILE",
+        help="also merge the results into FILE: a new file, or one an earlier eval --out wrote "
+        "and nobody edited since (never another file)",
     )
+    add_trust_argument(parser)
     parser.add_argument(
         "--no-save", action="store_true", help="do not write RUN_DIR/eval/results.json"
     )
@@ -194,7 +195,7 @@ def _build_cloze(args: argparse.Namespace) -> int:
         raise UserError("--build-cloze takes no TARGET; run the evaluation as a second command")
     if not args.out:
         raise UserError("--build-cloze needs --out FILE.jsonl")
-    check_out_file(args.out)
+    claim_out_file(args.out, stamped=False, what="cloze set", force_flag=None)  # a new file
     rows = build_cloze_set(args.build_cloze, args.n, args.min_context_words, args.seed, args.out)
     short = f" (only {len(rows)} passages passed the filters)" if len(rows) < args.n else ""
     print(f"wrote {len(rows)} cloze items to {args.out}{short}")
@@ -207,7 +208,7 @@ def _retrieval(args: argparse.Namespace) -> int:
     (``attnlab.eval.retrieval``; a decoder run has the "without" number on the same windows)."""
     from pathlib import Path
 
-    from attnlab.eval.results import merge_results, results_path
+    from attnlab.eval.results import merge_out, merge_results, results_path
     from attnlab.eval.retrieval import retrieval_losses
     from attnlab.runs.load import is_run_dir
 
@@ -217,6 +218,8 @@ def _retrieval(args: argparse.Namespace) -> int:
     res.pop("chunks", None)
     if not args.no_save:
         merge_results(results_path(Path(args.target)), {"retrieval": {"metrics": res}})
+    if args.out:
+        merge_out(args.out, {"retrieval": {"metrics": res}})
     if args.json:
         print(json.dumps(res, indent=2))
         return 0
@@ -245,7 +248,9 @@ def _run(args: argparse.Namespace) -> int:
     _check_flags(args)
     check_device(args.device)
     if args.out:
-        check_out_file(args.out)
+        from attnlab.eval.results import claim_out
+
+        claim_out(args.out)  # a new file, or attnlab's own earlier results file, unedited
     from attnlab.eval.lengths import parse_lengths
 
     defaults = _run_defaults(args.target)

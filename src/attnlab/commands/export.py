@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+from attnlab.commands._common import add_trust_argument, trusting
+
 NAME = "export"
 HELP = "write a run or checkpoint as a Hugging Face model folder (AutoModelForCausalLM)"
 
@@ -44,9 +46,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--verify", action="store_true", help="load the export without attnlab and compare"
     )
+    add_trust_argument(p)
 
 
 def run(args: argparse.Namespace) -> int:
+    with trusting(args):  # a plugin file inside a received run directory: --trust-remote-code
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     from attnlab.base.extras import require
 
     require("hf", "transformers", "safetensors", what="attnlab export")

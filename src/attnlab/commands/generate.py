@@ -6,6 +6,7 @@ import argparse
 import math
 
 from attnlab.base.errors import UserError
+from attnlab.commands._common import add_trust_argument, trusting
 
 NAME = "generate"
 HELP = "continue a prompt with the model of a training run (KV cache; temperature 0 = greedy)"
@@ -30,6 +31,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="model.family='retrieval': decode without neighbours (default: live retrieval from "
         "the run's database every chunk)",
     )
+    add_trust_argument(p)
 
 
 def _check_flags(args: argparse.Namespace) -> None:
@@ -59,6 +61,11 @@ def _prompt_text(prompt: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    with trusting(args):  # a plugin file inside a received run directory: --trust-remote-code
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     import torch
 
     from attnlab.base.devices import check_device

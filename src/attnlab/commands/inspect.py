@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+from attnlab.commands._common import add_trust_argument
+
 NAME = "inspect"
 HELP = (
     "look inside one model (or two, side by side) on a prompt: attention per layer and head, "
@@ -42,12 +44,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="replace an earlier page of attnlab's at --out (never a file it did not write, "
         "nor one edited since)",
     )
-    p.add_argument(
-        "--trust-remote-code",
-        action="store_true",
-        help="run the code a model folder carries (an export's plugin parts, a Hugging Face "
-        "folder's own modeling code); read it first. Without it such a folder is refused",
-    )
+    add_trust_argument(p)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -5,7 +5,12 @@ from __future__ import annotations
 import argparse
 
 from attnlab.base.advice import RERUN
-from attnlab.commands._common import add_set_argument, add_skip_argument
+from attnlab.commands._common import (
+    add_set_argument,
+    add_skip_argument,
+    add_trust_argument,
+    trusting,
+)
 
 NAME = "probe"
 HELP = "frozen probe: inject pre-projection / content skip / anchored query (or LoRA) into a pretrained LM"
@@ -43,6 +48,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--data-root", default="data", metavar="DIR", help="where prepared corpora live (data/)"
     )
+    add_trust_argument(p)
 
 
 def _print_table(rows: list[dict], title: str) -> None:
@@ -76,6 +82,11 @@ def _check_parts(configs: list, out, args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    with trusting(args):  # a base model folder's code (an export's plugins, auto_map modules)
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     from attnlab.base.errors import UserError
     from attnlab.base.extras import require
 

@@ -12,7 +12,13 @@ from pathlib import Path
 from attnlab.base import exitcodes
 from attnlab.base.advice import RERUN
 from attnlab.base.errors import UserError
-from attnlab.commands._common import add_config_arguments, add_skip_argument, config_from_args
+from attnlab.commands._common import (
+    add_config_arguments,
+    add_skip_argument,
+    add_trust_argument,
+    config_from_args,
+    trusting,
+)
 
 NAME = "train"
 HELP = "train a model from scratch into RUN_DIR; the same command again resumes it"
@@ -51,6 +57,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "hf:NAME online): its architecture becomes [model], its weights the initial parameters",
     )
     add_skip_argument(p)
+    add_trust_argument(p)
 
 
 def _say(msg: str) -> None:
@@ -94,6 +101,11 @@ def _run_plugins(args: argparse.Namespace) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    with trusting(args):  # --init-from an export whose plugin code it carries
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     from attnlab.base.safepath import check_out_dir
     from attnlab.runs import lock, rundir
     from attnlab.runs.preflight import check_training

@@ -23,6 +23,7 @@ the format ``cloze:FILE.jsonl`` and lm-eval's ``lambada_openai`` read.
 
 from __future__ import annotations
 
+import json
 import random
 import re
 from collections.abc import Iterable
@@ -30,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 from attnlab.base.errors import UserError
-from attnlab.eval.sources import write_jsonl
 
 _STOP_WORDS_TEXT = """a about above after again against all also am an and any are as at be because been
     before being below between both but by can could did do does doing down during each either
@@ -138,6 +138,9 @@ def build_cloze_set(
         )
     picked = sorted(random.Random(seed).sample(range(len(pool)), min(n, len(pool))))
     rows = [{"text": pool[i]} for i in picked]
-    if out is not None:
-        write_jsonl(rows, out)
+    if out is not None:  # a new file only: a JSON-lines set has no room for attnlab's stamp
+        from attnlab.base.outfile import write_new_text
+
+        text = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+        write_new_text(out, text, what="cloze set", force_flag=None)
     return rows

@@ -22,7 +22,7 @@ from attnlab.eval.registry import (
     split_tasks,
     task_key,
 )
-from attnlab.eval.results import merge_results, results_path
+from attnlab.eval.results import claim_out, merge_out, merge_results, results_path
 from attnlab.eval.targets import load_language_model
 
 
@@ -71,6 +71,8 @@ def evaluate(
     """
     specs = split_tasks(list(tasks) if not isinstance(tasks, str) else tasks)
     keys = [task_key(s) for s in specs]  # validate every name before loading anything
+    if out is not None:
+        claim_out(out)  # a file of the user's is refused before the model loads
     lm = load_language_model(target, device=device, dtype=dtype, max_length=max_length)
     keys = [k + lm.tag for k in keys]
     if lengths:
@@ -112,7 +114,7 @@ def evaluate(
     if save and lm.results_dir is not None and results:
         merge_results(inside(lm.results_dir, results_path(lm.results_dir)), results)
     if out is not None and results:
-        merge_results(out, results)
+        merge_out(out, results)
     if failures:
         raise TasksFailedError(results, failures)
     return results

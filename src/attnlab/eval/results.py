@@ -3,6 +3,10 @@
 ``RUN_DIR/eval/results.json`` holds ``{"tasks": {KEY: ENTRY}}``; a new evaluation of a task
 replaces that task's entry and leaves the others, so results accumulate over calls. An entry is
 ``{"metrics": {...}, "source": ..., "limit": ..., "model": ..., "timestamp": ISO-8601, ...}``.
+
+A results file the user names (``attnlab eval --out FILE``) has the same shape plus attnlab's
+stamp (:mod:`attnlab.base.outfile`): results are merged only into a file attnlab wrote and nobody
+edited since (:func:`claim_out`, :func:`merge_out`); any other file is left as it is.
 """
 
 from __future__ import annotations
@@ -46,6 +50,33 @@ def merge_results(path: str | Path, entries: Mapping[str, Mapping[str, Any]]) ->
     run_dir = p.parent.parent
     if p.parent.name == "eval" and (run_dir / TRACKERS_FILE).is_file():
         log_results(run_dir, entries)  # the run's TensorBoard / wandb get them too
+    return data
+
+
+def claim_out(path: str | Path) -> Path:
+    """Check that ``eval --out`` may merge into ``path``: a new file, or an earlier results file
+    of attnlab's, unedited (never a user's file, a link, a device, a run's own files)."""
+    from attnlab.base.outfile import claim_out_file
+
+    return claim_out_file(path, merge=True, what="results file", force_flag=None)
+
+
+def merge_out(path: str | Path, entries: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Merge ``entries`` into the results file ``path`` that ``eval --out`` names (claimed
+    again first: :func:`claim_out`), written stamped and atomically."""
+    from attnlab.base.outfile import read_json_out, stamped_json, write_out_text
+
+    p = claim_out(path)
+    data: Any = {"tasks": {}}
+    if p.exists():
+        try:
+            data = read_json_out(p)
+        except (OSError, ValueError) as e:
+            raise UserError(f"{p} cannot be read as a results file ({e})") from None
+        if not isinstance(data, dict) or not isinstance(data.get("tasks"), dict):
+            raise UserError(f"{p} is not an attnlab results file (no 'tasks' table)")
+    data["tasks"].update({k: dict(v) for k, v in entries.items()})
+    write_out_text(p, stamped_json(data), merge=True, what="results file", force_flag=None)
     return data
 
 

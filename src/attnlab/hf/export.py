@@ -7,7 +7,8 @@ The folder::
     generation_config.json    end-of-text / BOS / padding ids; use_cache as the parts allow
     tokenizer.json, tokenizer_config.json, ...   for AutoTokenizer (:mod:`.tokenizer_files`)
     configuration_attnlab.py, modeling_attnlab.py, attnlab_*.py   the code (:mod:`.vendor`)
-    plugins/                  the original source of the run's plugin parts, if any
+    plugins/                  the original source of the run's plugin parts, if any, and under
+                              plugins/helpers/ the local modules they import (by module path)
     README.md                 the model card (:mod:`.card`): license, datasets, model-index
     data_attribution.json     the corpus's attribution in full (when its meta.json has one)
 
@@ -100,15 +101,19 @@ def plugin_modules(cfg: Config) -> tuple[list[PluginModule], list[dict[str, Any]
             (r for r in records if r.module == module or module.startswith(f"{r.module}.")), None
         )
         spec = rec.spec if rec is not None else module
-        modules.append(PluginModule(module=module, spec=spec, parts=tuple(parts)))
+        helpers = tuple(h.module for h in rec.helpers) if rec is not None else ()
+        modules.append(PluginModule(module=module, spec=spec, parts=tuple(parts), helpers=helpers))
         entries.append({"spec": spec, "module": module, "parts": [list(p) for p in parts]})
     return modules, entries
 
 
 def _copy_plugin_sources(folder: Path, entries: list[dict[str, Any]], vendored: Vendored) -> None:
-    """Each plugin's original file under ``plugins/`` (what attnlab loads when installed), and
-    the SHA-256 of both copies (checked before either is imported)."""
+    """Each plugin's original file under ``plugins/`` (what attnlab loads when installed) and its
+    helper modules under ``plugins/helpers/``, and the SHA-256 of every copy (checked before any
+    is imported)."""
     import sys
+
+    from attnlab.parts.plugins import record_of
 
     for entry in entries:
         module = sys.modules.get(entry["module"])
@@ -122,6 +127,37 @@ def _copy_plugin_sources(folder: Path, entries: list[dict[str, Any]], vendored: 
         shutil.copyfile(path, folder / "plugins" / path.name)
         entry["file"] = f"plugins/{path.name}"
         entry["sha256"] = source_hash([folder / "plugins" / path.name])
+        record = record_of(entry["spec"])
+        entry["helpers"] = [
+            _copy_helper(folder, helper, vendored) for helper in (record.helpers if record else ())
+        ]
+
+
+def _copy_helper(folder: Path, helper: Any, vendored: Vendored) -> dict[str, Any]:
+    """Copy one helper module (:class:`attnlab.parts.identity.Helper`) to its place under
+    ``plugins/helpers/``, refusing one that changed since the plugin imported it."""
+    import hashlib
+
+    from attnlab.hf.export_plugins import helper_file
+
+    data = Path(helper.file).read_bytes()
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != helper.sha256:
+        raise UserError(
+            f"the plugin helper {helper.file} (module {helper.module}) changed while the run was "
+            "being exported; export again"
+        )
+    relative = helper_file(helper.module, Path(helper.file).name == "__init__.py")
+    (folder / relative).parent.mkdir(parents=True, exist_ok=True)
+    (folder / relative).write_bytes(data)
+    flat = vendored.names.get(helper.module)
+    return {
+        "module": helper.module,
+        "file": relative,
+        "sha256": digest,
+        "flat_module": flat,
+        "flat_sha256": vendored.plugin_sha256.get(flat) if flat else None,
+    }
 
 
 @contextlib.contextmanager

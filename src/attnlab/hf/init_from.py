@@ -186,6 +186,25 @@ def load_pretrained(spec: str, model: nn.Module) -> InitReport:
     return InitReport(spec, config.model_type, sorted(mapped), fresh)
 
 
+def _folder_plugins(spec: str, config: Any, needed: list[str]) -> list[str]:
+    """With ``--trust-remote-code``: the export's own plugin copies, checked against their
+    recorded SHA-256 and imported (:mod:`.export_plugins`), as the run's plugins; without it,
+    a refusal naming both ways."""
+    from attnlab.base.consent import FLAG, remote_code_trusted
+    from attnlab.hf.export_plugins import load_export_plugins
+
+    if not remote_code_trusted():
+        raise UserError(
+            f"--init-from {spec}: the export's parts come from plugin file(s) "
+            f"{', '.join(needed)}; give them with --plugin FILE, or pass {FLAG} to run the "
+            f"copies the export keeps in {Path(config.name_or_path) / 'plugins'} (checked "
+            "against the SHA-256 it recorded; read them first)"
+        )
+    load_export_plugins(config)
+    root = Path(config.name_or_path)
+    return [str(root / p["file"]) for p in config.attnlab_plugins if p.get("file")]
+
+
 def config_with_init(
     name_or_path: str | None, spec: str, overrides: list[str] = (), plugins: list[str] = ()
 ):
@@ -200,11 +219,7 @@ def config_with_init(
     config = _load_config(spec)
     needed = arch_attnlab.plugin_specs(config) if config.model_type == "attnlab" else []
     if needed and not plugins:
-        raise UserError(
-            f"--init-from {spec}: the export's parts come from plugin file(s) "
-            f"{', '.join(needed)}; give them with --plugin FILE (the export keeps a copy in "
-            f"{Path(source) / 'plugins'})"
-        )
+        plugins = _folder_plugins(spec, config, needed)
     raw = source_dict(name_or_path) if name_or_path is not None else {}
     raw = {**raw, "model": model_table(spec)}
     raw["train"] = {**raw.get("train", {}), "init_from": spec}

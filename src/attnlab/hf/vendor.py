@@ -5,14 +5,17 @@ transformers runs a folder's own code (``trust_remote_code=True``) by copying th
 side into one package directory. So an exported folder carries attnlab's real model sources, not a
 re-implementation: every module the modeling code needs is copied with its ``attnlab.*`` imports
 rewritten as relative imports of flat names (``attnlab.model.block`` ->
-``attnlab_model_block.py``), and so are the modules of the run's plugins. Two modules are written
-rather than copied:
+``attnlab_model_block.py``), and so are the modules of the run's plugins and the local helper
+modules they import (:attr:`PluginModule.helpers`, flat as ``attnlab_plugin_NAME.py``, their
+imports rewritten the same way), so the folder loads where the plugin's own directory is gone.
+Two modules are written rather than copied:
 
 - ``attnlab.model.parts``: a flat copy cannot be listed like a package, so it names its part
   modules in ``PART_MODULES`` (read by :func:`attnlab.parts.registry._builtin_modules`);
-- ``attnlab.hf.export_plugins``: it imports the copied plugin modules, which registers their parts,
-  each only after checking that its file holds the code exported (SHA-256, recorded in the module
-  and in config.json's ``attnlab_plugins`` as ``flat_sha256``): transformers' consent
+- ``attnlab.hf.export_plugins``: it imports the copied plugin modules and their helpers, which
+  registers their parts, each only after checking that its file holds the code exported (SHA-256,
+  recorded in the module and in config.json's ``attnlab_plugins`` as ``flat_sha256``), and from
+  the very bytes it checked (:mod:`attnlab.parts.checked`, copied too): transformers' consent
   (``trust_remote_code=True``) is to run the folder as exported, not whatever it holds later.
 
 Everything else is byte for byte the installed source except the rewritten import statements.
@@ -37,6 +40,8 @@ SPECIAL_NAMES = {
 }
 PARTS_PACKAGE = "attnlab.model.parts"
 PLUGINS_MODULE = "attnlab.hf.export_plugins"
+#: what the written plugins module imports its checked files with
+CHECKED_MODULE = "attnlab.parts.checked"
 ROOTS = ("attnlab.hf.modeling", "attnlab.hf.configuration")
 
 
@@ -51,6 +56,8 @@ class PluginModule:
     module: str
     spec: str
     parts: tuple[tuple[str, str, str], ...]
+    #: the local modules it imports (:attr:`attnlab.parts.plugins.PluginRecord.helpers`)
+    helpers: tuple[str, ...] = ()
 
 
 @dataclass
@@ -59,7 +66,7 @@ class Vendored:
 
     files: dict[str, str] = field(default_factory=dict)
     names: dict[str, str] = field(default_factory=dict)
-    #: flat name of each copied plugin module -> SHA-256 of its file's UTF-8 bytes
+    #: flat name of each copied plugin (or helper) module -> SHA-256 of its file's UTF-8 bytes
     plugin_sha256: dict[str, str] = field(default_factory=dict)
 
     def write(self, folder: Path) -> list[str]:
@@ -154,14 +161,15 @@ class _Flattener:
             mods = [a for a in node.names if self.inside(a.name)]
             if not mods:
                 return None
-            if len(mods) != len(node.names) or any(a.asname is None for a in mods):
+            bare = [a for a in mods if a.asname is None and "." in a.name]
+            if len(mods) != len(node.names) or bare:
                 raise VendorError(
                     f"{where}: `import {', '.join(a.name for a in node.names)}` binds a package "
                     "name the flat copy does not have; write `from PACKAGE import NAME` or "
                     "`import MODULE as NAME`"
                 )
             deps.extend(a.name for a in mods)
-            return [f"from . import {self.flat(a.name)} as {a.asname}" for a in mods]
+            return [f"from . import {self.flat(a.name)} as {a.asname or a.name}" for a in mods]
         if node.level:
             parts = package.split(".")
             base = ".".join(parts[: len(parts) - (node.level - 1)])
@@ -216,47 +224,66 @@ def _parts_package(flat: _Flattener, part_modules: list[str]) -> str:
 
 
 def _plugins_module(flat: _Flattener, plugins: list[PluginModule], hashes: dict[str, str]) -> str:
-    """The folder's ``attnlab.hf.export_plugins``: it imports each copied plugin module only
-    after checking its file against ``hashes`` (flat name -> SHA-256, also in config.json)."""
+    """The folder's ``attnlab.hf.export_plugins``: it imports each copied plugin module (and its
+    helpers) only after checking its file against ``hashes`` (flat name -> SHA-256, also in
+    config.json), from the bytes it checked."""
     body = []
     for p in plugins:
         classes = ", ".join(sorted({cls for _, _, cls in p.parts}))
         body.append(
-            f"    with registering_as({p.spec!r}):\n"
-            f"        from .{flat.flat(p.module)} import {classes}  # noqa: F401\n"
+            f"        with registering_as({p.spec!r}):\n"
+            f"            from .{flat.flat(p.module)} import {classes}  # noqa: F401\n"
         )
     listed = "".join(f"    {name!r}: {digest!r},\n" for name, digest in sorted(hashes.items()))
     return (
         '"""The plugin parts this model uses, copied from its run by `attnlab export`.\n\n'
-        "A copied plugin module is imported only after its file, beside this one, is found to hold\n"
-        "the code the model was exported with: the SHA-256 recorded here and in config.json's\n"
-        'attnlab_plugins (flat_sha256). A changed, missing or linked-out file is refused."""\n\n'
+        "A copied plugin module (or a helper module it imports) is imported only after its file,\n"
+        "beside this one, is found to hold the code the model was exported with: the SHA-256\n"
+        "recorded here and in config.json's attnlab_plugins (flat_sha256). A changed, missing or\n"
+        'linked-out file is refused; the bytes checked are the bytes imported."""\n\n'
         "import hashlib\n"
+        "import importlib\n"
         "from pathlib import Path\n\n"
+        f"from .{flat.flat(CHECKED_MODULE)} import CheckedSource, serving\n"
         "from .attnlab_parts_registry import registering_as\n\n"
         f"#: copied plugin module -> SHA-256 of its file as exported\nSHA256 = {{\n{listed}}}\n\n\n"
         f"{_CHECK_SOURCE}\n\n"
         "def load_export_plugins(config) -> None:\n"
-        '    """Check the copied plugin modules, then import them: their @register decorators add\n'
-        '    their parts."""\n'
-        "    check_plugin_files(config)\n"
+        '    """Check the copied plugin modules, then import them from the bytes checked: their\n'
+        '    @register decorators add their parts."""\n'
+        "    checked = check_plugin_files(config)\n"
+        "    sources = {\n"
+        "        f'{__package__}.{name}': CheckedSource(f'{__package__}.{name}', str(path), data)\n"
+        "        for name, (path, data) in checked.items()\n"
+        "    }\n"
+        "    with serving(sources):\n"
         f"{''.join(body)}"
+        "        for name in sources:  # a helper imported later comes from its checked bytes too\n"
+        "            importlib.import_module(name)\n"
     )
 
 
 #: the check the folder's own export_plugins module runs before importing any plugin module
-_CHECK_SOURCE = '''def check_plugin_files(config) -> None:
-    """Refuse (ValueError, naming the files) a copied plugin module whose file is missing, is a
-    link out of its folder (here, or the model folder transformers copied it from), or differs
-    from the SHA-256 recorded here and in config.json."""
+_CHECK_SOURCE = '''def _recorded(config) -> dict:
+    """flat module -> SHA-256, as config.json's attnlab_plugins records them (helpers too)."""
+    out = {}
+    for p in getattr(config, "attnlab_plugins", None) or []:
+        if isinstance(p, dict):
+            for entry in [p, *(p.get("helpers") or [])]:
+                if isinstance(entry, dict) and entry.get("flat_module"):
+                    out[entry["flat_module"]] = entry.get("flat_sha256")
+    return out
+
+
+def check_plugin_files(config) -> dict:
+    """The bytes of every copied plugin module, by flat name (with its path), once each is found
+    in the folder (here, and in the model folder transformers copied it from, not a link out of
+    it) and equal to the SHA-256 recorded here and in config.json; else ValueError naming the
+    files."""
     here = Path(__file__).resolve().parent
     source = Path(str(getattr(config, "name_or_path", "") or ""))
-    recorded = {
-        p.get("flat_module"): p.get("flat_sha256")
-        for p in getattr(config, "attnlab_plugins", None) or []
-        if isinstance(p, dict)
-    }
-    bad = []
+    recorded = _recorded(config)
+    bad, checked = [], {}
     for name, digest in SHA256.items():
         path = here / f"{name}.py"
         folders = (here, source.resolve()) if source.is_dir() else (here,)
@@ -271,20 +298,23 @@ _CHECK_SOURCE = '''def check_plugin_files(config) -> None:
             continue
         if hashlib.sha256(data).hexdigest() != digest or recorded.get(name) != digest:
             bad.append(f"{name}.py (not the code the model was exported with)")
+        checked[name] = (path, data)
     if bad:
         raise ValueError(
             "this attnlab export will not import its plugin code: " + ", ".join(bad) + ". "
             "Export the run again, or restore the folder's files as exported"
         )
+    return checked
 '''
 
 
 def flatten(plugins: list[PluginModule] = ()) -> Vendored:
     """Flatten the modeling code's import closure (and ``plugins``) into one folder's files."""
-    roots = {"attnlab"} | {p.module.split(".")[0] for p in plugins}
+    own = [m for p in plugins for m in (p.module, *p.helpers)]
+    roots = {"attnlab"} | {m.split(".")[0] for m in own}
     out = Vendored()
     flat = _Flattener(roots, out.names)
-    todo = [*ROOTS, PLUGINS_MODULE, *(p.module for p in plugins)]
+    todo = [*ROOTS, PLUGINS_MODULE, *own]
     seen: set[str] = set()
     while todo:
         module = todo.pop(0)
@@ -303,16 +333,16 @@ def flatten(plugins: list[PluginModule] = ()) -> Vendored:
             continue
         if module == PLUGINS_MODULE:  # written once the plugin modules are (it hashes them)
             flat.flat(module)
-            todo.append("attnlab.parts.registry")
+            todo.extend(["attnlab.parts.registry", CHECKED_MODULE])
             continue
         text, deps = flat.rewrite(module, path, is_pkg)
         out.files[f"{flat.flat(module)}.py"] = _header(module, path) + text
         todo.extend(d for d in deps if d not in seen)
+    plugin_files = {flat.flat(m) for m in out.names if m.split(".")[0] in roots - {"attnlab"}}
     out.plugin_sha256 = {
-        flat.flat(p.module): hashlib.sha256(
-            out.files[f"{flat.flat(p.module)}.py"].encode()
-        ).hexdigest()
-        for p in plugins
+        name: hashlib.sha256(out.files[f"{name}.py"].encode()).hexdigest()
+        for name in sorted(plugin_files)
+        if f"{name}.py" in out.files
     }
     out.files[f"{flat.flat(PLUGINS_MODULE)}.py"] = _plugins_module(
         flat, list(plugins), out.plugin_sha256

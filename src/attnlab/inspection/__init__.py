@@ -117,18 +117,19 @@ def inspect_targets(
                 mask_name=mask,
             )
         )
-    return write_stamped_page(out, caps, notes), caps
+    return write_stamped_page(out, caps, notes, force=force), caps
 
 
-def write_stamped_page(out: str | Path, caps: list[Capture], notes: list[str]) -> Path:
+def write_stamped_page(
+    out: str | Path, caps: list[Capture], notes: list[str], *, force: bool = False
+) -> Path:
     """The page, with a closing comment that stamps it as attnlab's (its own SHA-256:
-    :mod:`attnlab.base.outfile`), written atomically."""
-    from attnlab.base.atomic import atomic_write_text
-    from attnlab.base.outfile import PLACEHOLDER, stamp
+    :mod:`attnlab.base.outfile`), written atomically once ``out`` is claimed again (a file put
+    there while the targets loaded is refused, not replaced)."""
+    from attnlab.base.outfile import markdown_stamp, write_out_text
 
-    text = render(page_data(caps, notes)) + f"<!-- written by attnlab inspect; {PLACEHOLDER} -->\n"
-    atomic_write_text(out, stamp(text))
-    return Path(out)
+    text = render(page_data(caps, notes)) + markdown_stamp("attnlab inspect")
+    return write_out_text(out, text, force=force, what="page")
 
 
 __all__ = [

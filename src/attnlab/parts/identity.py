@@ -13,7 +13,8 @@ are found two ways, and their union is recorded:
   and relative, resolved without importing anything (``importlib.machinery.PathFinder``) and kept
   when it resolves to a local file.
 
-A helper is recorded by module name and SHA-256 of its bytes; the plugin's identity is its own
+A helper is recorded by module name and SHA-256 of its bytes (the bytes it ran from, where the
+plugin loader kept them: :mod:`attnlab.parts.checked`); the plugin's identity is its own
 source hash when it has no helper (the same hash earlier versions recorded), else the SHA-256 of
 that and every helper's name and hash. Not seen: a module imported later under a name that is
 computed at run time, and files a plugin reads as data.
@@ -29,7 +30,7 @@ import importlib.machinery
 import site
 import sys
 import sysconfig
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -109,10 +110,11 @@ def _package_of(name: str, path: Path) -> str:
     return name if path.name == "__init__.py" else name.rpartition(".")[0]
 
 
-def imported_names(path: Path, module: str) -> set[str]:
-    """Every module name the ``import`` statements of ``path`` (module ``module``) may load."""
+def imported_names(path: Path, module: str, data: bytes | None = None) -> set[str]:
+    """Every module name the ``import`` statements of ``path`` (module ``module``; its bytes
+    ``data`` when already read) may load."""
     try:
-        tree = ast.parse(path.read_bytes())
+        tree = ast.parse(data if data is not None else path.read_bytes())
     except (OSError, SyntaxError, ValueError):
         return set()
     package = _package_of(module, path)
@@ -136,10 +138,16 @@ def imported_names(path: Path, module: str) -> set[str]:
     return names
 
 
-def helpers(own: Iterable[tuple[str, Path]], appeared: Iterable[str] = ()) -> tuple[Helper, ...]:
+def helpers(
+    own: Iterable[tuple[str, Path]],
+    appeared: Iterable[str] = (),
+    read: Mapping[Path, bytes] | None = None,
+) -> tuple[Helper, ...]:
     """The local modules that the files ``own`` ((module name, file) of the plugin itself)
     import, directly or through each other, plus the local modules of ``appeared`` (the names
-    that entered ``sys.modules`` during its import); sorted by module name."""
+    that entered ``sys.modules`` during its import); sorted by module name. ``read``: the bytes
+    files were imported from (by resolved path), hashed instead of the files read again."""
+    read = read or {}
     own = [(name, Path(f).resolve()) for name, f in own]
     own_files = {f for _, f in own}
     found: dict[Path, str] = {}
@@ -151,22 +159,22 @@ def helpers(own: Iterable[tuple[str, Path]], appeared: Iterable[str] = ()) -> tu
             todo.append((name, f))
     while todo:
         name, f = todo.pop()
-        for target in sorted(imported_names(f, name)):
+        for target in sorted(imported_names(f, name, read.get(f))):
             path = _find(target)
             if path is None or path in own_files or path in found or not is_local(path):
                 continue
             found[path] = target
             todo.append((target, path))
     out = [
-        Helper(module=name, file=str(path), sha256=_file_hash(path))
+        Helper(module=name, file=str(path), sha256=_file_hash(path, read.get(path)))
         for path, name in found.items()
-        if path.is_file()
+        if path in read or path.is_file()
     ]
     return tuple(sorted(out, key=lambda h: (h.module, h.file)))
 
 
-def _file_hash(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+def _file_hash(path: Path, data: bytes | None = None) -> str:
+    return hashlib.sha256(data if data is not None else path.read_bytes()).hexdigest()
 
 
 def identity_hash(own: str | None, found: Iterable[Helper]) -> str | None:

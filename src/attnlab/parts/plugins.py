@@ -17,8 +17,12 @@ already taken, is an error naming the plugin: nothing is overwritten silently.
 Each loaded plugin is recorded (:class:`PluginRecord`: spec, module, file, SHA-256 of its source
 files and of the local helper modules it imports (:mod:`attnlab.parts.identity`), distribution and
 version for entry points) for the run manifest; the SHA-256 is what the check cache and a resume
-compare. A plugin that calls ``sys.exit()`` while it is imported is an error naming it
-(:mod:`attnlab.parts.exits`), never the end of the command.
+compare. A plugin file, and each local module it imports while it is imported, is read once:
+the code runs from those bytes and the SHA-256 is theirs (:mod:`attnlab.parts.checked`), so the
+recorded hash is of the code that ran, even if the file changes meanwhile; code that came with a
+model folder is imported from the very bytes that were checked against the folder's record
+(``load_plugin(path, checked={path: DATA})``). A plugin that calls ``sys.exit()`` while it is imported is
+an error naming it (:mod:`attnlab.parts.exits`), never the end of the command.
 
 **A moved plugin.** A run records its plugins by absolute path. When a recorded ``.py`` file (or
 package directory) no longer exists, the plugin loaded in this process from another path under
@@ -30,23 +34,28 @@ SHA-256 (the recorded one comes from the run's ``plugins.json``, made known with
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
-import importlib.util
+import importlib.abc
+import importlib.machinery
 import os
 import sys
 import threading
 import traceback
 import warnings
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 from attnlab.base.consent import check_code_path
 from attnlab.base.errors import UserError
 from attnlab.base.pathkind import not_a_file
+from attnlab.parts.checked import CheckedSource, import_checked, served, spec_of
 from attnlab.parts.exits import exit_message, is_exit
-from attnlab.parts.identity import Helper, helper_changes, helpers, identity_hash
+from attnlab.parts.identity import Helper, helper_changes, helpers, identity_hash, is_local
 from attnlab.parts.source import PartError, registering_as
 
 GROUP = "attnlab.parts"
@@ -118,16 +127,19 @@ def _source_files(module) -> list[Path]:
     return [path]
 
 
-def source_hash(files: list[Path]) -> str | None:
-    """SHA-256 over the files' names and bytes (a package: every .py file inside it)."""
+def source_hash(files: list[Path], read: Mapping[Path, bytes] | None = None) -> str | None:
+    """SHA-256 over the files' names and bytes (a package: every .py file inside it); ``read``
+    holds bytes already read (by resolved path), used instead of reading the file again."""
     if not files:
         return None
     h = hashlib.sha256()
     root = files[0].parent
+    read = read or {}
     for f in files:
         h.update(str(f.relative_to(root) if f.is_relative_to(root) else f.name).encode())
         h.update(b"\0")
-        h.update(f.read_bytes())
+        data = read.get(Path(f).resolve())
+        h.update(data if data is not None else f.read_bytes())
     return h.hexdigest()
 
 
@@ -146,25 +158,77 @@ def _module_name_for(path: Path) -> str:
     return f"attnlab_plugin_{stem}_{digest}"
 
 
-def _import(spec: str) -> tuple[object, list[str]]:
-    """(the imported module, the names that entered ``sys.modules`` while it was imported)."""
+class _Reading(importlib.abc.MetaPathFinder):
+    """While a plugin is imported: each local module it imports (:func:`identity.is_local`) is
+    read once, run from those bytes and its bytes kept, so its hash is of the code that ran."""
+
+    def __init__(self, read: dict[Path, bytes]) -> None:
+        self.read = read
+
+    def find_spec(self, fullname, path=None, target=None):
+        if served(fullname):  # checked bytes of a model folder's helper come first
+            return None
+        try:
+            found = importlib.machinery.PathFinder.find_spec(fullname, path)
+        except (ImportError, ValueError):
+            return None
+        origin = getattr(found, "origin", None)
+        if found is None or not isinstance(found.loader, importlib.machinery.SourceFileLoader):
+            return None
+        if not is_local(origin):
+            return None
+        try:
+            data = Path(origin).read_bytes()
+        except OSError:
+            return None
+        self.read[Path(origin).resolve()] = data
+        locations = tuple(found.submodule_search_locations or ())
+        package = found.submodule_search_locations is not None
+        return spec_of(CheckedSource(fullname, origin, data, package, locations))
+
+
+@contextlib.contextmanager
+def _reading(read: dict[Path, bytes]) -> Iterator[None]:
+    finder = _Reading(read)
+    sys.meta_path.insert(0, finder)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(ValueError):
+            sys.meta_path.remove(finder)
+
+
+def _import(
+    spec: str, checked: Mapping[Path, bytes] | None = None, also: Sequence[str] = ()
+) -> tuple[Any, list[str], dict[Path, bytes]]:
+    """(the imported module, the names that entered ``sys.modules`` while it was imported, the
+    bytes each local file it ran was read as: ``checked`` ones as given). The modules ``also``
+    are imported right after it, as part of it (a model folder's copies of its helpers)."""
     before = set(sys.modules)
-    module = _import_module(spec)
-    return module, [name for name in list(sys.modules) if name not in before]
+    read: dict[Path, bytes] = dict(checked or {})
+    with _reading(read):
+        module = _import_module(spec, read)
+        with registering_as(spec):
+            for name in also:
+                importlib.import_module(name)
+    return module, [name for name in list(sys.modules) if name not in before], read
 
 
-def _record(spec: str, module, appeared: list[str], **extra) -> PluginRecord:
-    """The record of ``module``: its files, its helpers and the identity hash over both."""
+def _record(
+    spec: str, module, appeared: list[str], read: Mapping[Path, bytes] | None = None, **extra
+) -> PluginRecord:
+    """The record of ``module``: its files, its helpers and the identity hash over both (of the
+    bytes ``read`` where the import kept them: the code that ran)."""
     files = _source_files(module) if module is not None else []
     name = getattr(module, "__name__", "") if module is not None else ""
     base = Path(files[0]).parent if files else None
     own = [(_file_module(name, base, f, module), f) for f in files]
-    found = helpers(own, appeared)
+    found = helpers(own, appeared, read)
     return PluginRecord(
         spec=spec,
         module=extra.pop("module", name),
         file=str(files[0]) if files else None,
-        sha256=identity_hash(source_hash(files), found),
+        sha256=identity_hash(source_hash(files, read), found),
         helpers=found,
         **extra,
     )
@@ -179,7 +243,9 @@ def _file_module(name: str, base: Path | None, f: Path, module) -> str:
     return ".".join([name, *rel])
 
 
-def _import_module(spec: str) -> object:
+def _import_module(spec: str, read: dict[Path, bytes]) -> object:
+    """Import ``spec``; a file (or a package's ``__init__.py``) from its bytes in ``read`` when
+    the caller checked them, else from its bytes read once (kept in ``read``)."""
     with registering_as(spec):
         if not is_path_spec(spec):
             return importlib.import_module(spec)
@@ -191,33 +257,36 @@ def _import_module(spec: str) -> object:
             path = init
         if not path.is_file():
             raise PluginError(f"plugin file {spec!r} {not_a_file(path)}; check the path")
-        name = _module_name_for(path)
-        if name in sys.modules:
-            return sys.modules[name]
-        loc = [str(path.parent)] if path.name == "__init__.py" else None
-        mspec = importlib.util.spec_from_file_location(name, path, submodule_search_locations=loc)
-        if mspec is None or mspec.loader is None:
+        if path.suffix != ".py":
             raise PluginError(
                 f"plugin file {spec!r} cannot be imported as Python; is it a .py file?"
             )
-        module = importlib.util.module_from_spec(mspec)
-        sys.modules[name] = module
-        try:
-            mspec.loader.exec_module(module)
-        except BaseException:
-            del sys.modules[name]
-            raise
-        return module
+        name = _module_name_for(path)
+        if name in sys.modules:
+            return sys.modules[name]
+        data = read.get(path.resolve())
+        if data is None:
+            data = read[path.resolve()] = path.read_bytes()
+        package = path.name == "__init__.py"
+        locations = (str(path.parent),) if package else ()
+        return import_checked(CheckedSource(name, str(path), data, package, locations))
 
 
 def load_plugin(
-    spec: str, base_dir: str | Path | None = None, *, missing: str | None = None
+    spec: str,
+    base_dir: str | Path | None = None,
+    *,
+    missing: str | None = None,
+    checked: Mapping[Path, bytes] | None = None,
+    also: Sequence[str] = (),
 ) -> PluginRecord:
     """Import one plugin (once per process) and return its record.
 
     A path that does not exist is served by a plugin of the same module name already loaded from
     elsewhere (see the module doc); otherwise it is an error ending in ``missing`` (default: how
-    to point at a moved file)."""
+    to point at a moved file). ``checked``: bytes the caller checked, by resolved path (the file
+    ``spec`` names, its helpers): imported and hashed as they are, never read again; ``also``:
+    module names imported right after it as part of it (a helper used only inside ``forward``)."""
     resolved = resolve_spec(spec, base_dir)
     with _lock:
         if resolved in _loaded:
@@ -227,7 +296,7 @@ def load_plugin(
         if is_path_spec(resolved):  # a file inside a model folder being loaded needs consent
             check_code_path(resolved)
         try:
-            module, appeared = _import(resolved)
+            module, appeared, read = _import(resolved, checked, also)
         except (PluginError, PartError) as e:
             raise PluginError(f"plugin {spec!r}: {e}") from None
         except ModuleNotFoundError as e:
@@ -246,7 +315,7 @@ def load_plugin(
                 f"plugin {spec!r} failed to import: "
                 + exit_message(e, "it was imported (--plugin or plugins = [...])")
             ) from None
-        record = _record(resolved, module, appeared)
+        record = _record(resolved, module, appeared, read)
         _loaded[resolved] = record
         return record
 

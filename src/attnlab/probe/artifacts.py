@@ -26,8 +26,9 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from attnlab.base.atomic import atomic_directory, atomic_write_json, sha256_file, temp_sibling
+from attnlab.base.atomic import atomic_write_json, sha256_file, temp_sibling
 from attnlab.base.errors import UserError
+from attnlab.base.swap import atomic_directory, recover
 from attnlab.probe.build import BaseProvider, ProbedModel, build_probed_model, check_fingerprint
 from attnlab.probe.config import ConfigError, validate_probe
 from attnlab.probe.moved_keys import upgrade_recorded
@@ -91,12 +92,26 @@ def save_probe(run_dir: Path, probed: ProbedModel, cfg: Any, trained_steps: int)
         tmp = temp_sibling(run_dir / ADAPTER)
         save_file(state, str(tmp), metadata={"format": FORMAT, "method": probed.method.name})
         tmp.replace(run_dir / ADAPTER)
-    if probed.lora is not None:
-        with atomic_directory(run_dir / LORA_DIR, replace=True) as tmp_dir:
+    if probed.lora is not None:  # swapped in whole (base.swap: an atomic exchange where it can)
+        with atomic_directory(
+            run_dir / LORA_DIR, replace=True, complete=_lora_complete, warning=AdapterWarning
+        ) as tmp_dir:
             probed.model.save_pretrained(str(tmp_dir), save_embedding_layers=False)
     record = probe_record(probed, cfg, trained_steps)
     record["sha256"] = {name: sha256_file(run_dir / name) for name in _adapter_files(record)}
     atomic_write_json(run_dir / PROBE_JSON, record)
+
+
+def _lora_complete(path: Path) -> bool:
+    """Whether ``path`` holds a whole PEFT adapter (what a killed swap may put back)."""
+    return all((path / name).is_file() for name in LORA_FILES)
+
+
+def recover_lora(lora_dir: Path) -> None:
+    """Put back the LoRA directory a probe killed while swapping a new one in left aside
+    (:func:`attnlab.base.swap.recover`), each step said in an :class:`AdapterWarning`."""
+    for sentence in recover(Path(lora_dir).absolute(), _lora_complete):
+        warnings.warn(sentence, AdapterWarning, stacklevel=3)
 
 
 def _adapter_files(record: dict[str, Any]) -> list[str]:
@@ -176,6 +191,8 @@ def load_probed(
     probed = build_probed_model(cfg, torch.device(device), base)
     check_fingerprint(record.get("fingerprint", {}), probed.fingerprint, str(path))
     files = record.get("files", {})
+    if files.get("lora") and not (path / LORA_DIR).exists():
+        recover_lora(path / LORA_DIR)  # a probe killed while swapping its adapter in
     damaged = _damaged(path, record)
     if damaged:
         _from_checkpoint(path, probed, damaged)

