@@ -53,9 +53,8 @@ def train(variant: str, args: argparse.Namespace, work: Path) -> Path:
 
 
 def perplexity(target: Path, args: argparse.Namespace) -> float:
-    from attnlab.eval import evaluate
-
     import attnlab.quant.target  # noqa: F401
+    from attnlab.eval import evaluate
 
     res = evaluate(str(target), [f"perplexity:{args.data}"], args.limit, save=False)
     (entry,) = res.values()
