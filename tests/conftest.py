@@ -38,18 +38,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(scope="module", autouse=True)
 def part_registry_per_module():
-    """Parts a test module registers in-process (plugins, bad parts for the check) leave with
-    it: the part registry and the plugin loader's records are restored after each module, so a
-    later module in the same process (an xdist worker runs several) never sees them, e.g. as
-    default ``bench`` variants."""
-    from attnlab.parts import plugins, registry
+    """Parts and families a test module registers in-process (plugins, bad parts for the check)
+    leave with it: the part and family registries and the plugin loader's records are restored
+    after each module, so a later module in the same process (an xdist worker runs several)
+    never sees them, e.g. as default ``bench`` variants or as check cases."""
+    from attnlab.parts import families, plugins, registry
 
-    registry.specs()  # the built-in parts, loaded before the snapshot
+    registry.specs()  # the built-in parts and families, loaded before the snapshot
+    families.specs()
     parts = {slot: dict(specs) for slot, specs in registry._parts.items()}
+    family_specs = dict(families._families)
     records = [(d, dict(d)) for d in (plugins._loaded, plugins._moved, plugins._recorded)]
     yield
     registry._parts.clear()
     registry._parts.update(parts)
+    families._families.clear()
+    families._families.update(family_specs)
     for d, saved in records:
         d.clear()
         d.update(saved)

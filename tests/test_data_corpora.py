@@ -52,7 +52,7 @@ def test_jsonl_field_and_errors(tmp_path: Path) -> None:
     with pytest.raises(UserError, match=r"d\.jsonl:1: no 'text' field.*--text-field"):
         list(open_corpus(str(path)).documents())
     path.write_text('{"text": "ok"}\n{broken\n')
-    with pytest.raises(UserError, match=r"d\.jsonl:2: invalid JSON"):
+    with pytest.raises(UserError, match=r"d\.jsonl:2: not valid JSON"):
         list(open_corpus(str(path)).documents())
 
 

@@ -59,7 +59,7 @@ def test_the_mappings_say_what_they_set():
     t = arch_gpt2.table(gpt2, [])
     assert (t["position"]["kind"], t["ffn"]["kind"], t["bias"]) == ("learned", "gelu_tanh", True)
     t = arch_neox.table(neox, [])
-    assert t["residual_kind"] == "parallel" and t["position"]["rope_fraction"] == 0.25
+    assert t["residual_kind"] == "parallel" and t["position"]["fraction"] == 0.25
     t = arch_llama.table(llama, [])
     assert (t["norm"]["kind"], t["ffn"]["kind"], t["attention"]["n_kv_heads"]) == (
         "rmsnorm",

@@ -203,8 +203,8 @@ model = { norm = { kind = "dyt" } }
 
 
 def test_compare_reports_per_variant_what_a_kind_change_dropped(tmp_path, dyt) -> None:
-    from attnlab.commands.compare import print_plan
     from attnlab.experiments import load_experiment
+    from attnlab.experiments.sweeps.plan import print_plan
 
     path = write(tmp_path / "exp.toml", f"plugins = [{json.dumps(dyt)}]\n" + EXPERIMENT)
     exp = load_experiment(path)
@@ -736,7 +736,10 @@ def test_the_documented_example_loads_and_uses_every_key(tmp_path) -> None:
 #: module (under src/attnlab) -> the commands its messages speak for
 ADVICE_MODULES = {
     "commands/eval.py": ("eval",),
-    "config.py": ("params", "train", "compare", "bench", "probe"),
+    **{
+        f"config/{p.name}": ("params", "train", "compare", "bench", "probe")
+        for p in (Path(__file__).resolve().parents[1] / "src" / "attnlab" / "config").glob("*.py")
+    },
     "recipe.py": ("train", "compare", "probe"),
     "base/section.py": ("params", "train", "compare", "bench", "probe"),
     "experiments/resolve.py": ("compare",),
@@ -845,5 +848,5 @@ def test_a_probe_methods_table_of_a_part_replaces_the_shared_one_under_another_n
         """,
     )
     _, (shared, wide) = load_experiment(path)
-    assert shared.parts["pre_projection"].expansion == 2.0
-    assert wide.parts["pre_projection"].expansion == 3.0
+    assert shared.probe.feature_map.expansion == 2.0
+    assert wide.probe.feature_map.expansion == 3.0

@@ -31,11 +31,15 @@ LAYERS = [
     ["experiments", "inspection"],
     ["commands", "cli", "__main__"],
 ]
-#: the one import that reaches up: the part registry imports its built-in members (the package
-#: attnlab.model.parts, by name, on its first lookup), as every registry loads its members
-UPWARD = {("attnlab.parts.registry", "attnlab.model.parts")}
+#: the imports that reach up: the part and family registries import their built-in members
+#: (the packages attnlab.model.parts and attnlab.model.families, by name, on their first
+#: lookup), as every registry loads its members
+UPWARD = {
+    ("attnlab.parts.registry", "attnlab.model.parts"),
+    ("attnlab.parts.families", "attnlab.model.families"),
+}
 #: modules at the package root (each with its reason in docs/CONTRACTS.md)
-ROOT_MODULES = {"__init__", "__main__", "cli", "config", "recipe"}
+ROOT_MODULES = {"__init__", "__main__", "cli", "recipe"}
 
 
 def _modules() -> dict[str, Path]:
@@ -170,6 +174,7 @@ EXPERIMENT_LAYERS = [
     ("running", ["running"]),
     ("reports", ["reports"]),
     ("load", ["load"]),
+    ("compare", ["compare"]),
 ]
 #: side by side: neither imports the other
 SIBLINGS = {("running", "reports"), ("reports", "running")}

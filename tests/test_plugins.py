@@ -306,7 +306,7 @@ def test_a_plugin_side_branch_probes_a_tiny_pretrained_model(lab, tmp_path):
     sets = [
         f"base.model={base}",
         "method=low_rank_skip+preproj",
-        "parts.low_rank_skip.rank=2",
+        "probe.side_branch.rank=2",
         f"data.corpus={corpus}",
         "data.val_fraction=0.2",
         "train.max_steps=3",

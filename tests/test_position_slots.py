@@ -19,15 +19,17 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "attnlab"
 
 #: files that may name a position or norm kind: the parts themselves, the config schema (its old
 #: keys), the slot table (the defaults), the translations of outside architectures (Hugging Face
-#: configs, benchmark peers) and the conformance cases (one small model per position)
+#: configs, benchmark peers) and the conformance cases (one small model per position: the cases
+#: each family declares, and the battery's base)
 ALLOWED = (
     "model/parts/position_*.py",
     "model/parts/norm_*.py",
-    "config.py",
+    "config/legacy.py",
     "parts/slots.py",
     "hf/arch_*.py",
     "bench/peers.py",
     "testing/cases.py",
+    "model/families/*.py",
 )
 KINDS = ("learned", "sinusoidal", "rope", "alibi", "t5", "layernorm", "rmsnorm", "scalenorm")
 _ALT = "|".join(KINDS)
@@ -204,3 +206,21 @@ def test_rope_scaling_keeps_the_weights_so_a_run_can_take_it_at_evaluation() -> 
     scaled.load_state_dict(model.state_dict(), strict=True)
     x = torch.randint(0, 64, (1, 40))
     assert not torch.allclose(model(x).logits, scaled(x).logits)
+
+
+def test_shipped_files_write_todays_position_keys() -> None:
+    """Presets, the Hugging Face architecture maps and every other shipped file write today's
+    position options (``fraction``, ``base``, ...); only the table of old keys names the old."""
+    from attnlab.config import LEGACY_POSITION_KEYS
+
+    root = Path(__file__).resolve().parents[1]
+    old = re.compile(rf"\b({'|'.join(LEGACY_POSITION_KEYS)})\b")
+    files = [p for d in ("src/attnlab", "configs", "examples") for p in (root / d).rglob("*")]
+    hits = [
+        str(p.relative_to(root))
+        for p in files
+        if p.suffix in (".py", ".toml")
+        and p != SRC / "config" / "legacy.py"
+        and old.search(p.read_text(encoding="utf-8"))
+    ]
+    assert len(files) > 100 and hits == []

@@ -79,9 +79,9 @@ def test_config_overrides_and_method_canonicalisation(tmp_path: Path):
 def test_unknown_key_names_the_nearest_spelling(tmp_path: Path):
     with pytest.raises(ConfigError, match=r"unknown key 'train.lr_max'.*did you mean 'train.lr'"):
         load_probe_config(None, ["train.lr_max=1e-3"])
-    with pytest.raises(ConfigError, match=r"unknown key 'parts.pre_projection.expanson'"):
-        load_probe_config(None, ["parts.pre_projection.expanson=2"])
-    with pytest.raises(ConfigError, match=r"it is now \[parts.pre_projection\]"):
+    with pytest.raises(ConfigError, match=r"unknown key 'probe.feature_map.expanson'"):
+        load_probe_config(None, ["probe.feature_map.expanson=2"])
+    with pytest.raises(ConfigError, match=r"it is now \[probe.feature_map\] kind = 'pre_proj"):
         load_probe_config(None, ["pre_projection.expansion=2"])
 
 
@@ -207,3 +207,140 @@ def test_an_old_probe_directory_resumes_in_todays_keys(tmp_path: Path):
     other = new.replace("tokens_per_step = 2048", "tokens_per_step = 4096")
     with pytest.raises(UserError, match=r"train\.tokens_per_step: 2048 -> 4096"):
         rundir.reconcile_config(tmp_path, other, file="probe.toml", upgrade=upgrade_recorded)
+
+
+# ------------------------------------------------------------- part tables: [probe.<slot>]
+
+
+def test_the_probe_tables_are_the_slots_a_probe_injects_into() -> None:
+    from attnlab.parts.slots import probe_slots
+    from attnlab.probe.part_tables import ProbeParts
+
+    assert set(ProbeParts.model_fields) == {s.name for s in probe_slots()}
+
+
+def test_a_slot_table_configures_the_methods_part_in_the_models_words(tmp_path: Path):
+    f = tmp_path / "p.toml"
+    f.write_text(
+        'method = "preproj+skip"\n[probe.feature_map]\nkind = "pre_projection"\n'
+        "expansion = 2.0\n[probe.side_branch]\ninit_std = 0.5\n"
+    )
+    cfg = load_probe_config(f)
+    opts = {c.kind: cfg.part_options(c) for c in cfg.parsed_method.injects}
+    assert opts["pre_projection"].expansion == 2.0
+    # no kind: the method's part in that slot
+    assert opts["content_skip"].kind == "content_skip" and opts["content_skip"].init_std == 0.5
+    assert load_probe_config(None).part_options(cfg.parsed_method.injects[0]).expansion != 2.0
+
+
+def test_old_parts_tables_load_as_todays_with_a_note_naming_the_new_spelling(tmp_path: Path):
+    from attnlab.probe.config import OldKeyWarning, dump_probe_toml
+
+    with pytest.warns(OldKeyWarning) as said:
+        old = load_probe_config(None, ["parts.preproj.expansion=3", "parts.skip.init_std=0.5"])
+    notes = sorted(str(w.message) for w in said)
+    assert notes[0].startswith(
+        "[parts.preproj] is the old spelling of [probe.feature_map] kind = 'pre_projection'"
+    )
+    assert (
+        "[parts.skip] is the old spelling of [probe.side_branch] kind = 'content_skip'"
+        in (notes[1])
+    )
+    new = load_probe_config(
+        None, ["probe.feature_map.expansion=3", "probe.side_branch.init_std=0.5"]
+    )
+    assert dump_probe_toml(old) == dump_probe_toml(new)
+    assert "[probe.feature_map]" in dump_probe_toml(new) and "[parts" not in dump_probe_toml(new)
+
+
+@pytest.mark.parametrize(
+    ("sets", "message"),
+    [
+        (
+            ["probe.feature_map.kind=none"],
+            r"probe\.feature_map\.kind='none' but method 'preproj\+skip' injects 'pre_projection'",
+        ),
+        (
+            ["method=lora", "probe.feature_map.expansion=2"],
+            r"probe\.feature_map names no kind and method 'lora' injects no feature_map part",
+        ),
+        (
+            ["parts.preproj.expansion=2", "probe.feature_map.expansion=3"],
+            r"parts\.preproj and probe\.feature_map both set the options of the feature_map part",
+        ),
+        (["parts.nope.expansion=2"], r"parts\.nope: no injectable part is called 'nope'"),
+        (["parts=3"], r"\[parts\.NAME\] is the old spelling of \[probe\.<slot>\]"),
+    ],
+)
+def test_a_part_table_that_contradicts_the_method_is_refused(sets, message):
+    with pytest.raises(ConfigError, match=message):
+        load_probe_config(None, sets)
+
+
+def test_a_table_of_a_slot_the_method_leaves_empty_is_kept_unused():
+    cfg = load_probe_config(None, ["method=lora", "probe.feature_map.kind=pre_projection"])
+    assert cfg.probe.feature_map is not None and cfg.parsed_method.injects == []
+
+
+def test_an_experiments_shared_table_reaches_only_the_methods_injecting_its_part(tmp_path: Path):
+    """A shared table configures the methods whose part in that slot is of its kind; a method's
+    own table merges over it (or replaces it with another kind); old tables merge the same way."""
+    import warnings
+
+    f = tmp_path / "e.toml"
+    f.write_text(
+        "[probe.feature_map]\nexpansion = 2.0\n"
+        '[[methods]]\nmethod = "preproj"\n'
+        '[[methods]]\nmethod = "preproj"\nname = "wide"\n'
+        "probe = { feature_map = { expansion = 3.0 } }\n"
+        '[[methods]]\nmethod = "lora"\n'
+        '[[methods]]\nmethod = "skip"\nname = "old"\nparts = { skip = { init_std = 0.5 } }\n'
+    )
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        _, (shared, wide, lora, old) = load_experiment(f)
+    assert shared.probe.feature_map.expansion == 2.0 and wide.probe.feature_map.expansion == 3.0
+    assert lora.probe.feature_map is None  # a kind-less table of a slot lora leaves empty
+    assert old.probe.feature_map is None and old.probe.side_branch.init_std == 0.5
+    assert [str(w.message)[:14] for w in said] == ["[parts.skip] i"]
+
+
+def test_an_old_probe_directorys_part_tables_compare_equal_to_todays(tmp_path: Path):
+    """A probe.toml recorded with [parts.NAME] tables is the same training as today's config
+    with [probe.<slot>] tables: resuming it finds no difference, and says nothing."""
+    import warnings
+
+    from attnlab.config import to_toml
+    from attnlab.probe.config import dump_probe_toml, validate_probe
+    from attnlab.probe.moved_keys import upgrade_recorded
+    from attnlab.runs import rundir
+
+    cfg = load_probe_config(None, ["probe.feature_map.expansion=3"])
+    raw = cfg.to_dict()
+    raw["parts"] = {"pre_projection": raw.pop("probe")["feature_map"]}
+    old = to_toml(raw)
+    assert "[parts.pre_projection]" in old
+    (tmp_path / "probe.toml").write_text(old)
+    new = dump_probe_toml(cfg)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert rundir.config_conflicts(tmp_path, new, file="probe.toml") != []
+        assert (
+            rundir.config_conflicts(tmp_path, new, file="probe.toml", upgrade=upgrade_recorded)
+            == []
+        )
+        assert validate_probe(upgrade_recorded(raw)) == cfg
+
+
+def test_old_keys_live_in_one_table() -> None:
+    """The probe's and the training config's old keys are one module's (config.legacy): no
+    second ``RENAMED`` table anywhere."""
+    import re
+
+    src = Path(__file__).resolve().parents[1] / "src" / "attnlab"
+    tables = [
+        str(p.relative_to(src))
+        for p in src.rglob("*.py")
+        if re.search(r"^\w*RENAMED\w* = \{", p.read_text(encoding="utf-8"), re.M)
+    ]
+    assert tables == ["config/legacy.py"]

@@ -115,7 +115,7 @@ def _main(argv: list[str], command: str) -> int:
         plugins = load_plugins(plugin_specs(argv), missing="check the --plugin path")
     except UserError as e:
         print(f"attnlab {command}: error: {e}", file=sys.stderr)
-        return 2
+        return exitcodes.USER_ERROR
     parser = build_parser()
     args = parser.parse_args(argv)
     args.plugins = plugins  # resolved (absolute) specs, as the configs record them
@@ -127,7 +127,7 @@ def _main(argv: list[str], command: str) -> int:
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     try:
         with restart_as(args._restart):  # "how to start a run over", in this command's flags
-            return int(args._run(args) or 0)
+            return int(args._run(args) or exitcodes.OK)
     except BrokenPipeError:
         raise  # the output pipe closed: main() decides (see there)
     except UserError as e:

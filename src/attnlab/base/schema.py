@@ -12,16 +12,27 @@ imported, so this module never imports it.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar, Literal, Protocol
+from typing import Annotated, Any, ClassVar, Literal, Protocol, get_args
 
 from pydantic import Field, SerializeAsAny, WrapValidator
 from pydantic_core import PydanticCustomError
 
 from attnlab.base.section import Section
 
-__all__ = ["Activation", "PartOptions", "Section", "default_options", "slot_field"]
+__all__ = [
+    "DEFAULT_INIT_STD",
+    "Activation",
+    "PartOptions",
+    "Section",
+    "default_options",
+    "slot_field",
+]
 
 Activation = Literal["gelu", "relu", "relu2", "silu"]
+
+#: the std of the normal init of a weight when nothing sets another (GPT-2's, nanoGPT's): the
+#: default of ``model.init_std``, of a part's ``Init``, and of the probe's injected parts
+DEFAULT_INIT_STD = 0.02
 
 
 class PartOptions(Section):
@@ -106,8 +117,10 @@ def slot_field(slot: str) -> Any:
 
 
 def slot_of(field: Any) -> str | None:
-    """The slot a pydantic ``FieldInfo`` reads, or None for an ordinary field."""
-    for m in getattr(field, "metadata", ()):
+    """The slot a pydantic ``FieldInfo`` reads (also an optional one, ``slot_field(s) | None``),
+    or None for an ordinary field."""
+    inner = [getattr(a, "__metadata__", ()) for a in get_args(getattr(field, "annotation", None))]
+    for m in [*getattr(field, "metadata", ()), *(m for ms in inner for m in ms)]:
         if isinstance(m, SlotMarker):
             return m.slot
     return None

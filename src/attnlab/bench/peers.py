@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnlab.config import ModelConfig
+from attnlab.parts import families
 
 PEERS: tuple[str, ...] = ("nanogpt", "hf_gpt2", "x_transformers")
 NANOGPT_FILE = "nanogpt_model.py"
@@ -146,8 +147,11 @@ SUMMARIES: dict[str, str] = {
 
 def build_peer(name: str, cfg: ModelConfig) -> nn.Module:
     """The peer network at the config's shapes (raises PeerUnavailableError when it cannot be built)."""
-    if cfg.family != "decoder":
-        raise PeerUnavailableError(f"peers are causal LMs; model.family={cfg.family!r} has no peer")
+    if not families.of(cfg).has_peers:
+        raise PeerUnavailableError(
+            f"peers are GPT decoders; model.family={cfg.family!r} has no peer (peers exist for "
+            f"{families.where(lambda f: f.has_peers)})"
+        )
     return BUILDERS[name](cfg)
 
 

@@ -31,6 +31,7 @@ class WithNeighbours(nn.Module):
         super().__init__()
         self.inner = model
         self.cfg = model.cfg
+        self.position_limit = getattr(model, "position_limit", None)  # read by generate
         self.seed = seed
         self._nb: dict[tuple, Tensor] = {}
 

@@ -26,6 +26,8 @@ from attnlab.bench.timing import error_text
 from attnlab.bench.training import TrainingRow, measure_training
 from attnlab.bench.variants import DEFAULT_VARIANTS, VARIANTS
 from attnlab.config import Config, ConfigError, apply_overrides, validate
+from attnlab.parts import families
+from attnlab.parts.family import NEIGHBOURS
 from attnlab.runs.device import resolve_device, resolve_precision
 
 SECTIONS: tuple[str, ...] = ("training", "inference", "memory")
@@ -70,17 +72,18 @@ class BenchSpec:
         dtype = self.dtype or resolve_precision("auto", dev).name  # the trainer's default
         if dtype not in DTYPES:
             raise UserError(f"--dtype {dtype}: choose one of {', '.join(DTYPES)}")
-        if self.data is not None and cfg.model.family != "retrieval":
+        family = families.of(cfg.model)
+        if self.data is not None and not family.needs(NEIGHBOURS):
             raise UserError("--data is for a retrieval config (the database of its BM25 lookups)")
         if self.data is not None and not (Path(self.data) / "meta.json").is_file():
             raise UserError(
                 f"--data {self.data}: not a prepared data folder (no meta.json); run attnlab "
                 "data prepare first"
             )
-        if cfg.model.family not in ("decoder", "retrieval"):
+        if not family.continues_text:
             raise UserError(
                 f"attnlab bench times causal LMs; model.family={cfg.model.family!r}. "
-                "Use a decoder config (e.g. --preset tiny)"
+                f"Use a {families.where(lambda f: f.continues_text)} config (e.g. --preset tiny)"
             )
         seq_len = self.seq_len or cfg.data.seq_len
         batch = self.batch_size or cfg.train.batch_size
@@ -247,7 +250,7 @@ def run_bench(spec: BenchSpec, log: Callable[[str], None] = print) -> BenchResul
     ]
     if "inference" in spec.sections and decoders:
         _inference_section(spec, decoders, result, dtype, reference, log)
-    if spec.config.model.family == "retrieval" and "inference" in spec.sections:
+    if families.of(spec.config.model).needs(NEIGHBOURS) and "inference" in spec.sections:
         log("retrieval: BM25 lookups per chunk, timed apart from the model ...")
         result.retrieval = measure_retrieval(spec.config, spec.seq_len, spec.data)
     # what a fresh process needs to build each subject: its own config (a variant's overrides

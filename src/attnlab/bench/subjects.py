@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
+from attnlab.base.params import n_params as count_params
 from attnlab.bench.peers import (
     PEERS,
     SUMMARIES,
@@ -22,6 +23,8 @@ from attnlab.bench.peers import (
 )
 from attnlab.bench.variants import find_variant, variant_config
 from attnlab.config import Config
+from attnlab.parts import families
+from attnlab.parts.family import NEIGHBOURS
 
 LossFn = Callable[[Tensor, Tensor], Tensor]
 
@@ -56,7 +59,7 @@ class Subject:
 
 def n_params(model: nn.Module) -> int:
     """Parameters, a tied tensor counted once."""
-    return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+    return count_params(model)
 
 
 def build_subject(
@@ -95,7 +98,7 @@ def variant_subject(
 
     torch.manual_seed(seed)
     model = build_model(cfg.model).to(device)
-    if cfg.model.family == "retrieval":  # model time with synthetic neighbours of the right shape
+    if families.of(cfg.model).needs(NEIGHBOURS):  # model time with synthetic neighbours
         from attnlab.bench.retrieval import WithNeighbours
 
         model = WithNeighbours(model, seed)

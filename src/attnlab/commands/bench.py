@@ -7,6 +7,7 @@ import argparse
 import contextlib
 import json
 
+from attnlab.base import exitcodes
 from attnlab.base.errors import UserError
 from attnlab.commands._common import add_set_argument, add_skip_argument
 
@@ -114,7 +115,7 @@ def _list() -> int:
         print(f"{v.name:<24} {v.summary}\n{'':<24} {sets}")
     for name in PEERS:
         print(f"{name:<24} peer: {SUMMARIES[name]}")
-    return 0
+    return exitcodes.OK
 
 
 def _check_counts(args: argparse.Namespace) -> None:
@@ -247,5 +248,5 @@ def run(args: argparse.Namespace) -> int:
     for line in failure_lines(result):  # the rest is measured and saved; the exit code is 1
         print(f"attnlab bench: {line}", file=sys.stderr)
     if result.failures or (result.targets and not all(t["met"] for t in result.targets)):
-        return 1
-    return 0
+        return exitcodes.FAILED
+    return exitcodes.OK

@@ -162,13 +162,30 @@ class Progress:
             self.status = None
 
 
+def _families_hint(args: argparse.Namespace) -> str:
+    """For plugins that register families: how their check cases are run."""
+    from attnlab.parts import families
+
+    given = set(args.plugins or ())
+    names = [s.name for s in families.specs() if s.source in given]
+    if not names:
+        return ""
+    return (
+        f"; they register the model famil{'ies' if len(names) > 1 else 'y'} "
+        f"{', '.join(map(repr, names))}, whose check cases join every part's: `attnlab check "
+        "--all --plugin FILE` checks every part in them too (or name parts: SLOT:KIND)"
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     from attnlab.base.errors import UserError
     from attnlab.testing import check_parts
 
     todo = requests(args)
     if not todo:
-        raise UserError("no parts to check: the --plugin files register none")
+        raise UserError(
+            "no parts to check: the --plugin files register none" + _families_hint(args)
+        )
     t0 = time.perf_counter()
     if not args.json:
         print(f"checking {len(todo)} part(s) in float64 small models on the CPU ...", flush=True)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from attnlab.base import exitcodes
+
 NAME = "data"
 HELP = "prepare token shards from a corpus, and inspect prepared data directories"
 
@@ -102,11 +104,12 @@ def _print_summary(meta: dict, directory: str) -> None:
 
     console = Console()
     tok = meta["tokenizer"]
-    console.print(f"[bold]{escape(directory)}[/bold]")  # paths and names as text
+    console.print(f"[bold]{escape(directory)}[/bold]", soft_wrap=True)  # as text, one line
     console.print(
         f"corpus {meta['corpus_spec']!r} ({meta['corpus']}), tokenizer {tok['name']!r} "
         f"(vocab {_fmt(meta['vocab_size'])}, eos {meta['eos_id']}), dtype {meta['dtype']}",
         markup=False,
+        soft_wrap=True,
     )
     table = Table("split", "documents", "tokens", "sha256")
     for split, info in meta["splits"].items():
@@ -150,7 +153,7 @@ def _prepare(args: argparse.Namespace) -> int:
         restart=args.restart,
     )
     _print_summary(meta, str(out))
-    return 0
+    return exitcodes.OK
 
 
 def _info(args: argparse.Namespace) -> int:
@@ -171,7 +174,7 @@ def _info(args: argparse.Namespace) -> int:
                     "(this directory was prepared by an older attnlab: its tokenizer files and "
                     "meta.json carry no sha256; prepare it again to have them checked)"
                 )
-    return 0
+    return exitcodes.OK
 
 
 def _sources(args: argparse.Namespace) -> int:
@@ -189,7 +192,7 @@ def _sources(args: argparse.Namespace) -> int:
     print(
         "  " + ", ".join(BUILTIN_NAMES) + ", bpe-N, a tokenizer.json, a tokenizer dir, hf:ORG/NAME"
     )
-    return 0
+    return exitcodes.OK
 
 
 def _retrieval(args: argparse.Namespace) -> int:
@@ -221,7 +224,7 @@ def _retrieval(args: argparse.Namespace) -> int:
         + lacking
     )
     print(f"  took            {time.perf_counter() - t0:.1f} s")
-    return 0
+    return exitcodes.OK
 
 
 def run(args: argparse.Namespace) -> int:

@@ -8,6 +8,7 @@ import json
 import sys
 from pathlib import Path
 
+from attnlab.base import exitcodes
 from attnlab.base.devices import check_device
 from attnlab.base.errors import UserError
 from attnlab.base.outfile import claim_out_file
@@ -163,7 +164,8 @@ def _check_flags(args: argparse.Namespace) -> None:
 
 def _preflight(cfg, args: argparse.Namespace, batch_size: int) -> None:
     """Weights plus one batch of logits of a run's model against the device's free memory."""
-    from attnlab.runs.preflight import check, inference_estimate, resolve_device, run_weight_bytes
+    from attnlab.runs.device import device_name
+    from attnlab.runs.preflight import check, inference_estimate, run_weight_bytes
 
     m = cfg.model
     run_dir = Path(args.target.removeprefix("run:"))
@@ -176,7 +178,7 @@ def _preflight(cfg, args: argparse.Namespace, batch_size: int) -> None:
         m,
         batch_size=batch_size,
         seq_len=max(min(args.max_length or m.max_seq_len, m.max_seq_len), *(args.lengths or [0])),
-        device=resolve_device(args.device),
+        device=device_name(args.device, setting="--device"),
         weights_bytes=weights,
     )
     check(est, command="attnlab eval")
@@ -200,7 +202,7 @@ def _build_cloze(args: argparse.Namespace) -> int:
     short = f" (only {len(rows)} passages passed the filters)" if len(rows) < args.n else ""
     print(f"wrote {len(rows)} cloze items to {args.out}{short}")
     print(f"evaluate with: attnlab eval TARGET --tasks cloze:{args.out}")
-    return 0
+    return exitcodes.OK
 
 
 def _retrieval(args: argparse.Namespace) -> int:
@@ -222,7 +224,7 @@ def _retrieval(args: argparse.Namespace) -> int:
         merge_out(args.out, {"retrieval": {"metrics": res}})
     if args.json:
         print(json.dumps(res, indent=2))
-        return 0
+        return exitcodes.OK
     print(
         f"attnlab eval: {args.target}: {res['windows']} validation windows, {res['tokens']} tokens"
     )
@@ -230,7 +232,7 @@ def _retrieval(args: argparse.Namespace) -> int:
     if "loss_with" in res:
         print(f"  loss with retrieval     {res['loss_with']:.4f}  (ppl {res['ppl_with']:.3f})")
         print(f"  overlap with neighbours {res['overlap']:.3f}  (share of 8-token n-grams)")
-    return 0
+    return exitcodes.OK
 
 
 def run(args: argparse.Namespace) -> int:
@@ -318,5 +320,5 @@ def _run(args: argparse.Namespace) -> int:
     if failures:
         for message in failures.values():
             print(f"attnlab eval: error: {message}", file=sys.stderr)
-        return 2
-    return 0
+        return exitcodes.USER_ERROR
+    return exitcodes.OK

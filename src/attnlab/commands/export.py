@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 
+from attnlab.base import exitcodes
 from attnlab.commands._common import add_trust_argument, trusting
 
 NAME = "export"
@@ -94,5 +95,5 @@ def _run(args: argparse.Namespace) -> int:
         )
         print(check.sentence())
         if not check.passed:
-            return 1
-    return 0
+            return exitcodes.FAILED
+    return exitcodes.OK

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import math
 
+from attnlab.base import exitcodes
 from attnlab.base.errors import UserError
 from attnlab.commands._common import add_trust_argument, trusting
 
@@ -28,8 +29,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--no-retrieval",
         action="store_true",
-        help="model.family='retrieval': decode without neighbours (default: live retrieval from "
-        "the run's database every chunk)",
+        help="a family that reads neighbours (model.family='retrieval'): decode without them "
+        "(default: live retrieval from the run's database every chunk)",
     )
     add_trust_argument(p)
 
@@ -71,6 +72,8 @@ def _run(args: argparse.Namespace) -> int:
     from attnlab.base.devices import check_device
     from attnlab.base.finite import check_weights
     from attnlab.model import generate
+    from attnlab.parts import families
+    from attnlab.parts.family import NEIGHBOURS
     from attnlab.runs.device import resolve_device
     from attnlab.runs.load import load_run_model
     from attnlab.runs.runstate import require_weights
@@ -91,10 +94,11 @@ def _run(args: argparse.Namespace) -> int:
         _preflight(args)
         require_weights(args.run_dir)
         model, cfg, tok = load_run_model(args.run_dir, device=device)
-    if cfg.model.family not in ("decoder", "retrieval"):
+    family = families.of(cfg.model)
+    if not family.continues_text:
         raise UserError(
             f"{args.run_dir} holds a model.family={cfg.model.family!r} model; `generate` continues "
-            "text with decoders and retrieval decoders only"
+            f"text with {families.where(lambda f: f.continues_text)} models only"
         )
     check_weights(model, str(args.run_dir))
     ids = list(tok.encode(prompt_text))
@@ -118,7 +122,7 @@ def _run(args: argparse.Namespace) -> int:
         )
     gen = torch.Generator(device=device).manual_seed(args.seed)
     prompt = torch.tensor([ids], dtype=torch.long, device=device)
-    if cfg.model.family == "retrieval":
+    if family.needs(NEIGHBOURS):  # live retrieval: full forwards, neighbours every chunk
         out = _generate_retrieval(args, model, cfg, prompt, tok, gen)
     else:
         out = generate(
@@ -137,7 +141,7 @@ def _run(args: argparse.Namespace) -> int:
     # ids above the tokenizer's vocabulary (mask/sentinel slots) are not text
     new = [i for i in new if i < tok.vocab_size]
     print(prompt_text + tok.decode(new))
-    return 0
+    return exitcodes.OK
 
 
 def _generate_retrieval(args, model, cfg, prompt, tok, gen):

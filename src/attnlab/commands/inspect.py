@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 
+from attnlab.base import exitcodes
 from attnlab.commands._common import add_trust_argument
 
 NAME = "inspect"
@@ -75,4 +76,4 @@ def run(args: argparse.Namespace) -> int:
         for n in c.notes:
             print(f"  note: {n}")
     print(f"wrote {path}")
-    return 0
+    return exitcodes.OK

@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from attnlab.base import exitcodes
 from attnlab.commands._common import add_config_arguments, config_from_args
 
 NAME = "params"
@@ -31,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
     rep = param_count(cfg.model)  # count(), extrapolated for very deep stacks
     if args.json:
         print(json.dumps(rep.to_dict(), indent=2))
-        return 0
+        return exitcodes.OK
     table = Table(title=f"{escape(args.config)}: parameters by part")  # a path, as text
     table.add_column("part")
     table.add_column("params", justify="right")
@@ -53,4 +54,4 @@ def run(args: argparse.Namespace) -> int:
     )
     for note in rep.notes:
         con.print(f"note: {note}", markup=False)
-    return 0
+    return exitcodes.OK

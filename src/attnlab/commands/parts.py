@@ -1,4 +1,5 @@
-"""attnlab parts: every registered part by slot, with its options, cost and origin."""
+"""attnlab parts: every registered part by slot, with its options, cost and origin; ``attnlab
+parts family``: every registered model family, with what it declares and its origin."""
 
 from __future__ import annotations
 
@@ -13,12 +14,17 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from attnlab.base import exitcodes
+
 NAME = "parts"
-HELP = "List the registered parts by slot: options, declared costs, and where each comes from."
+HELP = (
+    "List the registered parts by slot (options, declared costs, where each comes from), or the "
+    "model families (`attnlab parts family`)."
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("slot", nargs="?", help="only this slot (e.g. query, side_branch)")
+    p.add_argument("slot", nargs="?", help="only this slot (e.g. query, side_branch), or 'family'")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -69,6 +75,59 @@ def describe(spec) -> dict[str, Any]:
     }
 
 
+def describe_family(spec) -> dict[str, Any]:
+    """One family as plain data: name, source, summary and its declarations."""
+    fam = spec.family
+    doc = " ".join((fam.__doc__ or "").strip().split("\n\n")[0].split())
+    declares = [
+        f"objective: {fam.objective.name}",
+        "continues text (generate, bench)" if fam.continues_text else "does not generate",
+        "K/V cache" if fam.decodes_with_cache else "no K/V cache",
+        "exports (transformers causal LM)" if fam.exports else "no export",
+    ]
+    declares += [f"eval: {', '.join(fam.eval_routes) or 'none'}"]
+    declares += [f"needs: {need}" for need in fam.data_needs]
+    declares += ["padding_mask"] * fam.takes_padding_mask
+    return {
+        "family": spec.name,
+        "source": spec.source,
+        "class": f"{spec.cls.__module__}.{spec.cls.__qualname__}",
+        "summary": doc,
+        "objective": fam.objective.name,
+        "declares": declares,
+        "check_cases": [f"{c.mask}/{c.position}" for c in fam.check_cases],
+    }
+
+
+#: the columns of the families' table
+COLUMNS = ("family", "what it is", "declares", "check cases", "from")
+
+
+def _families(as_json: bool) -> int:
+    from attnlab.parts import families
+
+    rows = [describe_family(spec) for spec in families.specs()]
+    if as_json:
+        print(json.dumps(rows, indent=2, default=str))
+        return 0
+    table = Table(
+        title="model families  (config: model.family)", title_justify="left", show_lines=True
+    )
+    for column in COLUMNS:
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        cells = (
+            row["family"],
+            row["summary"],
+            "\n".join(row["declares"]),
+            ", ".join(row["check_cases"]) or "—",
+            _short(row["source"]),
+        )
+        table.add_row(*(escape(c) for c in cells))
+    Console().print(table)
+    return 0
+
+
 def _short(source: str) -> str:
     """A plugin path relative to the working directory when it lies below it."""
     p = Path(source)
@@ -80,15 +139,20 @@ def _short(source: str) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from attnlab.base.errors import UserError
-    from attnlab.parts import SLOTS, registry
+    from attnlab.parts import SLOTS, families, registry
 
+    if args.slot == families.SLOT:
+        return _families(args.json)
     if args.slot and args.slot not in SLOTS:
-        raise UserError(f"unknown slot {args.slot!r}; slots: {', '.join(SLOTS)}")
+        raise UserError(
+            f"unknown slot {args.slot!r}; slots: {', '.join(SLOTS)} (or {families.SLOT!r}: "
+            "the model families)"
+        )
     slots = [args.slot] if args.slot else list(SLOTS)
     rows = [describe(spec) for slot in slots for spec in registry.specs(slot)]
     if args.json:
         print(json.dumps(rows, indent=2, default=str))
-        return 0
+        return exitcodes.OK
     con = Console()
     for slot in slots:
         s = SLOTS[slot]
@@ -117,4 +181,4 @@ def run(args: argparse.Namespace) -> int:
             )
             table.add_row(*(escape(c) for c in cells))
         con.print(table)
-    return 0
+    return exitcodes.OK

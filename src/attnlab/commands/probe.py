@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from attnlab.base import exitcodes
 from attnlab.base.advice import RERUN
 from attnlab.commands._common import (
     add_set_argument,
@@ -114,7 +115,7 @@ def _run(args: argparse.Namespace) -> int:
             plugins=args.plugins,
         )
         _print_table([result_row(r) for r in results], f"frozen probe -> {out}/report.md")
-        return 0 if all(r.status != "failed" for r in results) else 1
+        return exitcodes.OK if all(r.status != "failed" for r in results) else exitcodes.FAILED
     from attnlab.probe.experiment import result_row, write_experiment_report
     from attnlab.probe.trainer import claim_probe_run, train_probe
     from attnlab.runs import lock
@@ -126,4 +127,4 @@ def _run(args: argparse.Namespace) -> int:
         res = train_probe(cfg, out, restart=args.restart, data_root=args.data_root)
         write_experiment_report(out, cfg.label, cfg, [res])
     _print_table([result_row(res)], f"frozen probe -> {out}")
-    return 0 if res.status == "finished" else 1
+    return exitcodes.OK if res.status == "finished" else exitcodes.FAILED

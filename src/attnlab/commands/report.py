@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+from attnlab.base import exitcodes
+
 NAME = "report"
 HELP = "rebuild the report, plots and results tables of an `attnlab compare` directory"
 
@@ -23,4 +25,4 @@ def run(args: argparse.Namespace) -> int:
     claim_experiment(args.out)  # its files are recorded, so a report edited later is kept
     path = build_report(args.out)
     print(f"wrote {path}")
-    return 0
+    return exitcodes.OK

@@ -155,7 +155,7 @@ def _run(args: argparse.Namespace) -> int:
             allow_plugin_change=args.allow_plugin_change,
         )
     if not main:
-        return 0
+        return exitcodes.OK
     val = "n/a" if result.final_val_loss is None else f"{result.final_val_loss:.4f}"
     best = "n/a" if result.best_val_loss is None else f"{result.best_val_loss:.4f}"
     if result.status == "diverged":
@@ -181,4 +181,4 @@ def _run(args: argparse.Namespace) -> int:
         )
     else:
         _say(f"stopped at step {result.steps}/{result.max_steps} ({result.status})")
-    return 0
+    return exitcodes.OK

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import gzip
-import json
 import os
 import zlib
 from collections.abc import Iterator
@@ -25,6 +24,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from attnlab.base.errors import UserError
+from attnlab.base.jsonlines import json_lines
 from attnlab.base.pathkind import kind, not_a_file
 from attnlab.data.corpus import Corpus, SourceOptions
 
@@ -102,21 +102,12 @@ def iter_txt(path: Path, options: SourceOptions) -> Iterator[str]:
 
 def iter_jsonl(path: Path, options: SourceOptions) -> Iterator[str]:
     field = options.text_field
-    offset = 0
+
+    def decode(raw: bytes, n: int, offset: int) -> str:
+        return decode_utf8(raw, path, options.replace_invalid_utf8, base_offset=offset)
+
     with _gzip_errors(path), _open_binary(path) as f:
-        for lineno, raw in enumerate(f, start=1):
-            line = decode_utf8(raw, path, options.replace_invalid_utf8, base_offset=offset)
-            offset += len(raw)
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise UserError(f"{path}:{lineno}: invalid JSON ({e.msg}); fix the line") from None
-            except RecursionError:
-                raise UserError(
-                    f"{path}:{lineno}: JSON nested too deeply to read; one flat object per line"
-                ) from None
+        for lineno, record in json_lines(f, path, decode):
             if not isinstance(record, dict) or field not in record:
                 keys = sorted(record) if isinstance(record, dict) else type(record).__name__
                 raise UserError(

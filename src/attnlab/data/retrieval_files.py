@@ -16,7 +16,6 @@ the training tokens (document ids) and a binary search per chunk.
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
 from pathlib import Path
@@ -25,11 +24,10 @@ from typing import Any
 import numpy as np
 
 from attnlab.base.errors import UserError
+from attnlab.data.versioned import read_versioned_meta
 
 _NAME = re.compile(r"m(\d+)-k(\d+)-c(\d+)")
 #: the settings ``meta.json`` must hold, with their types
-_JSON_KINDS: dict[type, str] = {str: "string", list: "list", int: "number", float: "number"}
-_JSON_KINDS.update({bool: "boolean", type(None): "null"})
 SETTINGS = {"chunk_size": int, "neighbours": int, "continuation": int, "files": dict}
 
 
@@ -53,16 +51,9 @@ def damaged(path: Path, what: str) -> UserError:
 
 def read_meta(path: Path, fmt: str, version: int) -> dict[str, Any]:
     """``meta.json`` of a database, checked to be a JSON object of this format with its settings."""
-    try:
-        meta = json.loads(path.read_bytes())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise damaged(path, f"is damaged ({e})") from None
-    except IsADirectoryError:
-        raise damaged(path, "is a directory, not a file") from None
-    if not isinstance(meta, dict):
-        raise damaged(path, f"holds a JSON {_JSON_KINDS.get(type(meta), 'value')}, not an object")
-    if meta.get("format") != fmt or meta.get("version") != version:
-        raise damaged(path, f"is not an attnlab retrieval database v{version}")
+    meta = read_versioned_meta(
+        path, fmt, version, "retrieval database", lambda problem: damaged(path, problem)
+    )
     for key, kind in SETTINGS.items():
         value = meta.get(key)
         if not isinstance(value, kind) or isinstance(value, bool):

@@ -11,7 +11,6 @@ Layout written by :func:`attnlab.data.prepare`::
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -23,6 +22,7 @@ from attnlab.base.errors import UserError
 from attnlab.data.shards import SPLITS, open_shard, shard_path
 from attnlab.data.tokenizer import Tokenizer
 from attnlab.data.tokenizer_lookup import tokenizer_from_spec
+from attnlab.data.versioned import read_versioned_meta
 
 FORMAT = "attnlab-token-shards"
 FORMAT_VERSION = 1
@@ -42,16 +42,13 @@ def read_meta(directory: str | Path) -> dict[str, Any]:
             f"{directory} has no meta.json, so it is not a prepared data directory; "
             "create one with attnlab data prepare --out DIR"
         )
-    try:
-        meta = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise UserError(f"{path} is not valid JSON ({e}); re-run attnlab data prepare") from None
-    if meta.get("format") != FORMAT or meta.get("version") != FORMAT_VERSION:
-        raise UserError(
-            f"{path} is not an attnlab v{FORMAT_VERSION} data directory "
-            f"(format={meta.get('format')!r}, version={meta.get('version')!r}); re-run prepare"
-        )
-    return meta
+    return read_versioned_meta(
+        path,
+        FORMAT,
+        FORMAT_VERSION,
+        "data directory",
+        lambda problem: UserError(f"{path} {problem}; re-run attnlab data prepare"),
+    )
 
 
 @dataclass

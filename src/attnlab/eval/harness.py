@@ -40,7 +40,9 @@ log = logging.getLogger(__name__)
 
 
 def _device_arg(device: str | None) -> str:
-    """lm-eval's CLI defaults to ``cuda:0``; like HFLM, fall back when CUDA is missing."""
+    """lm-eval's CLI defaults to ``cuda:0``; like HFLM, fall back to ``auto`` when CUDA is
+    missing. This maps lm-eval's default, it resolves nothing: ``auto`` is resolved by
+    :func:`attnlab.runs.device.resolve_device` when the model loads."""
     if device is None or (str(device).startswith("cuda") and not torch.cuda.is_available()):
         return "auto"
     return str(device)

@@ -11,6 +11,7 @@ import torch
 from torch import Tensor, nn
 
 from attnlab.base.errors import UserError
+from attnlab.base.params import n_params
 from attnlab.eval.lm import LanguageModel
 from attnlab.runs.device import resolve_device
 
@@ -175,8 +176,7 @@ class HFCausalLM(LanguageModel):
         return done + rest
 
     def info(self) -> dict[str, object]:
-        n_params = sum(p.numel() for p in self.model.parameters())
-        return super().info() | {"backend": "hf", "parameters": n_params}
+        return super().info() | {"backend": "hf", "parameters": n_params(self.model)}
 
 
 def _is_attnlab_export(src: str) -> bool:

@@ -124,6 +124,14 @@ class LanguageModel(ABC):
     def logits(self, input_ids: Tensor, attention_mask: Tensor | None = None) -> Tensor:
         """Next-token logits, float32 ``[B, T, V]`` (see the class docstring for padding)."""
 
+    def scored_logits(
+        self, input_ids: Tensor, attention_mask: Tensor | None, scored_from: int
+    ) -> Tensor:
+        """:meth:`logits` for a caller that reads positions ``scored_from`` and later only (the
+        logits before it may be anything): a model that computes a position's contract-keeping
+        logits at a cost (a prefix LM's prefix) skips those no one reads."""
+        return self.logits(input_ids, attention_mask)
+
     def info(self) -> dict[str, object]:
         """A JSON-able description stored next to results."""
         return {"name": self.name, "max_length": self.max_length, "tokenizer": self.tokenizer_name}

@@ -10,7 +10,10 @@ import torch
 from torch import Tensor, nn
 
 from attnlab.base.errors import UserError
+from attnlab.base.params import n_params
 from attnlab.eval.lm import LanguageModel
+from attnlab.parts import families
+from attnlab.parts.family import LM_ROUTE, RETRIEVAL_ROUTE
 from attnlab.runs.device import resolve_device
 
 
@@ -90,11 +93,12 @@ class AttnlabLM(LanguageModel):
                 raise UserError(f"cannot read checkpoint {checkpoint} of {run_dir}: {e}") from None
             model.load_state_dict(ckpt.model, strict=True)
             step = ckpt.step
-        if cfg.model.family != "decoder":
+        if not families.of(cfg.model).evaluates(LM_ROUTE):
             raise UserError(
                 f"{run_dir} is a model.family='{cfg.model.family}' model; perplexity, cloze and "
-                "multiple choice score a causal LM, so only model.family='decoder' runs can be "
-                "evaluated"
+                f"multiple choice score a causal LM, so only "
+                f"{families.where(lambda f: f.evaluates(LM_ROUTE))} runs can be evaluated"
+                + _other_routes(cfg.model)
             )
         lm = cls(
             model,
@@ -165,15 +169,36 @@ class AttnlabLM(LanguageModel):
         return self.tokenizer.decode(list(ids))
 
     @torch.no_grad()
-    def logits(self, input_ids: Tensor, attention_mask: Tensor | None = None) -> Tensor:
+    def logits(
+        self, input_ids: Tensor, attention_mask: Tensor | None = None, scored_from: int = 0
+    ) -> Tensor:
+        """The model's family scores it (:meth:`~attnlab.parts.family.Family.score_logits`: a
+        family whose positions see ahead, as a prefix LM's prefix, keeps the contract that
+        position t reads only tokens <= t; ``scored_from``: the first position read, see
+        :meth:`scored_logits`); any other module is called as it is."""
+        cfg = getattr(self.model, "cfg", None)
+        if hasattr(cfg, "family"):
+            family = families.of(cfg)
+            return family.score_logits(self.model, input_ids, scored_from).float()
         out = self.model(input_ids)
         logits = out if isinstance(out, Tensor) else out.logits
         return logits.float()
 
+    def scored_logits(
+        self, input_ids: Tensor, attention_mask: Tensor | None, scored_from: int
+    ) -> Tensor:
+        return self.logits(input_ids, attention_mask, scored_from=scored_from)
+
     def info(self) -> dict[str, object]:
-        n_params = sum(p.numel() for p in self.model.parameters())
-        out = super().info() | {"backend": "attnlab", "parameters": n_params}
+        out = super().info() | {"backend": "attnlab", "parameters": n_params(self.model)}
         return out if self.step is None else out | {"step": self.step}
+
+
+def _other_routes(model_cfg: Any) -> str:
+    """The evaluation a family has instead, for the refusal's advice."""
+    if families.of(model_cfg).evaluates(RETRIEVAL_ROUTE):
+        return "; its loss with and without neighbours is `attnlab eval RUN --tasks retrieval`"
+    return ""
 
 
 def _module_device(model: nn.Module) -> torch.device:

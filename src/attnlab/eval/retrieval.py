@@ -33,6 +33,7 @@ def retrieval_losses(
     overlap (retrieval runs), for the loss-by-overlap analysis}."""
     import torch.nn.functional as F
 
+    from attnlab.base.errors import UserError
     from attnlab.data import TokenData
     from attnlab.data.retrieval import (
         Database,
@@ -41,6 +42,8 @@ def retrieval_losses(
         overlap,
         sequence_neighbours,
     )
+    from attnlab.parts import families
+    from attnlab.parts.family import NEIGHBOURS, RETRIEVAL_ROUTE
     from attnlab.runs.device import resolve_device
     from attnlab.runs.load import load_run_model
 
@@ -52,8 +55,14 @@ def retrieval_losses(
     offsets = np.arange(0, len(data.val) - T - 1, T, dtype=np.int64)
     if max_windows is not None:
         offsets = offsets[:max_windows]
+    family = families.of(cfg.model)
+    if not family.evaluates(RETRIEVAL_ROUTE):
+        raise UserError(
+            f"{run_dir} is a model.family={cfg.model.family!r} run; the loss with and without "
+            f"retrieval is for {families.where(lambda f: f.evaluates(RETRIEVAL_ROUTE))} runs"
+        )
     db = None
-    if cfg.model.family == "retrieval":
+    if family.needs(NEIGHBOURS):
         r = cfg.model.retrieval
         db = Database.open(
             database_dir(cfg.data.dir, r.chunk_size, r.neighbours, r.neighbour_len - r.chunk_size)
@@ -69,7 +78,7 @@ def retrieval_losses(
         x = torch.as_tensor(np.asarray(data.val[o : o + T], dtype=np.int64))[None].to(device)
         y = torch.as_tensor(np.asarray(data.val[o + 1 : o + T + 1], dtype=np.int64))[None]
         y = y.to(device)
-        lw = token_losses(model(x).logits, y)
+        lw = token_losses(family.score_logits(model, x), y)
         sums["without"] += float(lw.sum())
         if db is not None:
             _, nbr = sequence_neighbours(db, data, "val", np.array([o]), T)

@@ -98,7 +98,8 @@ def score_continuations(
             seq = inputs[i]
             ids[row, : len(seq)] = torch.tensor(seq, dtype=torch.long)
             mask[row, : len(seq)] = 1
-        logits = lm.logits(ids.to(lm.device), mask.to(lm.device))
+        first = min(len(inputs[i]) - len(requests[i][1]) for i in batch)  # the first one read
+        logits = lm.scored_logits(ids.to(lm.device), mask.to(lm.device), first)
         for row, i in enumerate(batch):
             cont = list(requests[i][1])
             n, k = len(inputs[i]), len(cont)

@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from attnlab.base.errors import UserError
+from attnlab.base.jsonlines import json_lines
 from attnlab.base.pathkind import not_a_file
 
 
@@ -39,26 +40,19 @@ def read_jsonl_lines(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
     p = Path(path)
     if not p.is_file():
         raise UserError(f"task file {str(p)!r} {not_a_file(p)}; give a JSON-lines (.jsonl) file")
+
+    def decode(raw: bytes, n: int, offset: int) -> str:
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise UserError(
+                f"{p}:{n}: not UTF-8 text (byte 0x{raw[e.start]:02x}); a task file is JSON "
+                "lines in UTF-8"
+            ) from None
+
     rows = []
     with p.open("rb") as f:
-        for n, raw in enumerate(f, 1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise UserError(
-                    f"{p}:{n}: not UTF-8 text (byte 0x{raw[e.start]:02x}); a task file is JSON "
-                    "lines in UTF-8"
-                ) from None
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise UserError(f"{p}:{n}: not valid JSON ({e.msg}); one object per line") from None
-            except RecursionError:
-                raise UserError(
-                    f"{p}:{n}: JSON nested too deeply to read; one flat object per line"
-                ) from None
+        for n, row in json_lines(f, p, decode):
             if not isinstance(row, dict):
                 raise UserError(f"{p}:{n}: expected a JSON object, got {type(row).__name__}")
             rows.append((n, row))

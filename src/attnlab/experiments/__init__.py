@@ -16,6 +16,7 @@ The package, by concern, in layers: each imports only the ones above it, and ``r
     running/               ``run_all``: launchers (local, --jobs, submitit), pruning, progress
     reports/               ``build_report``: the comparison or sweep report, plots, statistics
     load                   ``load_experiment``: the file, ``--set`` and ``--plugin``, resolved
+    compare                ``compare``: all of ``attnlab compare``, from the file to the report
 """
 
 from attnlab.experiments.load import load_experiment

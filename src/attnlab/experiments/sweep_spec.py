@@ -28,7 +28,7 @@ from typing import Any
 from pydantic import BaseModel, Field, model_validator
 
 from attnlab.base.section import Section
-from attnlab.config import Config
+from attnlab.config import Config, flatten
 
 #: grid keys live in these config sections
 GRID_SECTIONS = ("model", "train", "eval")
@@ -79,7 +79,7 @@ class SweepSpec(Section):
         if not isinstance(raw, dict) or "grid" in raw:
             return raw
         options = {k: v for k, v in raw.items() if k in OPTIONS}
-        grid = _flatten({k: v for k, v in raw.items() if k not in OPTIONS})
+        grid = flatten({k: v for k, v in raw.items() if k not in OPTIONS})
         return {**options, "grid": grid}
 
     @model_validator(mode="after")
@@ -112,17 +112,6 @@ class SweepSpec(Section):
         for values in self.grid.values():
             n *= len(values)
         return n
-
-
-def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict):
-            out.update(_flatten(v, key + "."))
-        else:
-            out[key] = v
-    return out
 
 
 def _config_keys(cls: type[BaseModel] = Config, prefix: str = "") -> list[str]:

@@ -43,8 +43,8 @@ def table(c: Any, differ: list[str]) -> dict[str, Any]:
         "norm": {"kind": "rmsnorm", "bias": False, "eps": c.rms_norm_eps},
         "position": {
             "kind": "rope",
-            "rope_fraction": 1.0,
-            "rope_base": float(rp.get("rope_theta", 10000.0)),
+            "fraction": 1.0,
+            "base": float(rp.get("rope_theta", 10000.0)),
         },
         "attention": {
             "n_heads": c.num_attention_heads,

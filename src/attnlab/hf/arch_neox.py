@@ -47,8 +47,8 @@ def table(c: Any, differ: list[str]) -> dict[str, Any]:
         "norm": {"kind": "layernorm", "bias": True, "eps": c.layer_norm_eps},
         "position": {
             "kind": "rope",
-            "rope_fraction": float(rope["fraction"]),
-            "rope_base": float(rope["theta"]),
+            "fraction": float(rope["fraction"]),
+            "base": float(rope["theta"]),
         },
         "attention": {"n_heads": c.num_attention_heads},
         "ffn": {"kind": ffn or "gelu", "hidden": c.intermediate_size},

@@ -219,7 +219,7 @@ def model_card(
         *_slots(cfg),
         "",
     ]
-    lines += _plugin_lines(plugins) + _retrieval_lines(cfg)
+    lines += _plugin_lines(plugins) + _family_lines(cfg)
     lines += _data_lines(cfg, data_meta, tokenizer, attribution)
     lines += ["", "## Training", ""]
     if status:
@@ -278,27 +278,6 @@ def _plugin_lines(plugins: list[dict[str, Any]]) -> list[str]:
     return [*lines, ""]
 
 
-def _retrieval_lines(cfg: Config) -> list[str]:
-    """What a retrieval model expects at its input (its database is not exported)."""
-    if cfg.model.family != "retrieval":
-        return []
-    r = cfg.model.retrieval
-    return [
-        "## Retrieval (not in this folder)",
-        "",
-        f"A RETRO-style decoder: chunked cross-attention after decoder layers "
-        f"{r.layers(cfg.model.n_layers)} reads, for every chunk of {r.chunk_size} tokens, "
-        f"{r.neighbours} neighbours of {r.neighbour_len} tokens (a retrieved chunk and its "
-        f"continuation) through a {r.encoder_layers}-layer encoder. The retrieval database "
-        "is not exported: pass `neighbours=` (token ids [batch, chunks, "
-        f"{r.neighbours}, {r.neighbour_len}]) to `forward`, chunk j's neighbours retrieved "
-        "with chunk j's tokens (attnlab builds them with `attnlab data retrieval`: BM25 "
-        "over the training split's chunks). Without `neighbours` (and so in `generate()` "
-        "and pipelines) the model runs as its decoder without retrieval.",
-        "",
-    ]
-
-
 def _data_lines(
     cfg: Config,
     data_meta: dict[str, Any] | None,
@@ -328,3 +307,11 @@ def read_json(path: Path) -> dict[str, Any] | None:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
+
+
+def _family_lines(cfg: Config) -> list[str]:
+    """What the model's family says of it on the card (retrieval: what it expects at its input,
+    its database is not exported)."""
+    from attnlab.parts import families
+
+    return families.of(cfg.model).card_lines(cfg.model)

@@ -36,7 +36,7 @@ from attnlab.base.errors import UserError
 from attnlab.config import Config
 from attnlab.hf.export_out import check_out, put_in_place, recover_out
 from attnlab.hf.vendor import PluginModule, Vendored, check_tracked, flatten
-from attnlab.parts import registry
+from attnlab.parts import families, registry
 from attnlab.parts.plugins import loaded, source_hash
 
 AUTO_MAP = {
@@ -87,13 +87,18 @@ def load_source(source: str | Path):
 
 
 def plugin_modules(cfg: Config) -> tuple[list[PluginModule], list[dict[str, Any]]]:
-    """The plugin modules that define the model's non-built-in parts, and their config records."""
+    """The plugin modules that define the model's non-built-in parts (and its family, recorded
+    as ``("family", name, class)``), and their config records."""
     by_module: dict[str, list[tuple[str, str, str]]] = {}
     for slot, opts in cfg.model.slots().items():
         spec = registry.get(slot, opts.kind)
         if spec.kind == "none" or spec.source == registry.BUILTIN:
             continue
         by_module.setdefault(spec.cls.__module__, []).append((slot, spec.kind, spec.cls.__name__))
+    fam = families.spec(cfg.model.family)
+    if fam.source != registry.BUILTIN:
+        entry = (families.SLOT, fam.name, fam.cls.__name__)
+        by_module.setdefault(fam.cls.__module__, []).append(entry)
     records = loaded()
     modules, entries = [], []
     for module, parts in by_module.items():
@@ -240,10 +245,11 @@ def export_model(
 
     out = Path(os.path.abspath(out))  # `--out .` has no name to put a temporary folder beside
     m = cfg.model
-    if m.family not in ("decoder", "retrieval"):
+    if not families.of(m).exports:
         raise UserError(
-            f"{source or 'the model'} is a model.family={m.family!r} model; only decoder-only "
-            "and retrieval models export as a transformers causal LM (AutoModelForCausalLM)"
+            f"{source or 'the model'} is a model.family={m.family!r} model; only "
+            f"{families.where(lambda f: f.exports)} models export as a transformers causal LM "
+            "(AutoModelForCausalLM)"
         )
     modules, plugins = plugin_modules(cfg)
     vendored = flatten(modules)

@@ -34,7 +34,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from attnlab.base.consent import RemoteCodeError, how_to_consent, remote_code_trusted
-from attnlab.parts import load_plugin, registry
+from attnlab.parts import families, load_plugin, registry
 from attnlab.parts.checked import CheckedSource, serving
 from attnlab.parts.identity import module_file
 from attnlab.parts.plugins import source_hash
@@ -44,10 +44,17 @@ HELPERS = "plugins/helpers"
 
 
 def _registered_hash(slot: str, kind: str) -> str | bool | None:
-    """The source hash of the module registering ``slot.kind`` (False if not registered)."""
-    if not registry.has(slot, kind):
+    """The source hash of the module registering ``slot.kind`` (a family: ``family.NAME``;
+    False if not registered)."""
+    if slot == families.SLOT:
+        if not families.has(kind):
+            return False
+        cls: type = families.spec(kind).cls
+    elif not registry.has(slot, kind):
         return False
-    module = sys.modules.get(registry.get(slot, kind).cls.__module__)
+    else:
+        cls = registry.get(slot, kind).cls
+    module = sys.modules.get(cls.__module__)
     path = getattr(module, "__file__", None)
     if not path:
         return None

@@ -45,6 +45,7 @@ from attnlab.config import ModelConfig
 from attnlab.hf.configuration import AttnlabConfig
 from attnlab.hf.export_plugins import load_export_plugins
 from attnlab.model.transformer import Transformer
+from attnlab.parts import families
 
 #: the output field (and ``generate()``'s keyword) that holds the cache in the installed transformers
 CACHE_FIELD = (
@@ -131,10 +132,10 @@ class AttnlabForCausalLM(AttnlabPreTrainedModel, GenerationMixin):
         super().__init__(config)
         load_export_plugins(config)
         cfg = ModelConfig.model_validate(config.attnlab_model)
-        if cfg.family not in ("decoder", "retrieval"):
+        if not families.of(cfg).exports:
             raise ValueError(
-                f"attnlab_model.family={cfg.family!r}: only decoder-only and retrieval models "
-                "are causal LMs"
+                f"attnlab_model.family={cfg.family!r}: only {families.where(lambda f: f.exports)} "
+                "models are causal LMs"
             )
         self.model = Transformer(cfg)
         self.post_init()

@@ -10,8 +10,10 @@ modules they import (:attr:`PluginModule.helpers`, flat as ``attnlab_plugin_NAME
 imports rewritten the same way), so the folder loads where the plugin's own directory is gone.
 Two modules are written rather than copied:
 
-- ``attnlab.model.parts``: a flat copy cannot be listed like a package, so it names its part
-  modules in ``PART_MODULES`` (read by :func:`attnlab.parts.registry._builtin_modules`);
+- ``attnlab.model.parts`` and ``attnlab.model.families``: a flat copy cannot be listed like a
+  package, so each names its modules in ``PART_MODULES`` / ``FAMILY_MODULES`` (read by
+  :func:`attnlab.parts.registry._builtin_modules` and
+  :func:`attnlab.parts.families._builtin_modules`);
 - ``attnlab.hf.export_plugins``: it imports the copied plugin modules and their helpers, which
   registers their parts, each only after checking that its file holds the code exported (SHA-256,
   recorded in the module and in config.json's ``attnlab_plugins`` as ``flat_sha256``), and from
@@ -39,6 +41,8 @@ SPECIAL_NAMES = {
     "attnlab.hf.modeling": "modeling_attnlab",
 }
 PARTS_PACKAGE = "attnlab.model.parts"
+#: packages whose modules a registry imports by listing them -> the name of the flat list
+LISTED_PACKAGES = {PARTS_PACKAGE: "PART_MODULES", "attnlab.model.families": "FAMILY_MODULES"}
 PLUGINS_MODULE = "attnlab.hf.export_plugins"
 #: what the written plugins module imports its checked files with
 CHECKED_MODULE = "attnlab.parts.checked"
@@ -208,16 +212,19 @@ def _header(module: str, path: Path) -> str:
     )
 
 
-def _parts_package(flat: _Flattener, part_modules: list[str]) -> str:
-    names = [flat.flat(m) for m in part_modules]
+def _listed_package(flat: _Flattener, package: str, modules: list[str]) -> str:
+    """The flat stand-in of ``package`` (the built-in parts or families): the list of its
+    modules a registry imports, under the name of :data:`LISTED_PACKAGES`."""
+    names = [flat.flat(m) for m in modules]
     listed = "".join(f"    {n!r},\n" for n in names)
     imports = "".join(f"    from .{n} import *  # noqa: F403\n" for n in names)
+    constant = LISTED_PACKAGES[package]
     return (
-        '"""The built-in parts of attnlab, one module each (written by `attnlab export`).\n\n'
+        f'"""The modules of {package}, one idea each (written by `attnlab export`).\n\n'
         "A flat copy cannot be listed like a package, so the registry imports the modules named\n"
-        'in PART_MODULES."""\n\n'
+        f'in {constant}."""\n\n'
         "from typing import TYPE_CHECKING\n\n"
-        f"PART_MODULES = tuple(f'{{__package__}}.{{name}}' for name in (\n{listed}))\n\n"
+        f"{constant} = tuple(f'{{__package__}}.{{name}}' for name in (\n{listed}))\n\n"
         "if TYPE_CHECKING:  # named here so that transformers copies them with the remote code\n"
         f"{imports}"
     )
@@ -322,14 +329,14 @@ def flatten(plugins: list[PluginModule] = ()) -> Vendored:
             continue
         seen.add(module)
         path, is_pkg = _source(module)
-        if module == PARTS_PACKAGE:
-            parts = sorted(
-                f"{PARTS_PACKAGE}.{p.stem}"
+        if module in LISTED_PACKAGES:
+            members = sorted(
+                f"{module}.{p.stem}"
                 for p in path.parent.glob("*.py")
                 if p.name != "__init__.py" and not p.name.startswith("_")
             )
-            out.files[f"{flat.flat(module)}.py"] = _parts_package(flat, parts)
-            todo.extend(parts)
+            out.files[f"{flat.flat(module)}.py"] = _listed_package(flat, module, members)
+            todo.extend(members)
             continue
         if module == PLUGINS_MODULE:  # written once the plugin modules are (it hashes them)
             flat.flat(module)

@@ -29,13 +29,15 @@ def load_target(target: str, *, trust_remote_code: bool = False):
     model_cfg = getattr(cfg, "model", None)
     if model_cfg is None:  # an export: its config.json carries the attnlab model config
         model_cfg = getattr(getattr(lm.model, "config", None), "attnlab_model", None)
-    family = getattr(model_cfg, "family", "decoder") if model_cfg is not None else "decoder"
+    from attnlab.parts import families
+
+    family = getattr(model_cfg, "family", families.DEFAULT)
     mask = ""
     attention = getattr(model_cfg, "attention", None)
     if attention is not None:
         from attnlab.model.masks import stack_mask
 
-        mask = stack_mask(attention, family != "encoder")
+        mask = stack_mask(attention, families.get(family).causal_lm)
     return lm, family, mask
 
 

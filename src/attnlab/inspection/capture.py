@@ -26,6 +26,8 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from attnlab.parts import families
+
 #: cells of one row block (rows x keys x heads) computed at a time
 BLOCK_CELLS = 1 << 20
 TOP_K = 5
@@ -74,7 +76,7 @@ class Capture:
     layers: list[LayerView]
     parts: list[PartView]
     notes: list[str] = field(default_factory=list)
-    family: str = "decoder"
+    family: str = families.DEFAULT
 
 
 def _is_attention(m: nn.Module) -> bool:
@@ -222,7 +224,7 @@ def capture(
     *,
     name: str,
     target: str,
-    family: str = "decoder",
+    family: str = families.DEFAULT,
     max_tokens: int = 128,
     mask_name: str = "",
 ) -> Capture:
@@ -237,10 +239,8 @@ def capture(
     recorder = _Recorder(model) if attnlab_layers else None
     _set_recording(model, True)
     try:
-        if attnlab_layers and family == "encoder_decoder":
-            out = model(x, encoder_input_ids=x)
-        elif attnlab_layers:
-            out = model(x)
+        if attnlab_layers:
+            out = model(x, **families.get(family).alone_inputs(x))
         else:
             out = _hf_forward(model, x)
         parts = _parts(model, start, T)
@@ -274,8 +274,9 @@ def capture(
             "maps of a Hugging Face model come from transformers' output_attentions, which forms "
             "the full [H, T, T] maps"
         )
-    predicts = "next token" if family != "encoder" else "this token"
-    loss, top = _predictions(logits[0], ids, start, decode, next_token=family != "encoder")
+    causal = families.get(family).causal_lm
+    predicts = "next token" if causal else "this token"
+    loss, top = _predictions(logits[0], ids, start, decode, next_token=causal)
     if start:
         notes.append(
             f"the prompt has {T} tokens; shown: the last {T - start} positions (queries "

@@ -91,7 +91,7 @@ def _generate(
             f"prefix-LM: the prompt ({ids.shape[1]} tokens) must cover "
             f"model.attention.prefix_len={a.prefix_len}; generated tokens are never in the prefix"
         )
-    limit = cfg.position_limit
+    limit = model.position_limit  # read when the model was built
     if limit is not None and ids.shape[1] + max_new_tokens > limit:
         raise InvalidRequestError(
             f"prompt ({ids.shape[1]}) + max_new_tokens ({max_new_tokens}) exceeds "

@@ -2,9 +2,9 @@
 K/V-cache bytes per token. The model is built on the meta device, so even 410M shapes cost no
 memory. Each parameter is counted in the row its part declares (``param_label``: query,
 pre_projection, ffn, ...); parameters outside any part belong to the assembly (embedding,
-position, norm, qk_norm, lm_head), and everything inside cross-attention to ``cross_attention``
-(a retrieval model's CCA layers to ``chunked_cross_attention``, its encoder to
-``neighbour_encoder``).
+position, norm, qk_norm, lm_head), and everything inside cross-attention to ``cross_attention``;
+a family may name rows of its own for whole modules (``Family.param_rows``: a retrieval model's
+CCA layers are ``chunked_cross_attention``, its encoder ``neighbour_encoder``).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 from torch import nn
 
+from attnlab.base.params import n_params
 from attnlab.config import ModelConfig
 from attnlab.parts import Part
 
@@ -56,13 +57,12 @@ def labels(model: nn.Module) -> dict[str, str]:
             for pname, _ in m.named_parameters():
                 owner[f"{name}.{pname}" if name else pname] = m.label()
     out = {}
-    retrieval = getattr(model, "cca", None) is not None
+    family = getattr(model, "family", None)
+    rows = family.param_rows if family is not None else {}
     for name, _ in model.named_parameters(remove_duplicate=False):
         segs = name.split(".")
-        if retrieval and segs[0] == "cca":
-            out[name] = "chunked_cross_attention"
-        elif retrieval and segs[0] == "encoder":
-            out[name] = "neighbour_encoder"
+        if segs[0] in rows:
+            out[name] = rows[segs[0]]
         elif "cross_attention" in segs:
             out[name] = "cross_attention"
         elif name in owner:
@@ -89,24 +89,12 @@ def count(cfg: ModelConfig, cache_bytes_per_element: int = 2) -> ParamReport:
     total = sum(by_part.values())
     emb = sum(by_part.get(k, 0) for k in EMBEDDING_PARTS)
     parts = parts_of(model)
-    active = (
-        total
-        - emb
-        - sum(sum(p.numel() for p in part.parameters()) - part.active_params() for part in parts)
-    )
+    active = total - emb - sum(n_params(part) - part.active_params() for part in parts)
     notes: list[str] = []
     stack = model.decoder if model.decoder is not None else model.encoder
     for part in parts_of(stack.blocks[0]):
         notes.extend(part.notes())
-    if cfg.family == "retrieval":
-        r = cfg.retrieval
-        notes.append(
-            f"retrieval: chunked cross-attention after decoder layers "
-            f"{r.layers(cfg.n_layers)}, chunks of {r.chunk_size} tokens, {r.neighbours} "
-            f"neighbours of {r.neighbour_len} tokens through a {r.encoder_layers}-layer encoder; "
-            "the database is data, not parameters (`attnlab data retrieval` prints its size, "
-            "a run's status.json records it)"
-        )
+    notes.extend(model.family.notes(cfg))
     if stack.loops > 1:
         notes.append(f"loops: the layers run {stack.loops} times with shared weights")
     slots = model.decoder.n_slots if model.decoder is not None else 0

@@ -1,8 +1,9 @@
-"""The four families assembled from blocks: decoder-only (causal LM), encoder-only (masked LM),
-encoder-decoder (seq2seq) and retrieval (a decoder whose chosen layers read retrieved neighbours
-through chunked cross-attention, ``model/retrieval/``). With ``loops > 1`` a stack is a universal transformer: its blocks are
-looped ``loops`` times with shared weights and a fixed sinusoidal per-loop step signal (seed 004's
-MoE-values layer is one block looped, with ``model.value.kind = "moe"``).
+"""A model: embeddings, the stacks its family builds (:mod:`attnlab.model.families`:
+decoder-only, encoder-only, encoder-decoder, retrieval, or a plugin's), and a language-model
+head. The family says which stacks there are and routes the forward through them; this module
+holds what every family shares (embeddings, the LM head and its loss, the cache, the init, the
+optimizer groups, FLOPs). With ``loops > 1`` a stack is a universal transformer
+(``model/stack.py``).
 
 Init (nanoGPT / seed 001): every Linear and Embedding N(0, init_std), norm weights 1 and biases 0,
 and each part initialises itself through its ``init_weights`` declaration, in module order (output
@@ -12,9 +13,7 @@ identity-head weights, virtual-head identity kernel, anchored query's zeroed fin
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterator
-from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -22,184 +21,72 @@ from torch import Tensor, nn
 
 from attnlab.base.errors import InvalidRequestError
 from attnlab.config import ModelConfig
-from attnlab.model.block import Block
-from attnlab.model.context import AttnContext
 from attnlab.model.kv_cache import KVCache
 from attnlab.model.linear import Linear
 from attnlab.model.linear_cross_entropy import linear_cross_entropy
-from attnlab.model.masks import allowed_keys, stack_mask
 from attnlab.model.output import ModelOutput
-from attnlab.model.positions import SinusoidalPositions
-from attnlab.model.retrieval.cca import encode_neighbours
-from attnlab.parts import Dims, Init, Part, PositionPart, default_init, registry
+from attnlab.model.stack import Stack, norm, parts_of, position_class
+from attnlab.parts import Dims, Init, Part, PositionPart, default_init, families
+from attnlab.parts.family import StackPlan
 from attnlab.parts.registry import build
 
-
-def parts_of(module: nn.Module) -> list[Part]:
-    """The registered parts inside ``module``, outermost first, in module order."""
-    return [m for m in module.modules() if isinstance(m, Part)]
-
-
-def position_class(cfg: ModelConfig) -> type[PositionPart] | None:
-    """The class of the configured position part (None: no positions, NoPE)."""
-    spec = registry.get("position", cfg.position.kind)
-    return None if spec.kind == "none" else spec.cls
-
-
-def norm(cfg: ModelConfig, dim: int | None = None) -> nn.Module:
-    """The configured norm (``model.norm``) over ``dim`` features (default d_model)."""
-    dims = Dims.from_config(cfg)
-    return build(cfg.norm, dims if dim is None else dims.with_(d_model=dim), "norm")
-
-
-class Stack(nn.Module):
-    """Blocks of one attention direction (causal or bidirectional), with the part of the position
-    slot that acts inside attention (a logit bias, a rotation), built for this direction."""
-
-    def __init__(self, cfg: ModelConfig, n_layers: int, *, causal: bool, cross: bool) -> None:
-        super().__init__()
-        self.cfg, self.causal = cfg, causal
-        cls = position_class(cfg)
-        inside = cls is not None and (cls.logit_bias or cls.rotary)
-        dims = Dims.from_config(cfg).with_(causal=causal)
-        self.position = build(cfg.position, dims, "position") if inside else None
-        self.loops = cfg.loops
-        depth = n_layers * self.loops
-        rates = [cfg.stochastic_depth * i / max(depth - 1, 1) for i in range(n_layers)]
-        self.blocks = nn.ModuleList(Block(cfg, cross=cross, drop_path=r) for r in rates)
-        # a fixed sinusoidal timestep signal per loop (Universal Transformers): no parameters, so
-        # the parameter count does not depend on the number of loops
-        sig = math.sqrt(2) * cfg.init_std  # per-dimension RMS = the embeddings' init std
-        self.step_signal = SinusoidalPositions(cfg.d_model, scale=sig) if self.loops > 1 else None
-        self.final_norm = norm(cfg) if cfg.norm_position == "pre" else None
-        self._aux_parts = [
-            p for p in parts_of(self) if type(p).pop_aux_losses is not Part.pop_aux_losses
-        ]
-
-    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
-        # checkpoints written before positions were a slot kept a relative bias as ``t5_bias``
-        for key in [k for k in state_dict if k.startswith(f"{prefix}t5_bias.")]:
-            state_dict[f"{prefix}position.{key[len(prefix) + 8 :]}"] = state_dict.pop(key)
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
-
-    @property
-    def n_slots(self) -> int:
-        return len(self.blocks) * self.loops
-
-    def context(
-        self,
-        T: int,
-        start: int,
-        device: torch.device,
-        need_weights: bool,
-        dtype: torch.dtype = torch.float32,
-        padding: Tensor | None = None,
-    ) -> AttnContext:
-        a = self.cfg.attention
-        q_pos = torch.arange(start, start + T, device=device)
-        k_pos = torch.arange(0, start + T, device=device)
-        mask = stack_mask(a, self.causal)
-        simple = mask in ("causal", "bidirectional")
-        if simple and start == 0:
-            allowed, is_causal = None, mask == "causal"
-        elif simple and T == 1:
-            allowed, is_causal = None, False
-        else:
-            allowed, is_causal = allowed_keys(a, q_pos, k_pos, self.causal), False
-        bias = rotate = None
-        pos = self.position
-        if pos is not None and pos.logit_bias:
-            bias = pos.bias(q_pos, k_pos)
-        if pos is not None and pos.rotary:
-            tables = pos.rotation(q_pos, dtype)
-            rotate = partial(pos.rotate, tables=tables)
-        return AttnContext(
-            q_pos, k_pos, allowed, is_causal, bias, rotate, start, need_weights, padding
-        )
-
-    def forward(
-        self,
-        x: Tensor,
-        ctx: AttnContext,
-        *,
-        cache: KVCache | None = None,
-        memory: Tensor | None = None,
-        after: dict[int, Callable[[Tensor], Tensor]] | None = None,
-    ) -> tuple[Tensor, list[Tensor]]:
-        """Run the blocks (``loops`` times when looped). Auxiliary losses of routed parts are
-        summed over every pass into ``self.aux_loss`` (each loop counts as its own layer).
-        ``after[i](x)`` is added to the residual stream after block i (retrieval's CCA)."""
-        maps: list[Tensor] = []
-        aux: list[Tensor] = []
-        slot = 0
-        for step in range(self.loops):
-            if self.step_signal is not None:
-                step_t = torch.tensor([step], device=x.device)
-                x = x + self.step_signal(step_t).to(x.dtype)[0]
-            for block in self.blocks:
-                x, probs = block(x, ctx, cache=cache, slot=slot, memory=memory)
-                if after is not None and slot in after:
-                    x = x + after[slot](x)
-                slot += 1
-                if probs is not None:
-                    maps.append(probs)
-        for part in self._aux_parts:
-            aux.extend(part.pop_aux_losses())
-        self.aux_loss = torch.stack(aux).sum() if aux else None
-        if self.final_norm is not None:
-            x = self.final_norm(x)
-        return x, maps
+__all__ = ["Stack", "Transformer", "build_model", "norm", "parts_of", "position_class"]
 
 
 class Transformer(nn.Module):
-    """Embeddings, one or two stacks, and a language-model head."""
+    """Embeddings, the stacks of ``model.family`` (``self.family``, a registered
+    :class:`~attnlab.parts.family.Family`), and a language-model head.
+
+    A stack is the attribute its :class:`~attnlab.parts.family.StackPlan` names (``encoder``,
+    ``decoder``; ``None`` when the family has none); ``stack_plans`` lists the family's plans in
+    build order. The stack that decodes (and holds the K/V cache) is ``decoder``.
+    """
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.cfg = cfg
+        self.family = families.of(cfg)
         d = cfg.d_model
         self.embed = nn.Embedding(cfg.vocab_size, d)
         cls = position_class(cfg)
+        #: the longest sequence the position part places (None: no limit), read once at build
+        self.position_limit = cfg.position_limit
         #: the position part's embedding side (absolute positions), None when it has none
         self.abs_pos: PositionPart | None = None
         if cls is not None and cls.absolute:
             self.abs_pos = build(cfg.position, Dims.from_config(cfg), "position")
         self.drop = nn.Dropout(cfg.dropout)
-        fam = cfg.family
-        self.encoder = (
-            Stack(cfg, cfg.n_layers, causal=False, cross=False)
-            if fam in ("encoder", "encoder_decoder")
-            else None
-        )
+        self.encoder: Stack | None = None
+        self.decoder: Stack | None = None
+        #: retrieval's chunked cross-attention parts by decoder layer (None in other families)
         self.cca: nn.ModuleDict | None = None
-        if fam == "retrieval":  # the neighbour encoder and one cross_attention part per CCA layer
-            self.encoder = Stack(cfg, cfg.retrieval.encoder_layers, causal=False, cross=False)
-            dims = Dims.from_config(cfg)
-            self.cca = nn.ModuleDict(
-                {
-                    str(i): build(cfg.cross_attention, dims, "cross_attention")
-                    for i in cfg.retrieval.layers(cfg.n_layers)
-                }
-            )
-        if fam in ("decoder", "retrieval"):
-            self.decoder = Stack(cfg, cfg.n_layers, causal=True, cross=False)
-        elif fam == "encoder_decoder":
-            self.decoder = Stack(cfg, cfg.n_decoder_layers or cfg.n_layers, causal=True, cross=True)
-        else:
-            self.decoder = None
+        self.stack_plans: list[StackPlan] = []
+        self.family.build(self, cfg)
         self.lm_head = Linear(d, cfg.vocab_size, bias=False)
         if cfg.tie_embeddings:
             self.lm_head.weight = self.embed.weight
         self.reset_parameters()
 
+    def add_stack(self, plan: StackPlan) -> Stack:
+        """Build the stack ``plan`` describes as the attribute it names (families call this)."""
+        stack = Stack(self.cfg, plan.n_layers, causal=plan.causal, cross=plan.cross)
+        setattr(self, plan.name, stack)
+        self.stack_plans.append(plan)
+        return stack
+
+    def stacks(self) -> list[tuple[StackPlan, Stack]]:
+        """(plan, stack) of every stack, in build order."""
+        return [(plan, getattr(self, plan.name)) for plan in self.stack_plans]
+
     # -------------------------------------------------------------------------------- properties
     @property
     def supports_cache(self) -> bool:
-        """A decoder whose every part declares cached decoding exact (retrieval decodes
-        without the cache: ``model.retrieval.generate_with_retrieval``)."""
+        """A family that decodes with the cache (``decodes_with_cache``; retrieval decodes
+        without: ``model.retrieval.generate_with_retrieval``) whose decoder's every part
+        declares cached decoding exact."""
         return (
-            self.decoder is not None
-            and self.cca is None
+            self.family.decodes_with_cache
+            and self.decoder is not None
             and all(type(p).supports_kv_cache for p in parts_of(self.decoder))
         )
 
@@ -210,9 +97,8 @@ class Transformer(nn.Module):
 
     @property
     def depth(self) -> int:
-        stacks = [s for s in (self.decoder,) if s is not None] if self.cca is not None else []
-        stacks = stacks or [s for s in (self.encoder, self.decoder) if s is not None]
-        return max(len(s.blocks) * s.loops for s in stacks)
+        """Layers run by the deepest stack that counts in the depth (``StackPlan.in_depth``)."""
+        return max(len(s.blocks) * s.loops for plan, s in self.stacks() if plan.in_depth)
 
     # -------------------------------------------------------------------------------------- init
     @torch.no_grad()
@@ -269,7 +155,7 @@ class Transformer(nn.Module):
     def _embed(self, ids: Tensor, start: int) -> Tensor:
         x = self.embed(ids)
         end = start + ids.shape[1]
-        limit = self.cfg.position_limit
+        limit = self.position_limit
         if limit is not None and end > limit:
             raise InvalidRequestError(
                 f"positions up to {end - 1} exceed model.max_seq_len={limit} of "
@@ -283,16 +169,35 @@ class Transformer(nn.Module):
         return self.drop(x)
 
     def aux_losses(self) -> Iterator[Tensor]:
-        for stack in (self.encoder, self.decoder):
+        for _, stack in self.stacks():
             loss = getattr(stack, "aux_loss", None)
             if isinstance(loss, Tensor):
                 yield loss
 
+    def run_stack(
+        self,
+        stack: Stack,
+        input_ids: Tensor,
+        start_pos: int = 0,
+        *,
+        cache: KVCache | None = None,
+        return_attn: bool = False,
+        padding: Tensor | None = None,
+        memory: Tensor | None = None,
+        after: dict[int, Callable[[Tensor], Tensor]] | None = None,
+    ) -> tuple[Tensor, list[Tensor]]:
+        """(hidden states, attention maps) of ``input_ids`` [B, T] at positions ``start_pos``..
+        through ``stack``: the embeddings, the stack's mask and positions, its blocks (a family's
+        route is made of these calls)."""
+        x = self._embed(input_ids, start_pos)
+        ctx = stack.context(input_ids.shape[1], start_pos, x.device, return_attn, x.dtype, padding)
+        return stack(x, ctx, cache=cache, memory=memory, after=after)
+
     def encode(self, encoder_input_ids: Tensor, need_weights: bool = False) -> Tensor:
+        """The ``encoder`` stack's output over ``encoder_input_ids`` (an encoder-decoder's
+        memory, retrieval's encoded neighbours)."""
         assert self.encoder is not None
-        x = self._embed(encoder_input_ids, 0)
-        ctx = self.encoder.context(x.shape[1], 0, x.device, need_weights, x.dtype)
-        h, _ = self.encoder(x, ctx)
+        h, _ = self.run_stack(self.encoder, encoder_input_ids, return_attn=need_weights)
         return h
 
     # ----------------------------------------------------------------------------------- forward
@@ -311,7 +216,8 @@ class Transformer(nn.Module):
         padding_mask: Tensor | None = None,
         neighbours: Tensor | None = None,
     ) -> ModelOutput:
-        """Logits over the vocabulary for every position of ``input_ids`` [B, T].
+        """Logits over the vocabulary for every position of ``input_ids`` [B, T], through the
+        route of the model's family (:meth:`~attnlab.parts.family.Family.route`).
 
         Decoder: causal LM over input_ids. Encoder: bidirectional over input_ids (masked LM).
         Encoder-decoder: ``encoder_input_ids`` (or a precomputed ``memory``) is read by the
@@ -319,48 +225,35 @@ class Transformer(nn.Module):
         the LM head to the last position alone (decoding reads nothing else). With targets,
         ``return_logits=False`` computes the loss by ``linear_cross_entropy`` (chunked, the
         [B, T, V] logits never materialised; ``logits`` is then None): what the trainer uses.
-        ``padding_mask`` [B, T] (encoder family only; 1/True at real tokens, rows right-padded)
-        masks the padded keys, so a row's real positions come out as if it were alone; a causal
-        model needs none (right padding never reaches an earlier position).
-        Retrieval: ``neighbours`` [B, C, k, r] token ids, the k neighbours of each chunk of
-        ``model.retrieval.chunk_size`` tokens (``model/retrieval/cca.py``); None reads none (the
-        CCA layers add nothing: the decoder "without retrieval").
+        ``padding_mask`` [B, T] (families that declare ``takes_padding_mask``: the encoder; 1/True
+        at real tokens, rows right-padded) masks the padded keys, so a row's real positions come
+        out as if it were alone; a causal model needs none (right padding never reaches an
+        earlier position). Retrieval: ``neighbours`` [B, C, k, r] token ids, the k neighbours of
+        each chunk of ``model.retrieval.chunk_size`` tokens (``model/retrieval/cca.py``); None
+        reads none (the CCA layers add nothing: the decoder "without retrieval").
         """
         if cache is not None:
             start_pos = cache.length
         T = input_ids.shape[1]
-        if padding_mask is not None and self.cfg.family != "encoder":
+        if padding_mask is not None and not self.family.takes_padding_mask:
             raise InvalidRequestError(
-                f"padding_mask is for model.family='encoder' (this model is "
-                f"{self.cfg.family!r}); a causal stack needs none for right-padded rows"
+                f"padding_mask is for {families.where(lambda f: f.takes_padding_mask)} (this "
+                f"model is {self.cfg.family!r}); a causal stack needs none for right-padded rows"
             )
-        if self.cfg.family == "encoder":
-            assert self.encoder is not None
-            x = self._embed(input_ids, 0)
-            pad = None if padding_mask is None else padding_mask.to(torch.bool)
-            ctx = self.encoder.context(T, 0, x.device, return_attn, x.dtype, pad)
-            h, maps = self.encoder(x, ctx)
-        else:
-            assert self.decoder is not None
-            if self.cfg.family == "encoder_decoder" and memory is None:
-                if cache is not None and cache.cross:
-                    memory = None
-                else:
-                    if encoder_input_ids is None:
-                        raise ValueError("an encoder-decoder model needs encoder_input_ids")
-                    memory = self.encode(encoder_input_ids)
-            after = None
-            if neighbours is not None and self.cca is not None:
-                if cache is not None or start_pos:
-                    raise InvalidRequestError(
-                        "a retrieval model reads its neighbours over the whole sequence; call "
-                        "it without a cache (model.retrieval.generate_with_retrieval does)"
-                    )
-                enc = encode_neighbours(self, neighbours)
-                after = {int(i): (lambda h, c=c: c(h, enc)) for i, c in self.cca.items()}
-            x = self._embed(input_ids, start_pos)
-            ctx = self.decoder.context(T, start_pos, x.device, return_attn, x.dtype)
-            h, maps = self.decoder(x, ctx, cache=cache, memory=memory, after=after)
+        given = {
+            "encoder_input_ids": encoder_input_ids,
+            "memory": memory,
+            "padding_mask": padding_mask,
+            "neighbours": neighbours,
+        }
+        h, maps = self.family.route(
+            self,
+            input_ids,
+            cache=cache,
+            start_pos=start_pos,
+            return_attn=return_attn,
+            **{k: v for k, v in given.items() if v is not None},
+        )
         if cache is not None:
             cache.length = start_pos + T
         fused_loss = targets is not None and not return_logits  # also under torch.compile
@@ -396,14 +289,10 @@ class Transformer(nn.Module):
         from attnlab.model.attention_layer import Attention
 
         total = 0
-        for stack in (self.encoder, self.decoder):
-            if stack is None:
-                continue
-            scale, T = 1.0, seq_len
-            if self.cca is not None and stack is self.encoder:
-                # retrieval: k neighbours of r tokens are encoded per chunk of m decoder tokens
-                r = self.cfg.retrieval
-                scale, T = r.neighbours * r.neighbour_len / r.chunk_size, r.neighbour_len
+        for plan, stack in self.stacks():
+            # a stack may process more tokens than the model reads (retrieval's encoder: k
+            # neighbours of r tokens per chunk of m) and see another length
+            T = plan.length or seq_len
             stack_total = 0
             for block in stack.blocks:
                 per_block, done = 0, set()
@@ -418,9 +307,8 @@ class Transformer(nn.Module):
                     if isinstance(m, Attention):
                         per_block += 4 * T * m.dh * m.heads_out
                 stack_total += per_block * stack.loops
-            total += round(stack_total * scale)
-        if self.cca is not None:  # each cross_attention part declares its own (K/V per neighbour)
-            total += sum(c.flops_per_token(seq_len) for c in self.cca.values())
+            total += round(stack_total * plan.tokens_per_token)
+        total += self.family.extra_flops(self, seq_len)
         total += 2 * self.lm_head.in_features * self.lm_head.out_features
         return total
 

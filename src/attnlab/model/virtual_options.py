@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from attnlab.parts import Dims, PartOptions
+from attnlab.parts import Dims, PartOptions, families
 
 
 class VirtualHeadsOptions(PartOptions):
@@ -24,10 +24,10 @@ class VirtualHeadsOptions(PartOptions):
 
     def check(self, model) -> list[str]:
         out = []
-        if self.conv == "2d" and model.family != "encoder":
+        if self.conv == "2d" and families.of(model).causal_lm:
             out.append(
                 "model.score.conv='2d' looks at later queries and keys; it is only allowed in "
-                "model.family='encoder'. Use conv='1d' in causal stacks"
+                f"{families.where(lambda f: not f.causal_lm)}. Use conv='1d' in causal stacks"
             )
         n = self.n_virtual or model.attention.n_heads
         if n % model.n_kv_heads:

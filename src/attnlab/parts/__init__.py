@@ -23,11 +23,19 @@ A part is a small ``nn.Module`` registered in one of the block's named slots::
 and selected by config: ``[model.side_branch] kind = "low_rank_skip"`` with ``plugins =
 ["my_ideas.py"]`` (or ``--plugin my_ideas.py``). ``attnlab parts`` lists every registered part.
 The built-in parts (``attnlab/model/parts/``) are registered through this same API.
+
+A model family (``model.family``: decoder, encoder, ...) is registered the same way, with
+``@register_family(name)`` on a :class:`Family` (:mod:`attnlab.parts.family`; the built-in
+ones are ``attnlab/model/families/``), and loaded from a plugin the same way.
 """
 
 from pydantic import Field
 
 from attnlab.base.schema import PartOptions
+from attnlab.parts import families
+from attnlab.parts.families import FamilyError
+from attnlab.parts.families import register as register_family
+from attnlab.parts.family import CheckCase, Family, Objective, StackPlan
 from attnlab.parts.part import Dims, Init, Part, default_init
 from attnlab.parts.plugins import PluginError, PluginRecord, load_plugin, load_plugins
 from attnlab.parts.registry import BUILTIN, PartError, PartSpec, register
@@ -54,9 +62,12 @@ from attnlab.parts.slots import (
 __all__ = [
     "BUILTIN",
     "SLOTS",
+    "CheckCase",
     "CrossAttentionPart",
     "Dims",
     "FFNPart",
+    "Family",
+    "FamilyError",
     "FeatureMapPart",
     "Field",
     "FusedRows",
@@ -65,6 +76,7 @@ __all__ = [
     "MixerPart",
     "NormOptions",
     "NormPart",
+    "Objective",
     "Part",
     "PartError",
     "PartOptions",
@@ -78,9 +90,12 @@ __all__ = [
     "ScoreContext",
     "ScorePart",
     "SideBranchPart",
+    "StackPlan",
     "ValuePart",
     "default_init",
+    "families",
     "load_plugin",
     "load_plugins",
     "register",
+    "register_family",
 ]

@@ -58,7 +58,8 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from attnlab.base.schema import PartOptions
+from attnlab.base.params import n_params
+from attnlab.base.schema import DEFAULT_INIT_STD, PartOptions
 
 #: ``Part.quantizable``'s default size: a Linear with fewer inputs or outputs than this (a gate,
 #: a router over a few experts, a per-head scale) keeps full precision. Such a layer is cheap
@@ -145,8 +146,8 @@ class Init:
     (the last matrix of a branch that adds into the residual stream) N(0, ``out_std``) with
     ``out_std = std / sqrt(2 * depth)`` (GPT-2 / nanoGPT)."""
 
-    std: float = 0.02
-    out_std: float = 0.02
+    std: float = DEFAULT_INIT_STD
+    out_std: float = DEFAULT_INIT_STD
 
     @classmethod
     def for_depth(cls, std: float, depth: int) -> Init:
@@ -253,7 +254,7 @@ class Part(nn.Module):
 
     def active_params(self) -> int:
         """Parameters a token passes through (a routed part uses only some of them)."""
-        return sum(p.numel() for p in self.parameters())
+        return n_params(self)
 
     def notes(self) -> list[str]:
         """Sentences for ``attnlab params`` about how this part sized itself."""

@@ -55,7 +55,7 @@ from attnlab.base.errors import UserError
 from attnlab.base.pathkind import not_a_file
 from attnlab.parts.checked import CheckedSource, import_checked, served, spec_of
 from attnlab.parts.exits import exit_message, is_exit
-from attnlab.parts.identity import Helper, helper_changes, helpers, identity_hash, is_local
+from attnlab.parts.identity import Helper, helpers, identity_hash, is_local
 from attnlab.parts.source import PartError, registering_as
 
 GROUP = "attnlab.parts"
@@ -468,46 +468,12 @@ def manifest(specs: list[str]) -> list[dict]:
     return out
 
 
-def changed(records: list[dict]) -> list[str]:
-    """Sentences for recorded plugins whose source (or a helper's) differs from what is loaded
-    now."""
-    out = []
-    for rec in records:
-        if not isinstance(rec, dict) or not rec.get("sha256") or rec.get("spec") in _moved:
-            continue  # a moved plugin's sources were compared when it was replaced
-        now = _loaded.get(str(rec.get("spec")))
-        if now is not None and now.sha256 != rec["sha256"]:
-            out.append(
-                f"plugin {rec['spec']} changed since the run was made (sha256 "
-                f"{rec['sha256'][:12]} then, {now.sha256 and now.sha256[:12]} now"
-                f"{_helper_detail(rec, now)}): its parts may not compute what was trained"
-            )
-    return out
-
-
-def _helper_detail(rec: dict, now: PluginRecord) -> str:
-    said = helper_changes(rec.get("helpers"), now.helpers)
-    return f"; {'; '.join(said)}" if said else ""
-
-
-def source_changes(records: list[dict]) -> list[tuple[str, str, str, str]]:
-    """(spec, sha256 recorded, sha256 loaded now, what changed) of every recorded plugin whose
-    source differs from the one loaded now (a moved plugin is compared with the file standing in
-    for it); what changed names each helper module that differs (empty when the record has no
-    helpers to compare, as records of earlier versions); plugins not loaded, or recorded without
-    a sha256, are left out."""
-    out = []
-    for rec in records:
-        if not isinstance(rec, dict) or not isinstance(rec.get("sha256"), str):
-            continue
-        spec = str(rec.get("spec"))
-        now = _moved.get(spec) or _loaded.get(spec)
-        if now is not None and now.sha256 != rec["sha256"]:
-            said = helper_changes(rec.get("helpers"), now.helpers)
-            out.append((spec, rec["sha256"], now.sha256 or "-", "; ".join(said)))
-    return out
-
-
 def record_of(source: str) -> PluginRecord | None:
     """The record of the plugin loaded as ``source`` (the source a part registered under)."""
     return _loaded.get(source)
+
+
+def moved_here(spec: str) -> PluginRecord | None:
+    """The plugin loaded in place of recorded ``spec`` that moved (``--plugin NEWPATH``), or
+    None."""
+    return _moved.get(spec)

@@ -23,6 +23,7 @@ import torch
 
 from attnlab.base.errors import UserError
 from attnlab.base.pathkind import not_a_file
+from attnlab.runs.device import auto_dtype
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -133,9 +134,10 @@ def _require_online(source: BaseSource) -> None:
 
 
 def pick_dtype(name: str, device: torch.device) -> torch.dtype:
-    """``auto`` -> bfloat16 on CUDA, float32 elsewhere."""
+    """``auto``: :func:`attnlab.runs.device.auto_dtype` (bfloat16 on a CUDA device that supports
+    it, float32 elsewhere); otherwise the named dtype."""
     if name == "auto":
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
+        return auto_dtype(device)
     return _DTYPES[name]
 
 

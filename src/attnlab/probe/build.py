@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from attnlab.base.errors import UserError
+from attnlab.base.params import n_params
 from attnlab.probe.arch import ArchSpec, Dims, arch_of, dims_of
 from attnlab.probe.base import BaseSource, load_base, pick_dtype, resolve_base
 from attnlab.probe.config import ProbeConfig
@@ -59,7 +60,7 @@ class ProbedModel:
         return [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
 
     def counts(self) -> dict[str, Any]:
-        trainable = sum(p.numel() for _, p in self.trainable())
+        trainable = n_params(p for _, p in self.trainable())
         injected = self.injection.num_parameters() if self.injection is not None else 0
         lora = lora_count(self.model) if self.lora is not None else 0
         out: dict[str, Any] = {
@@ -136,7 +137,7 @@ def build_probed_model(
         model, tokenizer = base() if callable(base) else base
     spec, dims = arch_of(model), dims_of(model)
     freeze(model)
-    base_params = sum(p.numel() for p in model.parameters())
+    base_params = n_params(model)
     fingerprint = base_fingerprint(model)
     method = cfg.parsed_method
     torch.manual_seed(cfg.train.seed)

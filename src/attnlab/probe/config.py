@@ -1,5 +1,9 @@
 """The probe's typed config: base model, method, part options, recipe, data and evaluation.
 
+The part options are ``[probe.<slot>]`` tables in the words of a training config's
+``[model.<slot>]`` (:mod:`~attnlab.probe.part_tables`): ``[probe.feature_map] kind =
+"pre_projection"; expansion = 2.0``.
+
 A probe config is a TOML file (or the defaults) plus ``--set dotted.key=value`` overrides, validated
 the way :mod:`attnlab.config` validates a training config: an unknown key names the nearest valid
 spelling and the valid keys, a wrong value names the allowed ones. An *experiment* file is a probe
@@ -16,44 +20,46 @@ warmup, no weight decay, betas (0.9, 0.999), clip 1.0.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import (
-    BaseModel,
-    Field,
-    SerializeAsAny,
-    ValidationError,
-    WrapValidator,
-    field_validator,
-    model_validator,
-)
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from attnlab.base.errors import UserError
 from attnlab.base.pathkind import not_a_file
 from attnlab.base.section import Section
 from attnlab.config import (
+    OLD_PROBE_PARTS,
+    PROBE_RENAMED,
     ConfigError,
     apply_overrides,
     deep_merge,
     load_config_plugins,
     read_toml_file,
     resolve_plugin_paths,
+    to_toml,
     with_plugins,
 )
 from attnlab.config import explain as explain_validation
-from attnlab.parts import PartOptions, registry
+from attnlab.parts import PartOptions
 from attnlab.probe.methods import (
+    DEFAULT_METHOD,
     Component,
     Method,
     MethodError,
-    find_component,
     method_slug,
     parse_method,
 )
 from attnlab.probe.moved_keys import refuse_moved
+from attnlab.probe.part_tables import (
+    ProbeParts,
+    in_todays_tables,
+    method_tables,
+    table_problems,
+)
 from attnlab.recipe import (
     BatchPlan,
     Beta,
@@ -79,31 +85,6 @@ class BaseModelConfig(Section):
         "auto", description="weights dtype; auto = bfloat16 on CUDA, float32 elsewhere"
     )
     attn_implementation: Literal["auto", "eager", "sdpa"] = "auto"
-
-
-def _component_options(value: Any, handler: Any) -> PartOptions:
-    if isinstance(value, PartOptions):
-        return value
-    if not isinstance(value, dict) or "kind" not in value:
-        raise PydanticCustomError("part_table", "must be a table of the part's options")
-    comp = find_component(value["kind"])
-    assert comp is not None  # the keys were resolved before
-    return registry.get(comp.slot, comp.kind).options.model_validate(value)
-
-
-PartTable = Annotated[SerializeAsAny[PartOptions], WrapValidator(_component_options)]
-
-
-def component_of(key: str) -> Component:
-    comp = find_component(key)
-    if comp is None:
-        from attnlab.probe.methods import component_names
-
-        raise ValueError(
-            f"parts.{key}: no injectable part is called {key!r}; parts here: "
-            f"{', '.join(c for c in component_names() if c != 'lora')}"
-        )
-    return comp
 
 
 class LoraOptions(Section):
@@ -189,44 +170,39 @@ class ProbeConfig(Section):
     plugins: list[str] = Field(default_factory=list)
     name: str = ""
     base: BaseModelConfig = BaseModelConfig()
-    method: str = "preproj+skip"
-    parts: dict[str, PartTable] = Field(
-        default_factory=dict,
-        description="options of the injected parts, one table per part: [parts.pre_projection]",
+    method: str = DEFAULT_METHOD
+    probe: ProbeParts = Field(
+        default_factory=ProbeParts,
+        description="options of the injected parts, one table per slot as in [model.<slot>]: "
+        "[probe.feature_map] kind = 'pre_projection'",
     )
     lora: LoraOptions = LoraOptions()
     train: ProbeTrainConfig = ProbeTrainConfig()
     data: ProbeDataConfig = ProbeDataConfig()
     eval: ProbeEvalConfig = ProbeEvalConfig()
 
-    @field_validator("parts", mode="before")
+    @model_validator(mode="before")
     @classmethod
-    def _part_keys(cls, v: Any) -> Any:
-        """Tables keyed by a part's kind or method name; the key sets the table's kind."""
-        if not isinstance(v, dict):
-            return v
-        out, named = {}, {}
-        for key, table in v.items():
-            comp = component_of(str(key))
-            if comp.kind in named:  # two names of one part: one table would be lost
-                raise PydanticCustomError(
-                    "same_option",
-                    "parts.{a} and parts.{b} are the same part ('{kind}'); keep one table, "
-                    "[parts.{kind}]",
-                    {"a": named[comp.kind], "b": key, "kind": comp.kind},
-                )
-            named[comp.kind] = key
-            if isinstance(table, dict):
-                table = {**table, "kind": comp.kind}
-            out[comp.kind] = table
-        return out
+    def _todays_tables(cls, data: Any) -> Any:
+        """Old ``[parts]`` tables as ``[probe.<slot>]`` ones, kinds from the method (what
+        :func:`validate_probe` did already, for a config built in code)."""
+        if not isinstance(data, Mapping):
+            return data
+        try:
+            return in_todays_tables(data, [])
+        except ConfigError as e:
+            raise PydanticCustomError("same_option", "{message}", {"message": str(e)}) from None
+
+    @model_validator(mode="after")
+    def _tables_match_the_method(self) -> ProbeConfig:
+        problems = table_problems(self.probe, self.method)
+        if problems:
+            raise ValueError("\n".join(problems))
+        return self
 
     def part_options(self, comp: Component) -> PartOptions:
-        """The options of an injected part (its table, else its defaults)."""
-        opts = self.parts.get(comp.kind)
-        return (
-            opts if opts is not None else registry.get(comp.slot, comp.kind).options(kind=comp.kind)
-        )
+        """The options of an injected part (its slot's table, else its defaults)."""
+        return self.probe.options(comp)
 
     @field_validator("name")
     @classmethod
@@ -277,36 +253,45 @@ class MethodEntry(BaseModel):
 # ----------------------------------------------------------------------------------- errors
 
 
-#: probe keys of earlier attnlab versions -> what replaced them
-RENAMED = {
-    "pre_projection": "[parts.pre_projection]",
-    "content_skip": "[parts.content_skip]",
-    "anchored_query": "[parts.anchored] (eps follows the part: 1e-5)",
-}
-
-
 def explain(
     err: ValidationError, root: type[BaseModel] = ProbeConfig, raw: Mapping[str, Any] | None = None
 ) -> str:
-    """The shared config error messages, with valid keys looked up in the probe schema."""
-    text = explain_validation(err, root, title="invalid probe config", raw=raw)
-    for old, new in RENAMED.items():
-        text = text.replace(f"unknown key '{old}'.", f"unknown key '{old}'. it is now {new}.")
-    return text
+    """The shared config error messages, with valid keys looked up in the probe schema and the
+    probe's old keys named (:data:`attnlab.config.legacy.PROBE_RENAMED`)."""
+    return explain_validation(
+        err, root, title="invalid probe config", raw=raw, renamed=PROBE_RENAMED
+    )
 
 
 # ---------------------------------------------------------------------------------- loading
 
 
-def validate_probe(raw: Mapping[str, Any]) -> ProbeConfig:
+def validate_probe(raw: Mapping[str, Any], notes: list[str] | None = None) -> ProbeConfig:
     """A raw dict as a :class:`ProbeConfig`, or :class:`ConfigError` naming every problem (a
-    ``[train]`` key that moved to the shared recipe: one line naming its new name)."""
+    ``[train]`` key that moved to the shared recipe: one line naming its new name). An old
+    ``[parts.NAME]`` table is read as today's ``[probe.<slot>]`` with a note: into ``notes``
+    when given, else a :class:`OldKeyWarning` (one ``attnlab probe: warning:`` line)."""
     refuse_moved(raw)
     raw = load_config_plugins(dict(raw))
+    said: list[str] = []
+    raw = in_todays_tables(raw, said)
+    _deliver(said, notes)
     try:
         return ProbeConfig.model_validate(raw)
     except ValidationError as e:
         raise ConfigError(explain(e, raw=raw)) from None
+
+
+class OldKeyWarning(UserWarning):
+    """A probe config's key of an earlier version was read under its new spelling."""
+
+
+def _deliver(said: list[str], notes: list[str] | None) -> None:
+    if notes is not None:
+        notes.extend(n for n in said if n not in notes)
+        return
+    for note in said:
+        warnings.warn(note, OldKeyWarning, stacklevel=3)
 
 
 def read_probe_file(path: str | Path | None) -> dict[str, Any]:
@@ -384,13 +369,11 @@ def load_experiment(
     entries = _entries(raw.pop("methods", None), str(path))
     name = str(raw.pop("name", "") or Path(path).stem)
     shared = apply_overrides(raw, overrides)
-    configs, seen = [], set()
+    configs, seen, notes = [], set(), []
     for i, entry in enumerate(entries):
         _check_fair(entry, str(path), i)
-        one = deep_merge(_parts_by_kind(shared), _parts_by_kind(entry.overrides))
-        one["method"], one["name"] = entry.method, entry.name
         try:
-            cfg = validate_probe(one)
+            cfg = validate_probe(_method_raw(shared, entry, notes), notes)
         except ConfigError as e:
             raise ConfigError(f"{path}: methods[{i}] ({entry.method!r}): {e}") from None
         if cfg.label in seen or cfg.dir_name in seen:
@@ -401,29 +384,23 @@ def load_experiment(
         seen.update((cfg.label, cfg.dir_name))
         _check_same_batches(cfg, configs[0] if configs else cfg, str(path), i)
         configs.append(cfg)
+    _deliver(notes, None)
     return name, configs
 
 
-def _parts_by_kind(raw: Mapping[str, Any]) -> dict[str, Any]:
-    """``raw`` with its ``[parts]`` tables keyed by kind (``preproj`` -> ``pre_projection``), so
-    a method's table of a part replaces the shared one under another of its names; a name no
-    part has is left for validation to refuse."""
-    parts = raw.get("parts")
-    if not isinstance(parts, Mapping):
-        return dict(raw)
-    out: dict[str, Any] = {}
-    named: dict[str, str] = {}
-    for key, table in parts.items():
-        comp = find_component(str(key))
-        name = comp.kind if comp is not None else str(key)
-        if name in named:
-            raise ConfigError(
-                f"parts.{named[name]} and parts.{key} are the same part ('{name}'); keep one "
-                f"table, [parts.{name}]"
-            )
-        named[name] = str(key)
-        out[name] = table
-    return {**raw, "parts": out}
+def _method_raw(shared: Mapping[str, Any], entry: MethodEntry, notes: list[str]) -> dict[str, Any]:
+    """One method's raw config: its own keys over the shared ones, its part tables merged by
+    :func:`~attnlab.probe.part_tables.method_tables`."""
+    tables = method_tables(shared, entry.overrides, entry.method, notes)
+    drop = (OLD_PROBE_PARTS, "probe")
+    one = deep_merge(
+        {k: v for k, v in shared.items() if k not in drop},
+        {k: v for k, v in entry.overrides.items() if k not in drop},
+    )
+    if tables or "probe" in shared or "probe" in entry.overrides:
+        one["probe"] = tables
+    one["method"], one["name"] = entry.method, entry.name
+    return one
 
 
 def _check_same_batches(cfg: ProbeConfig, first: ProbeConfig, where: str, i: int) -> None:
@@ -440,6 +417,4 @@ def _check_same_batches(cfg: ProbeConfig, first: ProbeConfig, where: str, i: int
 
 def dump_probe_toml(cfg: ProbeConfig) -> str:
     """The resolved config as TOML (None values left out: they are the defaults)."""
-    from attnlab.config import _to_toml
-
-    return _to_toml(cfg.to_dict())
+    return to_toml(cfg.to_dict())

@@ -28,6 +28,7 @@ from torch import Tensor, nn
 from torch.utils.hooks import RemovableHandle
 
 from attnlab.base.errors import UserError
+from attnlab.base.params import n_params
 from attnlab.parts import Dims, Init, Part, QueryPart
 from attnlab.parts.registry import build
 from attnlab.probe.arch import ArchSpec, QLayout, add_to_q, arch_of, dims_of
@@ -57,9 +58,10 @@ class ProbeLayer(nn.Module):
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
-        """Each part's declared init at std 0.02 (its own options may set another)."""
+        """Each part's declared init at the default std, outputs too (its own options may set
+        another)."""
         for part in self.parts():
-            part.init_weights(Init(0.02, 0.02))
+            part.init_weights(Init())
 
     def x_tilde(self, x_hat: Tensor) -> Tensor:
         return x_hat if self.feature_map is None else _run(self.feature_map, x_hat)
@@ -155,7 +157,7 @@ class Injection:
         return self.layers.parameters()
 
     def num_parameters(self) -> int:
-        return sum(p.numel() for p in self.layers.parameters())
+        return n_params(self.layers)
 
     def state_dict(self) -> dict[str, Tensor]:
         """The adapter: only the injected tensors, keyed ``<layer>.<part>.<tensor>``."""
@@ -247,4 +249,4 @@ def injected_count(dims: Dims, method: Method, cfg: ProbeConfig | None = None) -
         return 0
     with torch.device("meta"):
         layer = ProbeLayer(dims, method.injects, cfg or ProbeConfig())
-    return dims.n_layers * sum(p.numel() for p in layer.parameters())
+    return dims.n_layers * n_params(layer)

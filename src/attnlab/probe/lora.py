@@ -20,6 +20,7 @@ from typing import Any
 from torch import nn
 
 from attnlab.base.errors import UserError
+from attnlab.base.params import n_params
 from attnlab.probe.arch import ArchSpec, Dims
 from attnlab.probe.config import LoraOptions
 
@@ -152,4 +153,4 @@ def apply_lora(model: nn.Module, plan: LoraPlan, opts: LoraOptions) -> Any:
 
 def lora_count(model: nn.Module) -> int:
     """Parameters of the LoRA adapter layers actually present (``lora_A``/``lora_B``)."""
-    return sum(p.numel() for n, p in model.named_parameters() if ".lora_" in n)
+    return n_params(p for n, p in model.named_parameters() if ".lora_" in n)

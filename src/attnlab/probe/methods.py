@@ -36,6 +36,8 @@ from attnlab.parts.slots import probe_slots
 
 LORA = "lora"
 FROZEN = "frozen"
+#: what a probe config trains when it names no method (seed 000's pre-projection + skip)
+DEFAULT_METHOD = "preproj+skip"
 _FROZEN_ALIASES = ("frozen", "baseline", "none")
 
 

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from attnlab.config import ConfigError
+from attnlab.probe.part_tables import in_todays_tables
 
 #: the [train] keys that moved (a config naming one is refused with its new name)
 MOVED = ("steps", "micro_batch_size")
@@ -69,7 +70,13 @@ def refuse_moved(raw: Mapping[str, Any]) -> None:
 
 
 def upgrade_recorded(raw: Mapping[str, Any]) -> dict[str, Any]:
-    """A probe config recorded before the change, in today's keys (the same training)."""
+    """A probe config recorded before the change, in today's keys (the same training); its
+    ``[parts.NAME]`` tables, from before the slot tables, as ``[probe.<slot>]`` ones, quietly
+    (the user did not write them)."""
+    try:
+        raw = in_todays_tables(raw, [])
+    except ConfigError:
+        raw = dict(raw)  # validation then names the problem
     train = raw.get("train")
     if not isinstance(train, Mapping) or moved_message(train) is None:
         return dict(raw)

@@ -16,9 +16,15 @@ from typing import Any
 import torch
 
 from attnlab.base.errors import UserError
+from attnlab.parts import families
 from attnlab.quant.apply import QUANT_OVERRIDES, quantizable_config, quantize_model
 from attnlab.quant.schemes import get_scheme
 from attnlab.quant.store import KIND, save
+
+
+def _serves(family) -> bool:
+    """A family whose models quantize: they continue text and decode with a KV cache."""
+    return family.continues_text and family.decodes_with_cache
 
 
 def load_source(source: str | os.PathLike) -> tuple[torch.nn.Module, Any, Path, int | None]:
@@ -48,10 +54,10 @@ def load_source(source: str | os.PathLike) -> tuple[torch.nn.Module, Any, Path, 
             raise UserError(f"cannot read checkpoint {ckpt_dir}: {e}") from None
         trained.load_state_dict(ckpt.model, strict=True)
         step = ckpt.step
-    if cfg.model.family != "decoder":
+    if not _serves(families.of(cfg.model)):
         raise UserError(
             f"{source} is a model.family={cfg.model.family!r} model; attnlab quantize serves "
-            "decoders (model.family='decoder')"
+            f"models that decode with a KV cache ({families.where(_serves)})"
         )
     model = build_model(quantizable_config(cfg).model)
     model.load_state_dict(trained.state_dict(), strict=True)

@@ -16,6 +16,7 @@ An explicit name (``cpu``, ``cuda``, ``cuda:1``, ``mps``) is checked against wha
 from __future__ import annotations
 
 import contextlib
+import os
 from dataclasses import dataclass
 
 import torch
@@ -48,6 +49,26 @@ def resolve_device(
     return device
 
 
+def torchrun_local_rank() -> int | None:
+    """This process's GPU index under ``torchrun`` (``LOCAL_RANK``); None in a single process."""
+    value = os.environ.get("LOCAL_RANK", "")
+    return int(value) if value.isdigit() else None
+
+
+def device_name(pref: str | None = "auto", setting: str = "device") -> str:
+    """:func:`resolve_device` as a name (``cuda:0``, ``mps``, ``cpu``), under ``torchrun`` this
+    process's GPU: what the memory preflight estimates for, before anything is built."""
+    return str(resolve_device(pref, local_rank=torchrun_local_rank(), setting=setting))
+
+
+def auto_dtype(device: torch.device) -> torch.dtype:
+    """``dtype = "auto"`` on ``device``: bfloat16 on a CUDA device that supports it, float32
+    everywhere else (training's compute precision, and the probe's frozen base weights)."""
+    if device.type == "cuda" and torch.cuda.is_bf16_supported():
+        return torch.bfloat16
+    return torch.float32
+
+
 @dataclass
 class Precision:
     """Autocast dtype (None = full float32) and the float16 loss scaler."""
@@ -75,7 +96,7 @@ def resolve_precision(pref: str, device: torch.device, setting: str = "train.dty
     """The :class:`Precision` for ``pref`` (auto/float32/bfloat16/float16) on ``device``."""
     cuda = device.type == "cuda"
     if pref == "auto":
-        pref = "bfloat16" if cuda and torch.cuda.is_bf16_supported() else "float32"
+        pref = "bfloat16" if auto_dtype(device) == torch.bfloat16 else "float32"
     if pref == "float32":
         return Precision(None, device.type)
     if pref == "float16":

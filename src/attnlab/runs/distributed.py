@@ -16,6 +16,7 @@ import torch.distributed as tdist
 from torch import nn
 
 from attnlab.base.errors import UserError
+from attnlab.runs.device import torchrun_local_rank
 
 
 @dataclass
@@ -85,12 +86,12 @@ def setup(device_pref: str) -> Dist:
         return Dist(
             rank=tdist.get_rank(),
             world=tdist.get_world_size(),
-            local_rank=int(os.environ.get("LOCAL_RANK", "0")),
+            local_rank=torchrun_local_rank() or 0,
             backend=str(tdist.get_backend()),
         )
     if not tdist.is_available():
         raise UserError("this torch build has no torch.distributed; run without torchrun")
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    local_rank = torchrun_local_rank() or 0
     use_cuda = device_pref.startswith("cuda") or (
         device_pref == "auto" and torch.cuda.is_available()
     )

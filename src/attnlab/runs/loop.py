@@ -1,6 +1,6 @@
 """The one training loop behind pretraining (``attnlab train``) and the frozen probe.
 
-A protocol supplies a :class:`TrainTask` (what model, which batches, what validation) and the loop
+A protocol supplies a :class:`~attnlab.runs.task.TrainTask` (what model, which batches, what validation) and the loop
 does the rest, identically for both. One optimizer step ``s`` (0-based):
 
 1. ``lr = lr_at(s)`` (linear warmup, cosine to ``min_lr``; :mod:`attnlab.runs.optim`);
@@ -27,9 +27,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +39,6 @@ from attnlab.base.advice import restart
 from attnlab.base.errors import UserError
 from attnlab.parts.exits import as_error
 from attnlab.parts.stats import train_stats
-from attnlab.recipe import BatchPlan, TrainRecipe
 from attnlab.runs import checkpoint, rundir
 from attnlab.runs.device import Precision
 from attnlab.runs.distributed import Dist
@@ -51,106 +48,10 @@ from attnlab.runs.peak import mfu
 from attnlab.runs.progress import ProgressEvent, ProgressFn
 from attnlab.runs.records import ConfigRecord, RngRecord
 from attnlab.runs.rng import rng_state, set_rng_state
+from attnlab.runs.task import Counters, LoopResult, LoopSettings, TrainTask
 from attnlab.runs.trackers import RunInfo, Trackers, check_clients
 
-
-@dataclass(frozen=True)
-class LoopSettings:
-    """The numbers of the loop; :meth:`from_recipe` reads them from a :mod:`attnlab.recipe`."""
-
-    max_steps: int
-    lr: float
-    min_lr: float
-    warmup_steps: int
-    grad_clip: float  # 0 = no clipping
-    accum: int  # micro-batches per optimizer step on each rank
-    tokens_per_step: int  # all ranks together
-    log_every: int
-    checkpoint_every: int
-    eval_every: int  # 0 = never during training
-    eval_at_end: bool = True
-    spike_factor: float = 0.0
-    grad_noise: float = 0.0  # eta: gradient noise variance at step 0 (0 = off)
-    grad_noise_decay: float = 0.55  # gamma: variance eta / (1 + t)^gamma
-    seed: int = 0  # the noise of step t is drawn from a generator seeded by (seed, t)
-
-    @classmethod
-    def from_recipe(
-        cls, recipe: TrainRecipe, plan: BatchPlan, *, eval_at_end: bool = True
-    ) -> LoopSettings:
-        """The loop's numbers from a protocol's ``[train]`` recipe and its step's batch plan:
-        the one mapping every protocol uses."""
-        return cls(
-            max_steps=recipe.max_steps,
-            lr=recipe.lr,
-            min_lr=recipe.min_lr,
-            warmup_steps=recipe.warmup_steps,
-            grad_clip=recipe.grad_clip,
-            accum=plan.accum,
-            tokens_per_step=plan.tokens,
-            log_every=recipe.log_every,
-            checkpoint_every=recipe.checkpoint_every,
-            eval_every=recipe.eval_every,
-            eval_at_end=eval_at_end,
-            spike_factor=recipe.spike_factor,
-            grad_noise=recipe.grad_noise,
-            grad_noise_decay=recipe.grad_noise_decay,
-            seed=recipe.seed,
-        )
-
-
-class TrainTask(ABC):
-    """A protocol's side of the loop. Set the attributes, implement the four methods."""
-
-    raw: nn.Module  # the unwrapped module (train/eval mode is switched on it)
-    model: nn.Module  # what forward/backward runs through (DDP-wrapped, compiled, or ``raw``)
-    optimizer: torch.optim.Optimizer
-    params: list[torch.Tensor]  # the trainable tensors (clipped together)
-    schedule_hash: str  # the stored batch schedule; a checkpoint from another one is refused
-    flops_per_token: float | None = None  # forward FLOPs per token, for MFU (None: not reported)
-
-    @abstractmethod
-    def micro_loss(self, step: int, micro: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """(objective to backpropagate, loss to report) of micro-batch ``micro`` of ``step``.
-
-        Called under the run's autocast; the loop divides the objective by ``accum``."""
-
-    @abstractmethod
-    def evaluate(self) -> float | None:
-        """The validation loss now (the same fixed sequences every time), or None for none."""
-
-    @abstractmethod
-    def state_dicts(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-        """(model tensors to checkpoint, optimizer state dict); called on every rank."""
-
-    @abstractmethod
-    def load_state_dicts(self, ckpt: checkpoint.Checkpoint) -> None:
-        """Put a checkpoint's tensors and optimizer state back (:class:`UserError` if unfit)."""
-
-
-@dataclass
-class Counters:
-    """What a checkpoint carries besides tensors, RNG states and the monitor."""
-
-    step: int = 0
-    tokens: int = 0
-    elapsed: float = 0.0  # wall seconds across sessions, evaluation and checkpoints included
-    train_time: float = 0.0  # seconds spent in optimizer steps only
-    best_val_loss: float | None = None
-    last_val_loss: float | None = None
-    last_loss: float | None = None
-
-
-@dataclass
-class LoopResult:
-    """How :meth:`Loop.run` ended: ``status`` is the final ``status.json`` content."""
-
-    state: str  # finished | diverged | running (stopped early)
-    status: dict[str, Any]
-    counters: Counters
-    resumed_from: int | None = None
-    reason: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+__all__ = ["Counters", "Loop", "LoopResult", "LoopSettings", "TrainTask"]
 
 
 @contextlib.contextmanager
@@ -428,9 +329,7 @@ class Loop:
         s, c, task = self.s, self.counters, self.task
         task.raw.train()
         self._emit("start", message=start)
-        session_start = time.perf_counter() - c.elapsed
-        log_tokens, log_time = 0, 0.0
-        state, reason = "finished", None
+        clock = _Clock(time.perf_counter() - c.elapsed)
         while c.step < s.max_steps:
             step = c.step
             lr = lr_at(
@@ -443,70 +342,19 @@ class Loop:
             reason = self.monitor.check(loss, None if self.precision.scaler else grad_norm)
             if reason is not None:
                 task.optimizer.zero_grad(set_to_none=True)
-                state = "diverged"
-                c.elapsed = time.perf_counter() - session_start
-                if metrics is not None:
-                    metrics.append(
-                        {
-                            "step": step + 1,
-                            "loss": loss,
-                            "lr": lr,
-                            "grad_norm": grad_norm,
-                            "tokens": c.tokens,
-                            "elapsed": c.elapsed,
-                            "diverged": reason,
-                        }
-                    )
-                break
+                c.elapsed = clock.elapsed()
+                if metrics is not None:  # the step that diverged, not counted as trained
+                    row = self._row(step + 1, loss, lr, grad_norm)
+                    metrics.append({**row, "diverged": reason})
+                return self._end(clock, "diverged", reason)
             self._optimizer_step()
             dt = time.perf_counter() - t0
             c.step, c.tokens, c.last_loss = step + 1, c.tokens + s.tokens_per_step, loss
             c.train_time += dt
-            log_tokens += s.tokens_per_step
-            log_time += dt
-            val = None
-            if (s.eval_every and c.step % s.eval_every == 0) or (
-                s.eval_at_end and c.step == s.max_steps
-            ):
-                val = task.evaluate()
-                if val is not None:
-                    c.last_val_loss = val
-                    c.best_val_loss = val if c.best_val_loss is None else min(c.best_val_loss, val)
-            c.elapsed = time.perf_counter() - session_start
-            remaining = (s.max_steps - c.step) * (c.train_time / max(c.step, 1))
-            tps = log_tokens / log_time if log_time > 0 else 0.0
-            is_log = c.step % s.log_every == 0 or c.step == 1 or c.step == s.max_steps
-            row: dict[str, Any] | None = None
-            if is_log or val is not None:
-                row = {
-                    "step": c.step,
-                    "loss": loss,
-                    "lr": lr,
-                    "grad_norm": grad_norm,
-                    "tokens": c.tokens,
-                    "tokens_per_s": tps,
-                }
-                if s.grad_noise:
-                    row["grad_noise_std"] = self.grad_noise_std(step)
-                if task.flops_per_token:
-                    row["mfu"] = mfu(task.flops_per_token, tps, self.peak_flops, self.dist.world)
-                row["elapsed"] = c.elapsed
-                if val is not None:
-                    row["val_loss"] = val
-                row.update(train_stats(task.raw))  # the parts' own numbers (part/KEY/LAYER)
-                if metrics is not None:
-                    metrics.append(row)
-            if is_log:
-                log_tokens, log_time = 0, 0.0
-            self._emit(
-                "eval" if val is not None else "step",
-                loss=loss,
-                val_loss=val,
-                lr=lr,
-                tokens_per_s=tps or None,
-                eta_s=remaining,
-                metrics=row,
-            )
+            clock.add(s.tokens_per_step, dt)
+            val = self._evaluate_now()
+            c.elapsed = clock.elapsed()
+            self._log_step(metrics, clock, step, loss, lr, grad_norm, val)
             if c.step % s.checkpoint_every == 0 or c.step == s.max_steps:
                 self._save()
                 self.status("running")
@@ -514,7 +362,70 @@ class Loop:
                 st = self.status("running")
                 self._emit("end", message="stopped early", status=st)
                 return LoopResult("running", st, c, self.resumed_from)
-        c.elapsed = time.perf_counter() - session_start
+        return self._end(clock, "finished", None)
+
+    def _evaluate_now(self) -> float | None:
+        """The validation loss when this step evaluates (every ``eval_every``, and at the end),
+        kept in the counters; None on other steps."""
+        s, c = self.s, self.counters
+        due = (s.eval_every and c.step % s.eval_every == 0) or (
+            s.eval_at_end and c.step == s.max_steps
+        )
+        val = self.task.evaluate() if due else None
+        if val is not None:
+            c.last_val_loss = val
+            c.best_val_loss = val if c.best_val_loss is None else min(c.best_val_loss, val)
+        return val
+
+    def _row(self, step: int, loss: float, lr: float, grad_norm: float, **more: Any) -> dict:
+        """One ``metrics.jsonl`` row: the step's numbers, then ``more``, then the time."""
+        c = self.counters
+        row = {"step": step, "loss": loss, "lr": lr, "grad_norm": grad_norm, "tokens": c.tokens}
+        return {**row, **more, "elapsed": c.elapsed}
+
+    def _log_step(
+        self,
+        metrics: rundir.MetricsLog | None,
+        clock: _Clock,
+        step: int,
+        loss: float,
+        lr: float,
+        grad_norm: float,
+        val: float | None,
+    ) -> None:
+        """A trained step's metrics row (on logging and evaluation steps) and progress event."""
+        s, c, task = self.s, self.counters, self.task
+        tps = clock.tokens_per_s()
+        is_log = c.step % s.log_every == 0 or c.step == 1 or c.step == s.max_steps
+        row: dict[str, Any] | None = None
+        if is_log or val is not None:
+            more: dict[str, Any] = {"tokens_per_s": tps}
+            if s.grad_noise:
+                more["grad_noise_std"] = self.grad_noise_std(step)
+            if task.flops_per_token:
+                more["mfu"] = mfu(task.flops_per_token, tps, self.peak_flops, self.dist.world)
+            row = self._row(c.step, loss, lr, grad_norm, **more)
+            if val is not None:
+                row["val_loss"] = val
+            row.update(train_stats(task.raw))  # the parts' own numbers (part/KEY/LAYER)
+            if metrics is not None:
+                metrics.append(row)
+        if is_log:
+            clock.restart_window()
+        self._emit(
+            "eval" if val is not None else "step",
+            loss=loss,
+            val_loss=val,
+            lr=lr,
+            tokens_per_s=tps or None,
+            eta_s=(s.max_steps - c.step) * (c.train_time / max(c.step, 1)),
+            metrics=row,
+        )
+
+    def _end(self, clock: _Clock, state: str, reason: str | None) -> LoopResult:
+        """The session's last status (``finished`` or ``diverged``) and its ``end`` event."""
+        c = self.counters
+        c.elapsed = clock.elapsed()
         if state == "diverged":
             final = self.status("diverged", reason=reason, step=c.step + 1)
             self._emit("end", message=f"diverged: {reason}", status=final)
@@ -522,3 +433,24 @@ class Loop:
             final = self.status("finished")
             self._emit("end", val_loss=c.last_val_loss, eta_s=0.0, message="finished", status=final)
         return LoopResult(state, final, c, self.resumed_from, reason)
+
+
+class _Clock:
+    """The session's wall clock and the tokens and time of the current logging window (the
+    tokens/s a metrics row reports)."""
+
+    def __init__(self, start: float) -> None:
+        self.start, self.tokens, self.time = start, 0, 0.0
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start
+
+    def add(self, tokens: int, seconds: float) -> None:
+        self.tokens += tokens
+        self.time += seconds
+
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.time if self.time > 0 else 0.0
+
+    def restart_window(self) -> None:
+        self.tokens, self.time = 0, 0.0

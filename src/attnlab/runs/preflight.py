@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from attnlab.base.errors import UserError
 from attnlab.config import Config, ModelConfig
+from attnlab.runs.device import device_name, torchrun_local_rank
 
 if TYPE_CHECKING:
     from attnlab.model.params import ParamReport
@@ -203,15 +204,6 @@ def _host_free() -> int:
     return host_free()[0]
 
 
-def resolve_device(name: str | None) -> str:
-    """``auto`` -> ``cuda`` when visible, else ``cpu``; other names pass through."""
-    if name in (None, "auto"):
-        import torch
-
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return str(name)
-
-
 def free_memory(device: str) -> int | None:
     """Free bytes where ``device`` allocates: the GPU's (``mem_get_info``) or the host's
     available memory (cgroup limit included); None when it cannot be known."""
@@ -221,7 +213,7 @@ def free_memory(device: str) -> int | None:
         if not torch.cuda.is_available():
             return None
         index = device.partition(":")[2]
-        idx = int(index) if index.isdigit() else int(os.environ.get("LOCAL_RANK", "0"))
+        idx = int(index) if index.isdigit() else (torchrun_local_rank() or 0)
         try:
             return int(torch.cuda.mem_get_info(idx)[0])
         except (RuntimeError, AssertionError):
@@ -416,7 +408,7 @@ def check_concurrent(
     number running together, against one device's free memory (one GPU each when several)."""
     if not configs:
         return
-    dev = resolve_device(device or configs[0].train.device)
+    dev = device_name(device or configs[0].train.device, setting="train.device")
     ests = [training_estimate(c, device=dev) for c in configs]
     est = max(ests, key=lambda e: e.total)
     n = max(1, concurrent)
@@ -436,5 +428,5 @@ def check_training(cfg: Config, command: str = "attnlab train", **kw) -> Estimat
     from attnlab.base.devices import check_threads
 
     check_threads(cfg.train.threads, "train.threads")
-    device = resolve_device(kw.pop("device", None) or cfg.train.device)
+    device = device_name(kw.pop("device", None) or cfg.train.device, setting="train.device")
     return check(training_estimate(cfg, device=device, **kw), command=command)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import torch
 
+from attnlab.parts import families
 from attnlab.testing.cases import Case, T, forward, ids
 from attnlab.testing.finite import difference, nonfinite
 from attnlab.testing.result import Result, failed, passed
@@ -28,7 +29,7 @@ def measure(model, case: Case, name: str = "the part") -> tuple[float, float] | 
         difference(forward(model, case, x[i : i + 1]), together[i : i + 1])
         for i in range(x.shape[0])
     )
-    if case.family == "encoder":
+    if families.get(case.family).takes_padding_mask:
         n = torch.tensor(LENGTHS)
         mask = torch.arange(T)[None, :] < n[:, None]
         padded = model(x, padding_mask=mask).logits
@@ -63,7 +64,7 @@ def check(name: str, built: list[tuple[Case, torch.nn.Module]]) -> Result:
         if not pad <= LIMIT:
             what = (
                 "right-padded rows (padding_mask) differ from the rows alone"
-                if case.family == "encoder"
+                if families.get(case.family).takes_padding_mask
                 else "the first positions of a row differ from the row cut short"
             )
             return failed(

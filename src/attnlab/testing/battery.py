@@ -144,8 +144,7 @@ def _checks(
 ) -> dict[str, Callable[[], Result]]:
     """Each property of the battery, as a function of the part's models."""
     cls, name = spec.cls, f"{req.slot}.{req.kind}"
-    base = next((i for i, (c, _) in enumerate(ok) if c.family == "decoder"), 0)
-    base_case, base_cfg = ok[base]
+    base_case, base_cfg = ok[0]  # the first accepted case: the default family's first it takes
     # the Q/K/V projections unfused: each projection part runs its own forward
     # (a cross_attention part's attention on the explicit path: FlopCounterMode does not see
     # CPU SDPA, and the part declares the scores it computes)

@@ -1,20 +1,21 @@
-"""The small models a part is checked in: one config per family, mask and position, each kept
+"""The small models a part is checked in: the cases every registered family declares
+(:attr:`~attnlab.parts.family.Family.check_cases`: a mask, a position and overrides), each kept
 only if config validation (the part's own ``Options.check`` included) accepts it.
 
 Base: d_model 32, 4 heads of 8 with 2 K/V heads (GQA), 2 layers, FFN ratio 2, 288 byte tokens,
-16 positions, float64. Each case changes one axis from the decoder with a causal mask and learned
-positions: the masks (prefix, sliding, local_global, bigbird with blocks of 2), the positions
-(none, sinusoidal, rope, alibi, t5), the encoder (bidirectional with learned, sliding with rope,
-t5), the encoder-decoder and the retrieval decoder (CCA after layer 1, chunks of 5 tokens, 2
-neighbours of 7 tokens each).
-
-The retrieval case's neighbours are a fixed function of each chunk's own tokens (as a database
-lookup is), so the causality check also proves the cross_attention part's shift: a part that lets
-a token read the neighbours of a chunk it has not finished seeing reads tokens after it.
+16 positions, float64. The built-in families declare: the decoder with a causal mask and learned
+positions, then each other mask (prefix, sliding, local_global, bigbird with blocks of 2) and
+each other position (none, sinusoidal, rope, alibi, t5); the encoder (bidirectional with learned,
+sliding with rope, t5); the encoder-decoder; the retrieval decoder (CCA after layer 1, chunks of
+5 tokens, 2 neighbours of 7 tokens each, neighbours a fixed function of each chunk's own tokens
+so the causality check also proves the cross_attention part's shift). A plugin family's cases
+join them once it is loaded. The first case (the default family's first) is the battery's base,
+the model its unfused and export checks build.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -23,19 +24,16 @@ from typing import Any
 import torch
 
 from attnlab.config import Config, ConfigError, apply_overrides, validate
-from attnlab.parts import registry
+from attnlab.parts import families, registry
 
 VOCAB = 288
 #: sequence length of the checks (positions 0..T-1); the models hold MAX_LEN positions
 T = 10
 MAX_LEN = 16
-PREFIX = 4
-#: the retrieval case: chunk size m (divides T), neighbours k, continuation (r = m + 2)
-CHUNK, NEIGHBOURS, CONTINUATION = 5, 2, 2
 
 BASE: dict[str, Any] = {
     "model": {
-        "family": "decoder",
+        "family": families.DEFAULT,
         "vocab_size": VOCAB,
         "d_model": 32,
         "n_layers": 2,
@@ -65,12 +63,15 @@ class Case:
     @property
     def causal(self) -> bool:
         """The stack whose outputs are compared reads only earlier tokens (or a prefix)."""
-        return self.family != "encoder"
+        return families.get(self.family).causal_lm
 
     @property
     def prefix(self) -> int:
         """Positions that read each other both ways (a prefix LM's prefix), else 0."""
-        return PREFIX if self.mask == "prefix" else 0
+        if self.mask != "prefix":
+            return 0
+        found = [re.fullmatch(r"model\.attention\.prefix_len=(\d+)", s) for s in self.overrides]
+        return next(int(m.group(1)) for m in found if m)
 
 
 def _case(family: str, mask: str, position: str, *extra: str) -> Case:
@@ -78,53 +79,22 @@ def _case(family: str, mask: str, position: str, *extra: str) -> Case:
     sets.append(f"model.position.kind={position}")
     if position == "rope":
         sets.append("model.position.fraction=0.5")
-    if family == "encoder_decoder":
-        sets.append("model.n_decoder_layers=2")
     return Case(family, mask, position, (*sets, *extra))
 
 
-CASES: tuple[Case, ...] = (
-    _case("decoder", "causal", "learned"),
-    _case("decoder", "prefix", "learned", f"model.attention.prefix_len={PREFIX}"),
-    _case("decoder", "sliding", "learned", "model.attention.window=3"),
-    _case(
-        "decoder",
-        "local_global",
-        "learned",
-        "model.attention.window=3",
-        "model.attention.n_global=1",
-        "model.attention.global_every=4",
-    ),
-    _case(
-        "decoder",
-        "bigbird",
-        "learned",
-        "model.attention.window=2",
-        "model.attention.n_global=1",
-        "model.attention.block_size=2",
-        "model.attention.random_blocks=1",
-        "model.attention.random_seed=3",
-    ),
-    _case("decoder", "causal", "none"),
-    _case("decoder", "causal", "sinusoidal"),
-    _case("decoder", "causal", "rope"),
-    _case("decoder", "causal", "alibi"),
-    _case("decoder", "causal", "t5"),
-    _case("encoder", "bidirectional", "learned"),
-    _case("encoder", "sliding", "rope", "model.attention.window=3"),
-    _case("encoder", "bidirectional", "t5"),
-    _case("encoder_decoder", "causal", "learned"),
-    _case(
-        "retrieval",
-        "causal",
-        "learned",
-        f"model.retrieval.chunk_size={CHUNK}",
-        f"model.retrieval.neighbours={NEIGHBOURS}",
-        f"model.retrieval.continuation={CONTINUATION}",
-        "model.retrieval.cca_layers=[1]",
-        f"data.seq_len={3 * CHUNK}",
-    ),
-)
+def all_cases() -> tuple[Case, ...]:
+    """The cases of every registered family, the default family's first (the base case)."""
+    default = families.spec(families.DEFAULT)
+    ordered = [default, *(s for s in families.specs() if s is not default)]
+    return tuple(
+        _case(s.name, c.mask, c.position, *c.overrides)
+        for s in ordered
+        for c in s.family.check_cases
+    )
+
+
+#: the built-in families' cases (:func:`all_cases` adds those of plugin families loaded since)
+CASES: tuple[Case, ...] = all_cases()
 
 
 def part_table(slot: str, kind: str, options: dict[str, Any]) -> dict[str, Any]:
@@ -150,7 +120,7 @@ def accepted(
 ) -> tuple[list[tuple[Case, Config]], list[tuple[str, str]]]:
     """(the cases whose config validates, [(case name, why refused)])."""
     ok, refused, names = [], [], set()
-    for case in CASES:
+    for case in all_cases():
         if slot == "position":  # the cases' own positions give way to the part under check
             case = Case(case.family, case.mask, kind, case.overrides)
             if case.name in names:
@@ -201,31 +171,18 @@ def ids(batch: int, length: int = T, seed: int = 0) -> torch.Tensor:
     return torch.randint(0, VOCAB, (batch, length), generator=gen)
 
 
-def neighbours(x: torch.Tensor) -> torch.Tensor:
-    """The retrieval case's neighbours of ``x`` [B, T]: [B, T // CHUNK, NEIGHBOURS, CHUNK +
-    CONTINUATION] token ids, neighbour i of chunk j a fixed function of chunk j's tokens alone."""
-    B, T = x.shape
-    C, r = T // CHUNK, CHUNK + CONTINUATION
-    chunks = x[:, : C * CHUNK].reshape(B, C, 1, CHUNK)
-    s = torch.arange(r, device=x.device)
-    i = torch.arange(NEIGHBOURS, device=x.device).view(1, 1, NEIGHBOURS, 1)
-    return (chunks[..., s % CHUNK] * (i + 2) + s + 7 * i) % VOCAB
-
-
-def inputs(case: Case, x: torch.Tensor, enc: torch.Tensor | None = None) -> dict[str, Any]:
-    """The model's keyword inputs beside ``x`` in ``case``: an encoder-decoder's encoder input
-    (``enc``, default ``x`` itself), the retrieval decoder's neighbours."""
-    if case.family == "encoder_decoder":
-        return {"encoder_input_ids": x if enc is None else enc}
-    if case.family == "retrieval":
-        return {"neighbours": neighbours(x)}
-    return {}
+def inputs(
+    case: Case, x: torch.Tensor, enc: torch.Tensor | None = None, cfg: Any = None
+) -> dict[str, Any]:
+    """The model's keyword inputs beside ``x`` in ``case``, as its family declares them
+    (``check_inputs``: an encoder-decoder's encoder input ``enc``, default ``x`` itself; the
+    retrieval decoder's neighbours of ``x``'s chunks); ``cfg`` is the model's ``ModelConfig``."""
+    return families.get(case.family).check_inputs(x, enc, cfg)
 
 
 def forward(model, case: Case, x: torch.Tensor, enc: torch.Tensor | None = None, **kw):
-    """Logits of ``x``; an encoder-decoder reads ``enc`` (default: ``x`` itself), a retrieval
-    decoder the neighbours of ``x``'s chunks."""
-    return model(x, **inputs(case, x, enc), **kw).logits
+    """Logits of ``x`` with the inputs of ``case``'s family beside it (:func:`inputs`)."""
+    return model(x, **inputs(case, x, enc, model.cfg), **kw).logits
 
 
 def instances(model, cls: type) -> list:

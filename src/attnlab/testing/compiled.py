@@ -77,7 +77,7 @@ def check_compile(name: str, cls: type, model, case: Case, backend: str = "aot_e
         # a part the model calls through its declared methods, not ``forward`` (a position
         # part's embed/bias/rotation): compiled as part of the whole model's forward
         x = ids(2, seed=9)
-        part, args, kwargs = _Logits(model), (x,), inputs(case, x)
+        part, args, kwargs = _Logits(model), (x,), inputs(case, x, cfg=model.cfg)
     else:
         args, kwargs = got
     torch._dynamo.reset()  # parts sharing a forward must not share a cache (or its size limit)

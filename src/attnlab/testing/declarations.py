@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from attnlab.base.params import n_params
 from attnlab.testing.cases import Case, T, forward, ids, instances
 from attnlab.testing.result import Result, failed, passed, skipped
 
@@ -24,7 +25,7 @@ def check_params(name: str, cls: type, built: list[tuple[Case, torch.nn.Module]]
     n_checked, real_seen = 0, None
     for case, model in built:
         for part in instances(model, cls):
-            real = sum(p.numel() for p in part.parameters())
+            real = n_params(part)
             declared = cls.param_count(part.opts, part.dims)
             if declared is None:
                 return skipped(

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 
+from attnlab.parts import families
 from attnlab.testing.cases import Case, build
 from attnlab.testing.result import Result, failed, passed, skipped
 
@@ -35,8 +36,10 @@ class Job:
 def prepare(name: str, cfg, case: Case, folder: Path) -> Job | Result:
     """Export the part's small decoder to ``folder`` (float32, spread weights so greedy decoding
     has no near-ties); a Result when it cannot be exported."""
-    if cfg.model.family != "decoder":
-        return skipped(NAME, f"no decoder config accepts {name}; only decoders export")
+    family = families.of(cfg.model)
+    if not family.exports or family.data_needs:  # the check feeds the exported model text alone
+        plain = families.where(lambda f: f.exports and not f.data_needs)
+        return skipped(NAME, f"no {plain} config accepts {name}; only those export here")
     from transformers.utils import logging as hf_logging
 
     from attnlab.data.tokenizer_lookup import load_tokenizer

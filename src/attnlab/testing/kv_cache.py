@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import torch
 
+from attnlab.parts import families
 from attnlab.testing.cases import Case, T, forward, ids
 from attnlab.testing.finite import difference, nonfinite
 from attnlab.testing.result import Result, failed, passed, skipped
@@ -40,8 +41,9 @@ def check(name: str, cls: type, built: list[tuple[Case, torch.nn.Module]]) -> Re
             f"{name} declares supports_kv_cache = False: generate() and the export decode by "
             "full forwards",
         )
-    # the retrieval decoder decodes without a cache (its neighbours grow with every chunk)
-    causal = [(c, m) for c, m in built if c.causal and c.family != "retrieval"]
+    # the families that decode with a cache (not the retrieval decoder: its neighbours grow
+    # with every chunk)
+    causal = [(c, m) for c, m in built if c.causal and families.get(c.family).decodes_with_cache]
     if not causal:
         return skipped(
             NAME, "no config that decodes with a cache accepts the part (encoders, retrieval)"

@@ -1,40 +1,55 @@
-"""Training objectives per model family: causal LM, masked LM (BERT), span corruption (T5).
+"""Training objectives, as the trainer asks them of the model's family: each family declares
+its :class:`~attnlab.parts.family.Objective` (the built-in ones, causal LM, masked LM (BERT) and
+span corruption (T5), are ``attnlab/model/families/objectives.py``; a plugin family brings its
+own), and a batch is made by the objective of that name.
 
 Every objective turns a batch of ``n`` token windows ``x`` (and their next-token shift ``y``) into
 model inputs and targets; ignored target positions are -100. The corruption of the masked and span
 objectives is drawn from a NumPy generator seeded by ``(seed, step, index)``, so a resumed run, and a
 run split over ranks or micro-batches, corrupts every sequence exactly as an uninterrupted run does.
 
-Extra token ids live above the tokenizer's vocabulary ``V``: the mask id is ``V`` and the span
-sentinels are ``V + 1, V + 2, ...``; ``model.vocab_size`` must leave room for them
-(:func:`extra_ids`).
+Extra token ids live above the tokenizer's vocabulary ``V`` (the mask id ``V``, the span sentinels
+``V + 1, V + 2, ...``); ``model.vocab_size`` must leave room for them (:func:`extra_ids`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
 
 from attnlab.base.errors import UserError
 from attnlab.config import ModelConfig, TrainConfig
+from attnlab.model.families.objectives import (
+    MEAN_SPAN_LENGTH,
+    masked_lm,
+    span_corruption,
+    span_counts,
+)
+from attnlab.parts import families
 
-Objective = Literal["causal_lm", "masked_lm", "span_corruption"]
+__all__ = [
+    "MEAN_SPAN_LENGTH",
+    "Batch",
+    "Objective",
+    "corruption_rng",
+    "extra_ids",
+    "make_batch",
+    "masked_lm",
+    "resolve_objective",
+    "span_corruption",
+    "span_counts",
+]
 
-FAMILY_OBJECTIVE: dict[str, Objective] = {
-    "decoder": "causal_lm",
-    "encoder": "masked_lm",
-    "encoder_decoder": "span_corruption",
-    "retrieval": "causal_lm",
-}
-MEAN_SPAN_LENGTH = 3.0  # T5's default mean noise-span length
+#: an objective's name (``causal_lm``, ``masked_lm``, ``span_corruption``, a plugin family's)
+Objective = str
 
 
 def resolve_objective(model: ModelConfig, train: TrainConfig) -> Objective:
-    """The objective for ``model.family``; ``train.objective='auto'`` picks the family's own."""
-    natural = FAMILY_OBJECTIVE[model.family]
+    """The objective of ``model.family``; ``train.objective='auto'`` picks the family's own."""
+    natural = families.of(model).objective.name
     if train.objective in ("auto", natural):
         return natural
     raise UserError(
@@ -43,20 +58,14 @@ def resolve_objective(model: ModelConfig, train: TrainConfig) -> Objective:
     )
 
 
-def span_counts(seq_len: int, density: float) -> tuple[int, int]:
-    """(noise tokens, noise spans) of T5 span corruption of a ``seq_len`` window."""
-    n_noise = min(seq_len - 1, max(1, round(seq_len * density)))
-    n_spans = max(1, round(n_noise / MEAN_SPAN_LENGTH))
-    return n_noise, min(n_spans, n_noise, seq_len - n_noise)
-
-
 def extra_ids(objective: Objective, seq_len: int, mask_prob: float) -> int:
     """How many ids above the tokenizer vocabulary the objective uses (mask id, sentinels)."""
-    if objective == "masked_lm":
-        return 1
-    if objective == "span_corruption":
-        return 1 + span_counts(seq_len, mask_prob)[1]
-    return 0
+    return families.objective(objective).extra_ids(seq_len, mask_prob)
+
+
+def corrupts(objective: Objective) -> bool:
+    """Whether the objective draws from a generator (:func:`corruption_rng`)."""
+    return families.objective(objective).corrupts
 
 
 def corruption_rng(seed: int, step: int, index: int) -> np.random.Generator:
@@ -66,13 +75,28 @@ def corruption_rng(seed: int, step: int, index: int) -> np.random.Generator:
 
 @dataclass
 class Batch:
-    """Model inputs: ``model(input_ids, targets, encoder_input_ids=...)``."""
+    """Model inputs: ``model(input_ids, targets, **inputs)`` (``inputs``: what the family's
+    forward reads beside them, e.g. ``encoder_input_ids``, ``neighbours``)."""
 
     input_ids: torch.Tensor
     targets: torch.Tensor
-    encoder_input_ids: torch.Tensor | None = None
-    #: model.family = "retrieval": the neighbours [B, C, k, r] of each chunk (model/retrieval/)
-    neighbours: torch.Tensor | None = None
+    inputs: dict[str, torch.Tensor] = field(default_factory=dict)
+
+    @property
+    def encoder_input_ids(self) -> torch.Tensor | None:
+        return self.inputs.get("encoder_input_ids")
+
+    @property
+    def neighbours(self) -> torch.Tensor | None:
+        """``model.family = "retrieval"``: the neighbours [B, C, k, r] of each chunk."""
+        return self.inputs.get("neighbours")
+
+    @neighbours.setter
+    def neighbours(self, value: torch.Tensor | None) -> None:
+        if value is None:
+            self.inputs.pop("neighbours", None)
+        else:
+            self.inputs["neighbours"] = value
 
     @property
     def n_targets(self) -> int:
@@ -80,77 +104,11 @@ class Batch:
 
     def to(self, device: torch.device) -> Batch:
         nb = device.type == "cuda"
-        enc, nbr = self.encoder_input_ids, self.neighbours
         return Batch(
             self.input_ids.to(device, non_blocking=nb),
             self.targets.to(device, non_blocking=nb),
-            None if enc is None else enc.to(device, non_blocking=nb),
-            None if nbr is None else nbr.to(device, non_blocking=nb),
+            {k: v.to(device, non_blocking=nb) for k, v in self.inputs.items()},
         )
-
-
-def masked_lm(
-    x: np.ndarray, rng: np.random.Generator, *, vocab: int, mask_prob: float
-) -> tuple[np.ndarray, np.ndarray]:
-    """BERT masking: ``k = round(p T)`` positions per row (at least 1) become targets; of those
-    80% are replaced by the mask id ``vocab``, 10% by a random token, 10% left as they are."""
-    n, T = x.shape
-    k = max(1, round(mask_prob * T))
-    pos = np.argsort(rng.random((n, T)), axis=1)[:, :k]
-    rows = np.arange(n)[:, None]
-    targets = np.full_like(x, -100)
-    targets[rows, pos] = x[rows, pos]
-    inputs = x.copy()
-    u = rng.random((n, k))
-    random_tokens = rng.integers(0, vocab, size=(n, k))
-    chosen = np.where(u < 0.8, vocab, np.where(u < 0.9, random_tokens, x[rows, pos]))
-    inputs[rows, pos] = chosen
-    return inputs, targets
-
-
-def _random_partition(total: int, parts: int, rng: np.random.Generator) -> np.ndarray:
-    """``parts`` positive integers summing to ``total``, uniformly over compositions."""
-    cuts = np.sort(rng.choice(np.arange(1, total), size=parts - 1, replace=False))
-    return np.diff(np.concatenate([[0], cuts, [total]]))
-
-
-def span_corruption(
-    x: np.ndarray,
-    rng: np.random.Generator,
-    *,
-    vocab: int,
-    density: float,
-    eos_id: int | None,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """T5 span corruption: returns (encoder input, decoder input, decoder targets).
-
-    Each row keeps its non-noise spans, each noise span replaced by one sentinel ``vocab + 1 + i``;
-    the targets are ``s_0 span_0 s_1 span_1 ... [eos]`` and the decoder input is the targets shifted
-    right behind a start token (eos, else the mask id). Lengths are the same for every row.
-    """
-    n, T = x.shape
-    n_noise, n_spans = span_counts(T, density)
-    start = eos_id if eos_id is not None else vocab
-    enc, tgt = [], []
-    for row in x:
-        noise = _random_partition(n_noise, n_spans, rng)
-        keep = _random_partition(T - n_noise, n_spans, rng)
-        e, t, i = [], [], 0
-        for s in range(n_spans):
-            e.extend(row[i : i + keep[s]])
-            i += keep[s]
-            sentinel = vocab + 1 + s
-            e.append(sentinel)
-            t.append(sentinel)
-            t.extend(row[i : i + noise[s]])
-            i += noise[s]
-        if eos_id is not None:
-            t.append(eos_id)
-        enc.append(e)
-        tgt.append(t)
-    enc_a, tgt_a = np.asarray(enc, dtype=np.int64), np.asarray(tgt, dtype=np.int64)
-    dec_in = np.concatenate([np.full((n, 1), start, dtype=np.int64), tgt_a[:, :-1]], axis=1)
-    return enc_a, dec_in, tgt_a
 
 
 def make_batch(
@@ -162,14 +120,19 @@ def make_batch(
     vocab: int,
     mask_prob: float,
     eos_id: int | None,
+    model: Any = None,
 ) -> Batch:
-    """Build the model inputs of one micro-batch for ``objective`` (``rng`` unused by causal LM)."""
-    x = np.asarray(x, dtype=np.int64)
-    if objective == "causal_lm":
-        return Batch(torch.from_numpy(x), torch.from_numpy(np.asarray(y, dtype=np.int64)))
-    assert rng is not None
-    if objective == "masked_lm":
-        inp, tgt = masked_lm(x, rng, vocab=vocab, mask_prob=mask_prob)
-        return Batch(torch.from_numpy(inp), torch.from_numpy(tgt))
-    enc, dec, tgt = span_corruption(x, rng, vocab=vocab, density=mask_prob, eos_id=eos_id)
-    return Batch(torch.from_numpy(dec), torch.from_numpy(tgt), torch.from_numpy(enc))
+    """Build the model inputs of one micro-batch for ``objective`` (``rng`` unused by an
+    objective that does not corrupt; ``model``: the ``ModelConfig``, for an objective that reads
+    it)."""
+    made = families.objective(objective).batch(
+        np.asarray(x, dtype=np.int64),
+        y,
+        rng,
+        vocab=vocab,
+        mask_prob=mask_prob,
+        eos_id=eos_id,
+        model=model,
+    )
+    tensors = {k: torch.from_numpy(np.asarray(v, dtype=np.int64)) for k, v in made.items()}
+    return Batch(tensors.pop("input_ids"), tensors.pop("targets"), tensors)

@@ -24,6 +24,8 @@ from attnlab.base.advice import restart
 from attnlab.base.errors import UserError
 from attnlab.config import Config, dump_toml
 from attnlab.data.integrity import check_ids
+from attnlab.parts import families
+from attnlab.parts.family import NEIGHBOURS
 from attnlab.runs import checkpoint, lock, rundir
 from attnlab.runs.determinism import deterministic_mode
 from attnlab.runs.device import resolve_device, resolve_precision
@@ -39,6 +41,7 @@ from attnlab.train.objectives import (
     Batch,
     Objective,
     corruption_rng,
+    corrupts,
     extra_ids,
     make_batch,
     resolve_objective,
@@ -85,12 +88,7 @@ def run_info(cfg: Config, run_dir: Path) -> RunInfo:
 
 def _forward(model: nn.Module, batch: Batch):
     """Loss only: the LM head and cross-entropy run chunked, without the [B, T, V] logits."""
-    kw = {"return_logits": False}
-    if batch.encoder_input_ids is not None:
-        kw["encoder_input_ids"] = batch.encoder_input_ids
-    if batch.neighbours is not None:
-        kw["neighbours"] = batch.neighbours
-    return model(batch.input_ids, batch.targets, **kw)
+    return model(batch.input_ids, batch.targets, return_logits=False, **batch.inputs)
 
 
 def _n_params(model: nn.Module) -> int:
@@ -304,7 +302,7 @@ class _Pretraining(TrainTask):
         self.offsets = np.asarray(self.schedule.offsets)
         self.val_offsets = np.asarray(self.val_schedule.offsets)
         self.database = None
-        if cfg.model.family == "retrieval":
+        if families.of(cfg.model).needs(NEIGHBOURS):
             self.database = batches.open_database(cfg, self.data_dir, dist)
 
     def _setup_model(self) -> None:
@@ -353,7 +351,7 @@ class _Pretraining(TrainTask):
         split = "train.bin" if tokens is self.data.train else "val.bin"
         check_ids(y, self.vocab, f"{self.data_dir / split}")  # one max() per batch
         check_ids(x[:, :1], self.vocab, f"{self.data_dir / split}")
-        rng = None if self.objective == "causal_lm" else corruption_rng(seed, step, k)
+        rng = corruption_rng(seed, step, k) if corrupts(self.objective) else None
         batch = make_batch(
             self.objective,
             x,
@@ -362,6 +360,7 @@ class _Pretraining(TrainTask):
             vocab=self.vocab,
             mask_prob=self.cfg.train.mask_prob,
             eos_id=self.eos_id,
+            model=self.cfg.model,
         )
         if nbr is not None:
             batch.neighbours = torch.from_numpy(nbr)

@@ -86,10 +86,7 @@ def _sync(device: torch.device) -> None:
 
 
 def _forward(model, batch):
-    kw = {"return_logits": False}
-    if batch.encoder_input_ids is not None:
-        kw["encoder_input_ids"] = batch.encoder_input_ids
-    return model(batch.input_ids, batch.targets, **kw)
+    return model(batch.input_ids, batch.targets, return_logits=False, **batch.inputs)
 
 
 def time_config(cfg: Config, flops_per_token: float, jobs: int = 1) -> Timing:
@@ -127,7 +124,14 @@ def time_config(cfg: Config, flops_per_token: float, jobs: int = 1) -> Timing:
                 x = rng.integers(0, vocab, size=(t.batch_size, T))
                 y = rng.integers(0, vocab, size=(t.batch_size, T))
                 b = make_batch(
-                    objective, x, y, rng, vocab=vocab, mask_prob=t.mask_prob, eos_id=None
+                    objective,
+                    x,
+                    y,
+                    rng,
+                    vocab=vocab,
+                    mask_prob=t.mask_prob,
+                    eos_id=None,
+                    model=cfg.model,
                 )
                 return b.to(device)
 

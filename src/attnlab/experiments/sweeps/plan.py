@@ -1,4 +1,5 @@
-"""The ``--plan`` text of a sweep: the grid, the run count and one line per variant."""
+"""The ``--plan`` text of ``attnlab compare``: one line per variant (parameters, change vs the
+baseline, overrides, match); a sweep adds its grid and run count."""
 
 from __future__ import annotations
 
@@ -44,13 +45,40 @@ def print_sweep_plan(exp: Experiment, say: Callable[[str], None]) -> None:
         delta = "baseline" if name == exp.baseline else f"{100 * (n - base_n) / base_n:+.2f}%"
         keys = set(sweep.grid)
         own = [o for o in v.overrides if o.partition("=")[0] not in keys]
-        line = f"  {name:<{width}}{n:>14,} non-emb. ({delta})  {' '.join(own) or '(base)'}"
-        m = v.match
-        if m:
-            line += (
-                f"  [matched to {m.target_variant}: {m.achieved:,} vs {m.target:,}, "
-                f"{100 * m.rel_gap:+.3f}%]"
-            )
-        say(line)
+        say(_variant_line(v, name, width, delta, own))
     for n in exp.notes:
         say(f"  note: {n}")
+
+
+def print_plan(exp: Experiment, say: Callable[[str], None]) -> None:
+    """One line per variant: non-embedding parameters, change vs the baseline, overrides, match;
+    a sweep adds its grid and run count (:func:`print_sweep_plan`)."""
+    if exp.sweep is not None:
+        print_sweep_plan(exp, say)
+        return
+    base_n = exp.variants[exp.baseline].params.non_embedding
+    say(
+        f"experiment {exp.name}: {len(exp.variants)} variants x {len(exp.seeds)} "
+        f"seed{'s' if len(exp.seeds) > 1 else ''} "
+        f"({', '.join(map(str, exp.seeds))}); {exp.steps:,} steps x {exp.tokens_per_step:,} "
+        "tokens/step per run"
+    )
+    width = max(len(n) for n in exp.variants) + 2
+    for v in exp.variants.values():
+        n = v.params.non_embedding
+        delta = "baseline" if v.name == exp.baseline else f"{100 * (n - base_n) / base_n:+.2f}%"
+        say(_variant_line(v, v.name, width, delta, v.overrides))
+    for n in exp.notes:
+        say(f"  note: {n}")
+
+
+def _variant_line(v: Variant, name: str, width: int, delta: str, overrides: list[str]) -> str:
+    n = v.params.non_embedding
+    line = f"  {name:<{width}}{n:>14,} non-emb. ({delta})  {' '.join(overrides) or '(base)'}"
+    m = v.match
+    if m:
+        line += (
+            f"  [matched to {m.target_variant}: {m.achieved:,} vs {m.target:,}, "
+            f"{100 * m.rel_gap:+.3f}%]"
+        )
+    return line

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch import Tensor
 
+from attnlab.base.params import n_params
 from attnlab.base.schema import Activation
 from attnlab.model.activations import make_activation
 from attnlab.model.linear import Linear, uses_layout
@@ -130,7 +131,7 @@ class NonlinearMixer(MixerPart):
         return F.linear(self.act(hdn), F.pad(b.weight, (0, pad)), b.bias)
 
     def notes(self) -> list[str]:
-        n = sum(p.numel() for p in self.parameters())
+        n = n_params(self)
         return [
             f"nonlinear_mixer: hidden {self.hidden}, {n} params per layer = a linear W_O "
             f"({self.n_in * self.w_b.out_features}) + the removed MLP block ({self._removed}), "

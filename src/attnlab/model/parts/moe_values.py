@@ -63,7 +63,7 @@ from attnlab.model.parts.moe_dispatch import (
     experts_loop,
     sort_by_expert,
 )
-from attnlab.parts import Dims, Init, PartOptions, ValuePart, register
+from attnlab.parts import Dims, Init, PartOptions, ValuePart, families, register
 
 Impl = Literal["auto", "loop", "grouped"]
 IMPLS: tuple[str, ...] = get_args(Impl)
@@ -130,8 +130,13 @@ class MoEValues(ValuePart):
                     f"model.value.top_k={self.top_k} exceeds model.value.n_experts="
                     f"{self.n_experts}; lower top_k or add experts"
                 )
-            if model.family != "decoder":
-                out.append("model.value.kind='moe' is implemented for model.family='decoder' only")
+            plans = families.of(model).stacks(model)
+            if [(p.causal, p.cross) for p in plans] != [(True, False)]:
+                out.append(
+                    "model.value.kind='moe' is implemented for model.family='decoder' only, or a "
+                    "family of one causal stack without cross-attention like it; model.family="
+                    f"{model.family!r} has {', '.join(p.describe() for p in plans)}"
+                )
             return out
 
     last_aux_loss: Tensor | None

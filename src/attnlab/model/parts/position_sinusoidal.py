@@ -12,7 +12,7 @@ import math
 from torch import Tensor
 
 from attnlab.model.positions import SinusoidalPositions
-from attnlab.parts import Dims, Field, PartOptions, PositionPart, register
+from attnlab.parts import Dims, Field, Init, PartOptions, PositionPart, register
 
 
 @register("position", "sinusoidal")
@@ -31,7 +31,7 @@ class SinusoidalPosition(PositionPart):
 
     def __init__(self, opts: Options, dims: Dims) -> None:
         super().__init__(opts, dims)
-        std = dims.model.init_std if dims.model is not None else 0.02
+        std = dims.model.init_std if dims.model is not None else Init().std
         self.table = SinusoidalPositions(dims.d_model, opts.base, scale=math.sqrt(2) * std)
 
     def embed(self, positions: Tensor) -> Tensor:

@@ -48,7 +48,7 @@ from attnlab.model.virtual_fused.keys import convolved_keys, stacked_queries
 from attnlab.model.virtual_fused.probs import bidirectional_probs, causal_probs
 from attnlab.model.virtual_fused.sdpa import attend
 from attnlab.model.virtual_options import VirtualHeadsOptions
-from attnlab.parts import Dims, Init, ScoreContext, ScorePart, register
+from attnlab.parts import Dims, Init, ScoreContext, ScorePart, families, register
 
 
 @register("score", "virtual_heads_fused")
@@ -79,7 +79,7 @@ class VirtualHeadsFused(ScorePart):
 
         def check(self, model) -> list[str]:
             out = super().check(model)
-            H, fam = model.attention.n_heads, model.family
+            H = model.attention.n_heads
             if self.conv == "2d" and self.kernel_size % 2 == 0:
                 out.append(
                     f"model.score.conv='2d' needs an odd model.score.kernel_size (got "
@@ -103,7 +103,8 @@ class VirtualHeadsFused(ScorePart):
                     "positions, so it cannot be convolved with the keys; use "
                     "model.score.kind='virtual_heads' (materialised) or another position kind"
                 )
-            if pos is not None and pos.key_fold is not None and fam != "decoder":
+            stacks = families.of(model).stacks(model)
+            if pos is not None and pos.key_fold is not None and not all(s.causal for s in stacks):
                 out.append(
                     f"model.position.kind={kind!r} folds its bias into the keys in a causal stack "
                     "only; kind='virtual_heads_fused' cannot convolve it in a bidirectional one. "
@@ -150,8 +151,8 @@ class VirtualHeadsFused(ScorePart):
         #: the position part's bias folded into extra q/k columns (None: no bias to fold)
         self.fold = pos.key_fold if pos is not None and pos.logit_bias else None
         self.fold_width = pos.key_fold_width if self.fold is not None else 0
-        #: FLOP accounting only: a decoder's (and an encoder-decoder's) stacks are causal
-        self.causal = model is None or model.family != "encoder"
+        #: FLOP accounting only: a causal LM's output stack is causal
+        self.causal = model is None or families.of(model).causal_lm
         self.weight = nn.Parameter(torch.zeros(self.geo.weight_shape()))
         self._identity()
 
