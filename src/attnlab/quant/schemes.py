@@ -48,23 +48,15 @@ INT4_OUT_MULTIPLE = 16
 @contextmanager
 def quiet_torchao(what: str = "quantization") -> Iterator[None]:
     """Within: torchao can be imported (the ``quant`` extra, named when missing) without the
-    warnings its imports log on a CPU-only torch: its CUDA kernel libraries (``_C_cutlass_90a``,
-    ``_C_mxfp8``) fail to load there, which costs nothing on the CPU, and torch's pytree notes a
-    deprecated registration of its enums. Other warnings are untouched."""
-    import logging
-
+    lines its import logs on a CPU-only torch (:mod:`attnlab.base.import_noise`: its CUDA kernel
+    libraries fail to load there, which costs nothing on the CPU, and torch's pytree notes a
+    deprecated registration of its enums). Other log records and warnings are untouched."""
     from attnlab.base.extras import require
+    from attnlab.base.import_noise import drop_import_noise
 
     require("quant", "torchao", what=what)
-    loggers = [logging.getLogger(n) for n in ("torchao", "torch.utils._pytree")]
-    levels = [lg.level for lg in loggers]
-    for lg in loggers:
-        lg.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        for lg, level in zip(loggers, levels):
-            lg.setLevel(level)
+    drop_import_noise()
+    yield
 
 
 @dataclass(frozen=True)
