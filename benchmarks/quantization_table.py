@@ -42,12 +42,18 @@ def attnlab(*args: str) -> None:
 
 def train(variant: str, args: argparse.Namespace, work: Path) -> Path:
     from attnlab.bench.variants import find_variant
+    from attnlab.config import load_config
 
     v = find_variant(variant)
     assert v is not None, variant
     run = work / variant
-    sets = [f"model.{o}" for o in v.overrides]
-    sets += [f"data.dir={args.data}", f"train.max_steps={args.steps}", "train.device=cpu"]
+    sets = [f"model.{o}" for o in v.resolved_overrides(load_config(args.preset))]
+    sets += [
+        f"data.dir={args.data}",
+        f"train.max_steps={args.steps}",
+        f"train.warmup_steps={max(1, args.steps // 10)}",
+        "train.device=cpu",
+    ]
     attnlab("train", args.preset, "--out", str(run), *[a for s in sets for a in ("--set", s)])
     return run
 

@@ -5,6 +5,8 @@ scheme             weights -> what a Linear computes                           C
 =================  ==========================================================  =================
 ``int8-weight``    W ~ s_o * q_oi, q int8, one scale per output row;           ``aten.mm`` on
                    y = x (q s)^T in the activation dtype                       q cast to x's dtype
+                                                                               (decoding: a fused
+                                                                               compiled reduction)
 ``int4-weight``    W ~ s_og * (q_oi - z_og), q in 0..15, scale and zero per    ``aten._weight_
                    group of ``group_size`` inputs (32, 64 or 128)               int4pack_mm_for_cpu``
 ``int8-dynamic``   weights as int8-weight; each token's activations quantized  ``aten._int_mm``
@@ -152,7 +154,10 @@ SCHEMES: dict[str, Scheme] = {
             tolerance=0.02,
             verify_tolerance=1e-4,
             torchao_config="Int8WeightOnlyConfig",
-            kernel="aten.mm on the int8 weight cast to the activation dtype (torchao Int8Tensor)",
+            kernel=(
+                "decoding on CPU: attnlab's compiled int8 x float reduction (quant/decode_kernel"
+                ".py); otherwise aten.mm on the int8 weight cast to float (torchao Int8Tensor)"
+            ),
         ),
         Scheme(
             "int4-weight",
