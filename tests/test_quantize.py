@@ -225,6 +225,29 @@ def test_quantize_then_eval_generate_and_inspect_take_the_directory(run, tmp_pat
     assert p.returncode == 0, p.stderr
 
 
+def test_bench_times_the_directory_against_its_source_run(run, tmp_path):
+    out = tmp_path / "q8"
+    assert (
+        attnlab("quantize", str(run), "--scheme", "int8-weight", "--out", str(out)).returncode == 0
+    )
+    fast = ["--new-tokens", "3", "--decode-repeats", "1", "--warmup", "0"]
+    p = attnlab("bench", str(out), *fast, "--sections", "inference", "--json")
+    assert p.returncode == 0, p.stderr
+    rows = {r["name"]: r for r in json.loads(p.stdout)["rows"]}
+    assert set(rows) == {"float32", "int8-weight"}
+    # the int8 weights are a quarter of the float ones (the tied head and norms stay float32)
+    assert rows["int8-weight"]["weight_bytes"] < rows["float32"]["weight_bytes"]
+    assert rows["float32"]["speedup"] == 1.0 and rows["int8-weight"]["decode_tokens_per_s"] > 0
+    p = attnlab("bench", str(out), *fast)  # with memory: a fresh process per model
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert lines[0].startswith(f"{out}: greedy decoding with the KV cache, 3 tokens after 16")
+    assert [ln.split()[0] for ln in lines[2:]] == ["float32", "int8-weight"]
+    assert all(ln.split()[-1] != "-" for ln in lines[2:])  # peak memory measured
+    p = attnlab("bench", str(out), "--set", "model.d_model=32")
+    assert p.returncode == 2 and "--overrides" not in p.stderr and "--set" in p.stderr
+
+
 def test_quantize_refuses_a_foreign_out_and_replaces_its_own_only_with_force(run, tmp_path):
     mine = tmp_path / "mine"
     mine.mkdir()

@@ -129,11 +129,16 @@ def _hwm() -> int:
 
 
 def _load_for_memory(spec: dict) -> nn.Module:
-    """``spec``: {"quantized": DIR} or {"preset": NAME, "overrides": [...]} (float32, random)."""
+    """``spec``: {"quantized": DIR}, {"run": RUN_OR_CHECKPOINT} or {"preset": NAME, "overrides":
+    [...]} (float32, random)."""
     if "quantized" in spec:
         from attnlab.quant.store import load
 
         return load(spec["quantized"]).model
+    if "run" in spec:
+        from attnlab.quant.run import load_source
+
+        return load_source(spec["run"])[0]
     from attnlab.config import load_config
     from attnlab.model import build_model
 
