@@ -90,10 +90,11 @@ def variant_rows(variant: str, args: argparse.Namespace, work: Path) -> list[dic
     rows = []
     for s in speeds:
         spec = {"prompt_len": 16, "new_tokens": args.new_tokens}
-        mem = None  # float32: not measured here (benchmarks/quantization.py measures it)
         if targets[s.name] is not None:
             spec["quantized"] = str(targets[s.name])
-            mem = measure_memory(spec)
+        else:
+            spec["run"] = str(run)
+        mem = measure_memory(spec)
         rows.append(
             {
                 "variant": variant,
@@ -143,15 +144,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--work", default="runs/quantization-table")
     p.add_argument("--out", default="docs/results/quantization/table")
     p.add_argument("--smoke", action="store_true", help="mark the table as a smoke run")
+    p.add_argument("--resume", action="store_true", help="keep the variants --out already has")
     args = p.parse_args(argv)
     work = Path(args.work)
-    rows = [r for v in args.variants.split(",") for r in variant_rows(v, args, work)]
-    text = render(rows, args)
-    print(text)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".md").write_text(text + "\n")
-    out.with_suffix(".json").write_text(json.dumps({"args": vars(args), "rows": rows}, indent=1))
+    done = json.loads(out.with_suffix(".json").read_text())["rows"] if args.resume else []
+    rows = list(done)
+    for v in args.variants.split(","):
+        if any(r["variant"] == v for r in done):
+            continue  # --resume: measured by an earlier, interrupted invocation
+        rows += variant_rows(v, args, work)
+        text = render(rows, args)  # after each variant: an interruption keeps what was measured
+        out.with_suffix(".md").write_text(text + "\n")
+        out.with_suffix(".json").write_text(
+            json.dumps({"args": vars(args), "rows": rows}, indent=1)
+        )
+    print(render(rows, args))
     return 0
 
 
