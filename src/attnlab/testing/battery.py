@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -189,6 +189,7 @@ def _check_one(
     backend: str,
     export_dir: Path | None,
     step: Callable[[str, Result | None], None],
+    wanted: Collection[str] = PROPERTIES,
 ) -> tuple[PartReport, exporting.Job | None]:
     spec = _validated_spec(req)
     cls, name = spec.cls, f"{req.slot}.{req.kind}"
@@ -227,12 +228,31 @@ def _check_one(
 
     checks = _checks(req, spec, ok, built, compile=compile, backend=backend, export=export)
     for prop, fn in checks.items():
+        if prop not in wanted:
+            report.results.append(skipped(prop, "not asked for (properties=...)"))
+            continue
         why = cls.unchecked.get(prop)
         step(prop, None)
         result = skipped(prop, f"{name} declares: {why}") if why else _guard(prop, name, fn)
         report.results.append(result)
         step(prop, result)
     return report, job
+
+
+def _wanted(properties: Collection[str] | None) -> tuple[str, ...]:
+    """The properties to run, in battery order (every one for ``None``); an unknown name is a
+    UserError listing the battery's."""
+    if properties is None:
+        return PROPERTIES
+    if isinstance(properties, str):
+        properties = [properties]
+    unknown = sorted(set(properties) - set(PROPERTIES))
+    if unknown:
+        raise UserError(
+            f"unknown battery propert(ies) {', '.join(map(repr, unknown))}; "
+            f"choose from {', '.join(PROPERTIES)}"
+        )
+    return tuple(p for p in PROPERTIES if p in properties)
 
 
 def check_parts(
@@ -243,16 +263,20 @@ def check_parts(
     compile_backend: str = "aot_eager",
     progress: Callable[[PartReport], None] | None = None,
     steps: Step | None = None,
+    properties: Collection[str] | None = None,
 ) -> list[PartReport]:
     """Check every part of ``requests`` (float64, CPU); exports are loaded by one child process
     at the end. ``compile_backend``: ``aot_eager`` (dynamo's tracing, eager kernels; about a
     second a part) or ``inductor`` (C++ kernels as ``train.compile``; slow on a cold cache).
     ``progress`` is called with each report as its in-process checks finish; ``steps`` before
-    and after each property of each part (:data:`Step`), e.g. to show which one is running."""
+    and after each property of each part (:data:`Step`), e.g. to show which one is running.
+    ``properties``: only these (names of :data:`PROPERTIES`; the others come back skipped as
+    not asked for), e.g. one pytest item per part and property; default every one."""
     if compile_backend not in compiled.BACKENDS:
         raise UserError(
             f"compile backend {compile_backend!r}; choose one of {', '.join(compiled.BACKENDS)}"
         )
+    wanted = _wanted(properties)
     for req in requests:  # bad input is refused before anything runs
         _validated_spec(req)
     reports: list[PartReport] = []
@@ -274,7 +298,12 @@ def check_parts(
                 name = "attnlab_check" if builtin else f"attnlab_check_{i}"
                 folder = Path(tmp) / str(i) / name if export else None
                 report, job = _check_one(
-                    req, compile=compile, backend=compile_backend, export_dir=folder, step=step
+                    req,
+                    compile=compile,
+                    backend=compile_backend,
+                    export_dir=folder,
+                    step=step,
+                    wanted=wanted,
                 )
             report.seconds = time.perf_counter() - t0
             reports.append(report)
@@ -315,9 +344,17 @@ def check_part(
     compile: bool = True,
     export: bool = True,
     compile_backend: str = "aot_eager",
+    properties: Collection[str] | None = None,
     **options: Any,
 ) -> PartReport:
     """Check one registered part (a plugin's: load it first, e.g. by importing its module) with
-    ``options``; ``report.passed``, ``report.failures()``, ``report.assert_passed()``."""
+    ``options``; ``report.passed``, ``report.failures()``, ``report.assert_passed()``.
+    ``properties``: only these (default every one), e.g. ``properties=["kv_cache"]``."""
     req = PartRequest(slot, kind, options)
-    return check_parts([req], compile=compile, export=export, compile_backend=compile_backend)[0]
+    return check_parts(
+        [req],
+        compile=compile,
+        export=export,
+        compile_backend=compile_backend,
+        properties=properties,
+    )[0]
