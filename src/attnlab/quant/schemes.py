@@ -151,7 +151,7 @@ SCHEMES: dict[str, Scheme] = {
             "int8-weight",
             "int8 weights, one scale per output row; activations stay float",
             bits=8,
-            tolerance=0.02,
+            tolerance=2e-2,
             verify_tolerance=1e-4,
             torchao_config="Int8WeightOnlyConfig",
             kernel=(

@@ -22,7 +22,8 @@ from attnlab.config import load_config
 from attnlab.model import build_model
 from attnlab.parts import Part
 from attnlab.quant import SCHEMES, get_scheme, plan, quantizable_config, quantize_model, store
-from hf_helpers import fake_run
+from tests.helpers.hf import fake_run
+from tests.helpers.paths import FIXTURES
 
 torch.set_num_threads(1)
 
@@ -96,6 +97,7 @@ def test_a_plugin_part_gets_the_default_and_may_override_it():
 
 
 # -------------------------------------------------------------------------------------- schemes
+@pytest.mark.fast
 def test_schemes_and_their_options_are_checked_with_the_fix_named():
     with pytest.raises(UserError, match="did you mean 'int8-weight'"):
         get_scheme("int8-weights")
@@ -202,7 +204,7 @@ def test_quantize_then_eval_generate_and_inspect_take_the_directory(run, tmp_pat
     info = json.loads((out / "quantized.json").read_text())
     assert info["scheme"] == "int8-weight" and info["step"] == 5
     assert not (out / "config.toml").exists()  # not a run: nothing takes it for one
-    fixture = Path(__file__).parent / "fixtures" / "eval" / "lambada.jsonl"
+    fixture = FIXTURES / "eval" / "lambada.jsonl"
     p = attnlab("eval", str(out), "--tasks", f"cloze:{fixture}", "--limit", "4", "--json")
     assert p.returncode == 0, p.stderr
     ours = json.loads(p.stdout)
