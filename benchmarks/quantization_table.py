@@ -52,6 +52,8 @@ def train(variant: str, args: argparse.Namespace, work: Path) -> Path:
         f"data.dir={args.data}",
         f"train.max_steps={args.steps}",
         f"train.warmup_steps={max(1, args.steps // 10)}",
+        f"train.batch_size={args.batch_size}",
+        f"train.checkpoint_every={args.steps}",
         "train.device=cpu",
     ]
     attnlab("train", args.preset, "--out", str(run), *[a for s in sets for a in ("--set", s)])
@@ -112,7 +114,8 @@ def variant_rows(variant: str, args: argparse.Namespace, work: Path) -> list[dic
 
 def render(rows: list[dict], args: argparse.Namespace) -> str:
     out = [
-        f"# Quantized variants: {args.preset}, {args.steps} steps on {args.data}",
+        f"# Quantized variants: {args.preset}, {args.steps} steps of batch {args.batch_size} "
+        f"on {args.data}",
         "",
         f"load average at the end: {os.getloadavg()[0]:.2f}; decode: {args.new_tokens} tokens, "
         f"{args.repeats} interleaved rounds (float32 and the schemes of each variant together)."
@@ -136,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data", required=True, help="a prepared data directory")
     p.add_argument("--preset", default="tiny")
     p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--batch-size", type=int, default=16, help="train.batch_size")
     p.add_argument("--limit", type=int, default=20, help="validation windows for perplexity")
     p.add_argument("--variants", default=",".join(VARIANTS))
     p.add_argument("--group-size", type=int, default=32)
