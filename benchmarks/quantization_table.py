@@ -56,6 +56,9 @@ def train(variant: str, args: argparse.Namespace, work: Path) -> Path:
         f"train.checkpoint_every={args.steps}",
         "train.device=cpu",
     ]
+    done = [c for c in (run / "checkpoints").glob("step_*") if int(c.name[5:]) == args.steps]
+    if done:
+        return run  # trained to this budget by an earlier, interrupted invocation
     attnlab("train", args.preset, "--out", str(run), *[a for s in sets for a in ("--set", s)])
     return run
 
@@ -70,6 +73,7 @@ def perplexity(target: Path, args: argparse.Namespace) -> float:
 
 
 def variant_rows(variant: str, args: argparse.Namespace, work: Path) -> list[dict]:
+    from attnlab.quant.run import quantize_run
     from attnlab.quant.speed import decode_speeds, measure_memory
     from attnlab.quant.store import load
     from attnlab.runs.load import load_run_model
@@ -83,8 +87,8 @@ def variant_rows(variant: str, args: argparse.Namespace, work: Path) -> list[dic
     ppl["float32"], targets["float32"] = perplexity(run, args), None
     for scheme in SCHEMES:
         qdir = work / f"{variant}-{scheme}"
-        extra = ["--group-size", str(args.group_size)] if scheme == "int4-weight" else []
-        attnlab("quantize", str(run), "--scheme", scheme, "--out", str(qdir), "--force", *extra)
+        size = args.group_size if scheme == "int4-weight" else None
+        quantize_run(run, scheme, qdir, group_size=size, force=True)  # what attnlab quantize runs
         models[scheme] = load(qdir).model
         sizes[scheme] = (qdir / "model.safetensors").stat().st_size
         ppl[scheme], targets[scheme] = perplexity(qdir, args), qdir
@@ -96,7 +100,7 @@ def variant_rows(variant: str, args: argparse.Namespace, work: Path) -> list[dic
             spec["quantized"] = str(targets[s.name])
         else:
             spec["run"] = str(run)
-        mem = measure_memory(spec)
+        mem = measure_memory(spec) if args.memory else None
         rows.append(
             {
                 "variant": variant,
@@ -106,6 +110,7 @@ def variant_rows(variant: str, args: argparse.Namespace, work: Path) -> list[dic
                 "ppl_change_pct": 100 * (ppl[s.name] / ppl["float32"] - 1),
                 "decode_tokens_per_s": s.decode_tokens_per_s,
                 "speedup": s.speedup,
+                "weight_bytes": s.weight_bytes,
                 "peak_decode_mib": mem["peak_decode_mib"] if mem else None,
             }
         )
@@ -121,13 +126,15 @@ def render(rows: list[dict], args: argparse.Namespace) -> str:
         f"{args.repeats} interleaved rounds (float32 and the schemes of each variant together)."
         + (" SMOKE RUN: not a result." if args.smoke else ""),
         "",
-        "| variant | model | size on disk KiB | val ppl | change | decode tok/s | speedup | peak MiB |",
-        "|---|---|---|---|---|---|---|---|",
+        "| variant | model | size on disk KiB | weights in memory KiB | val ppl | change | "
+        "decode tok/s | speedup | peak MiB |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         peak = f"{r['peak_decode_mib']:.0f}" if r["peak_decode_mib"] else ""
         out.append(
             f"| {r['variant']} | {r['model']} | {r['size_on_disk_bytes'] / 1024:.0f} | "
+            f"{r['weight_bytes'] / 1024:.0f} | "
             f"{r['val_ppl']:.3f} | {r['ppl_change_pct']:+.2f}% | {r['decode_tokens_per_s']:.1f} | "
             f"{r['speedup']:.2f}x | {peak} |"
         )
@@ -149,6 +156,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="docs/results/quantization/table")
     p.add_argument("--smoke", action="store_true", help="mark the table as a smoke run")
     p.add_argument("--resume", action="store_true", help="keep the variants --out already has")
+    p.add_argument(
+        "--memory", action="store_true", help="peak decode RSS, a fresh process per model (slow)"
+    )
     args = p.parse_args(argv)
     work = Path(args.work)
     out = Path(args.out)
