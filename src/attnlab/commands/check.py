@@ -38,6 +38,7 @@ COLUMNS = {
     "compile": "compile",
     "bfloat16": "bf16",
     "export": "export",
+    "quantize": "quant",
 }
 #: the table's width: a part name and thirteen property columns
 WIDTH = 148

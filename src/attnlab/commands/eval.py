@@ -284,7 +284,8 @@ def _run(args: argparse.Namespace) -> int:
         return _retrieval(args)
     import torch
 
-    import attnlab.probe  # noqa: F401 (registers probe directories as evaluation targets)
+    import attnlab.probe
+    import attnlab.quant.target  # noqa: F401 (registers quantized directories as targets)
     from attnlab.base.finite import check_metrics, check_weights
     from attnlab.eval.evaluate import TasksFailedError, evaluate
     from attnlab.eval.registry import split_tasks, task_key

@@ -25,8 +25,11 @@ file edited since (the model card included); the new folder is swapped in atomic
 evaluate it with lm-evaluation-harness's own model:
   lm_eval --model hf --model_args pretrained=DIR,trust_remote_code=True --tasks ...
 
+a quantized directory (attnlab quantize, int8-weight or int8-dynamic) exports with its torchao
+quantization_config: transformers (and lm_eval --model hf) load it quantized.
+
 --verify loads the folder in a fresh Python where attnlab cannot be imported and compares its
-logits with the run's model, the step logits of transformers' own generate() (KV cache) with a
+logits with the run's model (a quantized directory's: to its scheme's tolerance), the step logits of transformers' own generate() (KV cache) with a
 full forward, and the tokens of generate() and pipeline() with greedy decoding.
 """
 
@@ -35,7 +38,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.epilog = EPILOG
     p.add_argument(
-        "source", metavar="RUN_OR_CHECKPOINT", help="a run dir or RUN/checkpoints/step_N"
+        "source",
+        metavar="RUN_OR_CHECKPOINT",
+        help="a run dir, RUN/checkpoints/step_N or a quantized dir (attnlab quantize)",
     )
     p.add_argument("--out", required=True, metavar="DIR", help="the folder to write")
     p.add_argument("--force", action="store_true", help="replace a non-empty --out")
@@ -75,10 +80,24 @@ def _run(args: argparse.Namespace) -> int:
         from attnlab.hf.verify import check_exports, stored_neighbours
         from attnlab.parts import families
         from attnlab.parts.family import NEIGHBOURS
+        from attnlab.quant.store import is_quantized_dir
 
-        model, cfg, tok, _, _ = load_source(args.source)
+        tolerance = None
+        if is_quantized_dir(args.source):  # against the quantized attnlab model, to its scheme
+            from attnlab.quant.schemes import get_scheme
+            from attnlab.quant.store import load
+
+            q = load(args.source)
+            model, cfg, tok = q.model, q.config, q.tokenizer
+            tolerance = get_scheme(q.info["scheme"]).verify_tolerance
+        else:
+            model, cfg, tok, _, _ = load_source(args.source)
         nb = stored_neighbours(cfg) if families.of(cfg.model).needs(NEIGHBOURS) else None
-        (check,) = check_exports([(result.out, model, tok)], neighbours=[nb])
+        (check,) = check_exports(
+            [(result.out, model, tok)],
+            neighbours=[nb],
+            **({"tolerance": tolerance} if tolerance else {}),
+        )
         print(check.sentence())
         if not check.passed:
             return exitcodes.FAILED

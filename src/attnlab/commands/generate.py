@@ -14,7 +14,11 @@ HELP = "continue a prompt with the model of a training run (KV cache; temperatur
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run_dir", metavar="RUN_DIR", help="a run directory written by `attnlab train`")
+    p.add_argument(
+        "run_dir",
+        metavar="RUN_DIR",
+        help="a run directory written by `attnlab train`, or a quantized one (`attnlab quantize`)",
+    )
     p.add_argument("--prompt", required=True, help="the text to continue")
     p.add_argument("--max-new-tokens", type=int, default=100, metavar="N")
     p.add_argument("--temperature", type=float, default=1.0, metavar="T", help="0 = greedy")
@@ -79,9 +83,17 @@ def _run(args: argparse.Namespace) -> int:
     check_device(args.device)
     device = resolve_device(args.device, setting="--device")
     args.device = str(device)
-    _preflight(args)
-    require_weights(args.run_dir)
-    model, cfg, tok = load_run_model(args.run_dir, device=device)
+    from attnlab.quant.store import is_quantized_dir
+
+    if is_quantized_dir(args.run_dir):
+        from attnlab.quant.store import load as load_quantized
+
+        q = load_quantized(args.run_dir, device=device)
+        model, cfg, tok = q.model, q.config, q.tokenizer
+    else:
+        _preflight(args)
+        require_weights(args.run_dir)
+        model, cfg, tok = load_run_model(args.run_dir, device=device)
     family = families.of(cfg.model)
     if not family.continues_text:
         raise UserError(

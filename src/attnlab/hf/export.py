@@ -180,12 +180,41 @@ def _quiet_transformers() -> Iterator[None]:
 
 
 def export(source: str | Path, out: str | Path, *, force: bool = False) -> ExportResult:
-    """Write the Hugging Face folder of a run or checkpoint (see the module doc)."""
+    """Write the Hugging Face folder of a run, a checkpoint or a quantized directory (see the
+    module doc)."""
+    from attnlab.quant.store import is_quantized_dir
+
     out = Path(out)
     recover_out(out)  # what a killed export to the same --out left behind
     check_out(source, out, force=force)
+    if is_quantized_dir(source):
+        from attnlab.hf.export_quant import prepare
+        from attnlab.quant.schemes import quiet_torchao
+
+        with quiet_torchao():  # transformers imports torchao's safetensors support as it saves
+            model, cfg, tokenizer, step, run_dir, qconfig = prepare(source)
+            return export_model(
+                model,
+                cfg,
+                tokenizer,
+                out,
+                source=str(source),
+                step=step,
+                run_dir=run_dir,
+                quantization=qconfig,
+            )
     model, cfg, tokenizer, run_dir, step = load_source(source)
     return export_model(model, cfg, tokenizer, out, source=str(source), step=step, run_dir=run_dir)
+
+
+def _fill(hf: nn.Module, model: nn.Module, quantization: Any) -> None:
+    """``hf`` holds ``model``'s weights: copied in, or (quantized) the model itself."""
+    if quantization is None:
+        hf.model.load_state_dict(model.state_dict(), strict=True)
+        return
+    from attnlab.hf.export_quant import attach
+
+    attach(hf, model, quantization)
 
 
 def export_model(
@@ -197,10 +226,14 @@ def export_model(
     source: str = "",
     step: int | None = None,
     run_dir: Path | None = None,
+    quantization: Any = None,
 ) -> ExportResult:
     """Write the Hugging Face folder of ``model`` (built from ``cfg``, with ``tokenizer``) to
     ``out``, replacing it; ``run_dir`` adds the run's status and results to the card. Used by
-    :func:`export` and by ``attnlab check``, which exports small models that have no run."""
+    :func:`export` and by ``attnlab check``, which exports small models that have no run.
+    ``quantization``: a ``transformers.TorchAoConfig`` when ``model`` is quantized by torchao
+    (:mod:`attnlab.hf.export_quant`): its weights are written in torchao's safetensors form and
+    config.json carries the config, so transformers loads the folder quantized."""
     from transformers import GenerationConfig
 
     from attnlab.base.owned import MARKER
@@ -252,7 +285,7 @@ def export_model(
         )
         config.auto_map = dict(AUTO_MAP)
         hf = AttnlabForCausalLM(config)
-        hf.model.load_state_dict(model.state_dict(), strict=True)
+        _fill(hf, model, quantization)
         hf.generation_config = GenerationConfig(
             bos_token_id=eos, eos_token_id=eos, pad_token_id=eos, use_cache=model.supports_cache
         )

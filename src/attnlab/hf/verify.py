@@ -143,6 +143,9 @@ class Check:
     neighbour_logits: float | None = None
     neighbour_source: str = ""
     reads_neighbours: bool = False
+    #: the largest |logits difference| accepted (a quantized export: its scheme's
+    #: ``verify_tolerance``, :mod:`attnlab.quant.schemes`)
+    tolerance: float = 1e-4
 
     #: float32 logits of the same weights through two code paths agree far closer than this
     TOLERANCE = 1e-4
@@ -151,8 +154,8 @@ class Check:
     def passed(self) -> bool:
         """Logits, cached decoding, greedy tokens and the pipeline all agree."""
         return (
-            self.max_abs_logits < self.TOLERANCE
-            and self.max_abs_step_logits < self.TOLERANCE
+            self.max_abs_logits < self.tolerance
+            and self.max_abs_step_logits < self.tolerance
             and self.greedy_equal
             and self.pipeline_equal
             and (self.neighbour_logits is None or self.neighbour_logits < self.TOLERANCE)
@@ -160,7 +163,7 @@ class Check:
 
     def sentence(self) -> str:
         """What the check found, in one line."""
-        cached = "equal" if self.max_abs_step_logits < self.TOLERANCE else "NOT equal"
+        cached = "equal" if self.max_abs_step_logits < self.tolerance else "NOT equal"
         same = "the same" if self.greedy_equal else "DIFFERENT"
         piped = "the same" if self.pipeline_equal else "DIFFERENT"
         piped = (
@@ -196,11 +199,13 @@ def check_exports(
     timeout: float = 600,
     pipeline: bool = True,
     neighbours: list[Neighbours | None] | None = None,
+    tolerance: float = Check.TOLERANCE,
 ) -> list[Check]:
     """``jobs``: (exported folder, the run's model, the run's tokenizer) triples. ``pipeline``:
     also decode ``text`` with transformers' ``pipeline()`` (``attnlab check`` leaves it out).
     ``neighbours``: per job, the inputs on which a retrieval model's neighbour path is compared
-    (:func:`stored_neighbours`), or None."""
+    (:func:`stored_neighbours`), or None. ``tolerance``: the largest |logits difference| that
+    passes."""
     from attnlab.model import generate
     from attnlab.parts import families
     from attnlab.parts.family import NEIGHBOURS
@@ -268,6 +273,7 @@ def check_exports(
                 neighbour_logits=nb_diff,
                 neighbour_source="" if nb is None else nb.source,
                 reads_neighbours=reads,
+                tolerance=tolerance,
             )
         )
     return checks

@@ -20,7 +20,8 @@ def load_target(target: str, *, trust_remote_code: bool = False):
     """(language model, family, mask name) of an ``attnlab eval`` target, on the CPU;
     ``trust_remote_code``: consent to run code the model folder carries
     (:mod:`attnlab.base.consent`)."""
-    import attnlab.probe  # noqa: F401  (registers probe directories as targets)
+    import attnlab.probe
+    import attnlab.quant.target  # noqa: F401  (registers quantized directories as targets)
     from attnlab.eval.targets import load_language_model
 
     lm = load_language_model(target, device="cpu", trust_remote_code=trust_remote_code)

@@ -34,6 +34,11 @@ declaration                what reads it
                            their shapes do not say it (``attnlab.parts.width``)
 ``check_config``           ``attnlab check``: settings its small models need (``model.mlp=false``)
 ``unchecked``              ``attnlab check``: properties that do not apply to it, and why
+``quantizable``            ``attnlab quantize``: the Linears whose weights may be stored in low
+                           precision (default: its own Linears of >= ``QUANT_MIN_FEATURES``
+                           inputs and outputs; small gates and routers stay exact)
+``full_precision_notes``   ``attnlab quantize``: why it keeps a weight in full precision (the
+                           kept list of a quantized model names the reason)
 =========================  =====================================================================
 
 ``register`` refuses a class whose declarations would leave it unused (``declaration_problems``:
@@ -58,6 +63,12 @@ from torch import Tensor, nn
 from attnlab.base.params import n_params
 from attnlab.base.schema import DEFAULT_INIT_STD, PartOptions
 from attnlab.parts.width import WidthScaling
+
+#: ``Part.quantizable``'s default size: a Linear with fewer inputs or outputs than this (a gate,
+#: a router over a few experts, a per-head scale) keeps full precision. Such a layer is cheap
+#: (its bytes are a rounding error next to a d x 4d projection) and its outputs decide discrete
+#: choices (routing, gating) that an int8/int4 rounding error could flip.
+QUANT_MIN_FEATURES = 32
 
 
 @dataclass(frozen=True)
@@ -325,8 +336,40 @@ class Part(nn.Module):
         """Per ``token_stats`` key: (a sentence for the page, the n column labels or None)."""
         return {}
 
+    # ------------------------------------------------------------------------------ quantization
+    def quantizable(self) -> dict[str, nn.Linear]:
+        """The Linears whose weights ``attnlab quantize`` may store as int8/int4 (name relative to
+        this part -> module). Default: this part's own ``nn.Linear`` modules (not those of a part
+        nested inside it, which declares its own) with at least ``QUANT_MIN_FEATURES`` inputs and
+        outputs. Everything else (norms, biases, a part's own tensors such as gates, scales and
+        mixing matrices, small Linears) stays in full precision. A part overrides this to keep a
+        Linear whose weight it reads directly (not through ``F.linear``) or that its math needs
+        exact, and says why in ``full_precision_notes``. Cost: a walk over its modules."""
+        return {
+            name: m
+            for name, m in own_linears(self).items()
+            if min(m.in_features, m.out_features) >= QUANT_MIN_FEATURES
+        }
+
+    def full_precision_notes(self) -> dict[str, str]:
+        """Why this part keeps a weight in full precision: parameter or module name (relative to
+        the part) -> a sentence, shown in a quantized model's kept list. Default: none (the
+        kept list then gives the generic reason: a norm, a small Linear, the part's own tensor)."""
+        return {}
+
     def extra_repr(self) -> str:
         return f"kind={self.kind!r}"
+
+
+def own_linears(part: nn.Module) -> dict[str, nn.Linear]:
+    """The ``nn.Linear`` modules inside ``part`` that no part nested in it owns (name relative
+    to ``part`` -> module)."""
+    nested = [n for n, m in part.named_modules() if n and isinstance(m, Part)]
+    return {
+        name: m
+        for name, m in part.named_modules()
+        if isinstance(m, nn.Linear) and not any(name.startswith(f"{p}.") for p in nested)
+    }
 
 
 def _implements(cls: type, method: str, base: type) -> bool:

@@ -31,6 +31,7 @@ from attnlab.testing import (
     gradients,
     kv_cache,
     memory,
+    quantize,
     state,
     width_transfer,
 )
@@ -182,6 +183,7 @@ def _checks(
         ),
         "bfloat16": lambda: compiled.check_bfloat16(name, base_cfg, base_case),
         "export": lambda: export(base_case),
+        "quantize": lambda: quantize.check(name, cls, req.slot, req.kind, req.options, base_case),
     }
     assert list(checks) == list(PROPERTIES)
     return checks

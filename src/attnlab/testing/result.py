@@ -27,6 +27,7 @@ PROPERTIES: tuple[str, ...] = (
     "compile",
     "bfloat16",
     "export",
+    "quantize",
 )
 
 
