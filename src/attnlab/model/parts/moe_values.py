@@ -64,6 +64,7 @@ from attnlab.model.parts.moe_dispatch import (
     sort_by_expert,
 )
 from attnlab.parts import Dims, Init, PartOptions, ValuePart, families, register
+from attnlab.parts.tp import TPPlan
 
 Impl = Literal["auto", "loop", "grouped"]
 IMPLS: tuple[str, ...] = get_args(Impl)
@@ -183,6 +184,12 @@ class MoEValues(ValuePart):
         for b in (self.b_in, self.b_out):
             if b is not None:
                 nn.init.zeros_(b)
+
+    def tp_plan(self) -> TPPlan:
+        return TPPlan.whole(
+            "its sort-by-expert dispatch runs every expert on one rank (an expert split is not "
+            "built); v is computed whole and each rank keeps its KV heads"
+        )
 
     def no_decay_parameters(self) -> Iterable[nn.Parameter]:
         """The stacked per-expert biases: 2-D only because the experts are stacked."""

@@ -20,6 +20,7 @@ from torch import Tensor, nn
 from attnlab.model.virtual_fused.image import convolve_scores
 from attnlab.model.virtual_options import VirtualHeadsOptions
 from attnlab.parts import Dims, Init, ScoreContext, ScorePart, register
+from attnlab.parts.tp import TPPlan
 
 
 @register("score", "virtual_heads")
@@ -71,6 +72,9 @@ class VirtualHeads(ScorePart):
 
     def init_weights(self, init: Init) -> None:
         self._identity()
+
+    def tp_plan(self) -> TPPlan:
+        return TPPlan.whole("its kernel mixes all H heads into each of the H' virtual heads")
 
     def extra_flops(self, seq_len: int) -> int:
         return 2 * self.weight.numel() * seq_len

@@ -49,6 +49,7 @@ from attnlab.model.virtual_fused.probs import bidirectional_probs, causal_probs
 from attnlab.model.virtual_fused.sdpa import attend
 from attnlab.model.virtual_options import VirtualHeadsOptions
 from attnlab.parts import Dims, Init, ScoreContext, ScorePart, families, register
+from attnlab.parts.tp import TPPlan
 
 
 @register("score", "virtual_heads_fused")
@@ -171,6 +172,9 @@ class VirtualHeadsFused(ScorePart):
 
     def init_weights(self, init: Init) -> None:
         self._identity()
+
+    def tp_plan(self) -> TPPlan:
+        return TPPlan.whole("its kernel mixes all H heads into each of the H' virtual heads")
 
     def dense_weight(self) -> Tensor:
         """The weight as ``virtual_heads``' [H', H, K] (2-D: [H', H, K, K])."""

@@ -1,0 +1,88 @@
+"""A part's tensor-parallel plan: how its weights split over the ranks of a ``tp`` mesh dimension.
+
+Tensor parallelism (Megatron-LM, Shoeybi et al. 2019; torch's ``parallelize_module``) splits
+each layer's matrices over P ranks so that each holds and multiplies 1/P of them:
+
+- ``colwise``  y = x W^T with W's output rows split: rank r holds rows [r out/P, (r+1) out/P) and
+  returns that slice of y (full x in, 1/P of y out; no communication forward, an all-reduce of
+  dx backward);
+- ``rowwise``  y = x W^T with W's input columns split: rank r multiplies its slice of x by its
+  columns and the P partial products are summed (an all-reduce of y forward);
+- ``rowwise_full_in``: ``rowwise`` on a full x, each rank reading its own slice of it (a single
+  d x d Linear: the content skip).
+
+A part declares which of its Linears take which style, which of its own tensors are split along
+which dimension, or that it cannot be split (``replicated`` says why: every rank then holds it
+whole and computes it whole, and the model still runs). Cost of the declaration: none; the
+model's assembly (``attnlab.model.tensor_parallel``) applies it with ``parallelize_module``.
+
+What "split" means per slot (the attention's heads follow the mesh: rank r of P owns heads
+[r H/P, (r+1) H/P) and KV heads [r H_kv/P, (r+1) H_kv/P)):
+
+- ``query``, ``key``, ``value``: a split part returns only its rank's heads (its Linears
+  ``colwise``); a replicated one returns all heads and the attention keeps its rank's slice.
+- ``score``: a split part is given its rank's heads and returns its rank's H'/P output heads; a
+  replicated one (e.g. a mixing matrix over all heads) is given every head, gathered from the
+  ranks, and its output heads are sliced again.
+- ``readout``: a split part reads its rank's heads and returns its rank's columns of o (the
+  concatenation); a replicated one reads every head.
+- ``mixer``: a split part reads its rank's columns of o (``rowwise``) or all of them
+  (``rowwise_full_in``) and returns the summed output.
+- every other slot (feature map, side branch, FFN, norm, position): reads and returns the whole
+  d-wide stream; its Linears pair ``colwise`` then ``rowwise`` (the MLP) or are
+  ``rowwise_full_in``.
+
+A split part in the attention path must place every parameter it owns (a Linear's style or a
+tensor's dimension); one that leaves a tensor unplaced is treated as replicated, with that
+reason, because a replicated weight applied to one rank's heads would get only that rank's part
+of its gradient.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+LinearStyle = Literal["colwise", "rowwise", "rowwise_full_in"]
+STYLES: tuple[str, ...] = ("colwise", "rowwise", "rowwise_full_in")
+
+#: the reason given for a part that declares no plan
+NO_PLAN = "declares no tensor-parallel plan: replicated on every rank"
+
+
+@dataclass(frozen=True)
+class TPPlan:
+    """A part's tensor-parallel plan (``Part.tp_plan()``).
+
+    ``linears``: Linear name relative to the part -> style (``STYLES``). ``tensors``: the part's
+    own parameter name -> the dimension split over the ranks (a per-head tensor by its head
+    dimension, stacked experts by the expert dimension). ``replicated``: why the part cannot be
+    split (non-empty: it is held and computed whole on every rank; ``linears`` and ``tensors``
+    are then empty)."""
+
+    linears: Mapping[str, LinearStyle] = field(default_factory=dict)
+    tensors: Mapping[str, int] = field(default_factory=dict)
+    replicated: str = ""
+
+    @property
+    def split(self) -> bool:
+        """Whether the part runs on its rank's share (False: whole on every rank)."""
+        return not self.replicated
+
+    @classmethod
+    def whole(cls, why: str) -> TPPlan:
+        """The plan of a part that cannot be split, with the reason shown in the TP report."""
+        return cls(replicated=why)
+
+    def problems(self) -> list[str]:
+        """What is wrong with the plan itself (an unknown style; a replicated plan that also
+        places tensors); empty: none."""
+        out = [
+            f"Linear {name!r} has style {style!r}; choose one of {', '.join(STYLES)}"
+            for name, style in self.linears.items()
+            if style not in STYLES
+        ]
+        if self.replicated and (self.linears or self.tensors):
+            out.append("a replicated plan places no Linear or tensor")
+        return out
