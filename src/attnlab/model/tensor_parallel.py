@@ -83,9 +83,7 @@ def own_parameters(part: nn.Module) -> dict[str, nn.Parameter]:
     """Parameters of ``part`` that no nested part or attention layer holds (name -> tensor)."""
     inner = [n for n, m in part.named_modules() if n and isinstance(m, Part | Attention)]
     return {
-        n: p
-        for n, p in part.named_parameters()
-        if not any(n.startswith(f"{i}.") for i in inner)
+        n: p for n, p in part.named_parameters() if not any(n.startswith(f"{i}.") for i in inner)
     }
 
 
@@ -118,7 +116,9 @@ def apply_plan(part: Part, plan: TPPlan, mesh: DeviceMesh) -> None:
         owner_name, _, leaf = name.rpartition(".")
         owner = modules[owner_name]
         tensor = distribute_tensor(params[name].data, mesh, [Shard(dim)])
-        owner.register_parameter(leaf, nn.Parameter(tensor, requires_grad=params[name].requires_grad))
+        owner.register_parameter(
+            leaf, nn.Parameter(tensor, requires_grad=params[name].requires_grad)
+        )
 
 
 def _split_attention(attn: Attention, mesh: DeviceMesh, report: TPReport) -> None:

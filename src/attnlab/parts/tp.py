@@ -44,6 +44,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from torch import Tensor
+
 LinearStyle = Literal["colwise", "rowwise", "rowwise_full_in"]
 STYLES: tuple[str, ...] = ("colwise", "rowwise", "rowwise_full_in")
 
@@ -86,3 +88,11 @@ class TPPlan:
         if self.replicated and (self.linears or self.tensors):
             out.append("a replicated plan places no Linear or tensor")
         return out
+
+
+def local(t: Tensor) -> Tensor:
+    """A tensor as this rank holds it: the rank's shard of a tensor the plan split (a DTensor's
+    ``to_local()``, its gradient flowing back to that shard), else the tensor itself. A part
+    that splits its own tensors (``TPPlan.tensors``) reads them through this in ``forward``."""
+    to_local = getattr(t, "to_local", None)
+    return to_local() if callable(to_local) else t

@@ -115,10 +115,10 @@ def measure(job: Job, mesh) -> dict[str, Any]:
         scale = max(scale, float(p.grad.abs().max()))
         worst = max(worst, float((_full(grads[name].grad) - p.grad).abs().max()))
     decode = None
-    if job.case.causal and families.get(job.case.family).decodes_with_cache:
-        if split.supports_cache:
-            d = decode_difference(split, job.case, job.kind)
-            decode = d if isinstance(d, float) else float("inf")
+    decodes = job.case.causal and families.get(job.case.family).decodes_with_cache
+    if decodes and split.supports_cache:
+        d = decode_difference(split, job.case, job.kind)
+        decode = d if isinstance(d, float) else float("inf")
     held, total = _local_share(split)
     return {
         "logits": logits,
@@ -137,8 +137,9 @@ def _worker(rank: int, size: int, port: int, jobs: list[Job], out: str) -> None:
     from attnlab.parts.plugins import load_plugin
 
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=size)
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=size
+    )
     try:
         mesh = init_device_mesh("cpu", (size,), mesh_dim_names=("tp",))
         results = []
@@ -148,8 +149,9 @@ def _worker(rank: int, size: int, port: int, jobs: list[Job], out: str) -> None:
                     load_plugin(job.plugin)
                 results.append(measure(job, mesh))
             except Exception as e:  # one job's failure is its result, the others still run
-                results.append({"error": f"{type(e).__name__}: {e}",
-                                "traceback": traceback.format_exc()})
+                results.append(
+                    {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()}
+                )
         if rank == 0:
             Path(out).write_text(json.dumps(results))
     finally:
@@ -178,26 +180,49 @@ def result(name: str, job: Job, got: dict[str, Any]) -> Result:
     """The battery's ``tp`` property from one job's measurements."""
     where = job.case.name
     if "error" in got:
-        return failed(NAME, f"{name} split over {SIZE} ranks raised {got['error']}",
-                      "declare tp_plan() as attnlab.parts.tp describes, or TPPlan.whole(why)",
-                      where=where)
+        return failed(
+            NAME,
+            f"{name} split over {SIZE} ranks raised {got['error']}",
+            "declare tp_plan() as attnlab.parts.tp describes, or TPPlan.whole(why)",
+            where=where,
+        )
     for key, limit in (("logits", LIMIT), ("loss", LIMIT), ("grad", GRAD_LIMIT)):
         if not got[key] <= limit:
-            return failed(NAME, f"{name} split over {SIZE} ranks: {key} differ from one "
-                          f"process by {got[key]:.3g} (limit {limit:g})",
-                          "a split part must return its rank's share (see attnlab.parts.tp); "
-                          "declare TPPlan.whole(why) where it cannot", got[key], limit, where)
+            return failed(
+                NAME,
+                f"{name} split over {SIZE} ranks: {key} differ from one "
+                f"process by {got[key]:.3g} (limit {limit:g})",
+                "a split part must return its rank's share (see attnlab.parts.tp); "
+                "declare TPPlan.whole(why) where it cannot",
+                got[key],
+                limit,
+                where,
+            )
     decode = got["decode"]
     if decode is not None and not decode <= LIMIT:
-        return failed(NAME, f"cached decoding of {name} split over {SIZE} ranks differs from "
-                      f"its full forward by {decode:.3g}", "the cache holds the rank's KV heads: "
-                      "a key/value part must return its rank's heads", decode, LIMIT, where)
-    return passed(NAME, f"split over {SIZE} gloo ranks: logits {got['logits']:.2g}, grad "
-                  f"{got['grad']:.2g} (relative), holds {got['share']:.0%} of the weights",
-                  got["logits"], LIMIT)
+        return failed(
+            NAME,
+            f"cached decoding of {name} split over {SIZE} ranks differs from "
+            f"its full forward by {decode:.3g}",
+            "the cache holds the rank's KV heads: a key/value part must return its rank's heads",
+            decode,
+            LIMIT,
+            where,
+        )
+    return passed(
+        NAME,
+        f"split over {SIZE} gloo ranks: logits {got['logits']:.2g}, grad "
+        f"{got['grad']:.2g} (relative), holds {got['share']:.0%} of the weights",
+        got["logits"],
+        LIMIT,
+    )
 
 
 def summary(job: Job, got: dict[str, Any]) -> dict[str, Any]:
     """A JSON-able line for logs and docs."""
-    return {"part": f"{job.slot}.{job.kind}", "case": job.case.name, **asdict(job)["options"],
-            **{k: v for k, v in got.items() if k != "traceback"}}
+    return {
+        "part": f"{job.slot}.{job.kind}",
+        "case": job.case.name,
+        **asdict(job)["options"],
+        **{k: v for k, v in got.items() if k != "traceback"},
+    }
