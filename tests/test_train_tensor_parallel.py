@@ -158,3 +158,28 @@ def test_train_tp_in_one_process_exits_with_a_user_error(setup, capsys):
     assert code == 2
     assert "start it under torchrun" in capsys.readouterr().err
     assert not (root / "refused").exists()
+
+
+def _generate(*args: str) -> list[str]:
+    return ["-m", "attnlab", "generate", *args, "--max-new-tokens", "12", "--seed", "3"]
+
+
+@pytest.mark.distributed
+def test_generate_tp2_decodes_what_one_process_decodes(setup):
+    single = _single(setup)
+    args = _generate(str(single), "--prompt", "one two", "--temperature", "0.8")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    whole = subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    split = subprocess.run([*cmd, *args[1:], "--tp", "2"], env=env, capture_output=True, text=True)
+    assert whole.returncode == split.returncode == 0, split.stderr[-3000:]
+    assert split.stdout == whole.stdout  # rank 0 prints, the same sampled tokens
+    assert whole.stdout.startswith("one two") and len(whole.stdout) > len("one two\n")
+
+
+def test_generate_tp_in_one_process_exits_with_a_user_error(setup, capsys):
+    from attnlab.cli import main
+
+    code = main(["generate", str(_single(setup)), "--prompt", "one", "--tp", "2"])
+    assert code == 2
+    assert "start it under torchrun" in capsys.readouterr().err
