@@ -110,3 +110,29 @@ def test_a_plan_that_leaves_a_tensor_unplaced_is_replicated_with_the_reason():
     assert not plan.split and "w_q.weight" in plan.replicated
     assert placed(query, query.tp_plan()).split
     assert TPPlan(linears={"w_q": "diagonal"}).problems()  # an unknown style
+
+
+@pytest.mark.distributed
+def test_the_battery_tp_property_passes_a_good_plan_and_fails_a_wrong_one():
+    from attnlab.parts.plugins import load_plugin
+    from attnlab.testing import PartRequest, check_parts
+
+    load_plugin(str(PLUGIN))
+    good, wrong = check_parts(
+        [PartRequest("score", "tp_head_temperature"), PartRequest("query", "tp_wrong_norm")],
+        tp=True,
+        compile=False,
+        export=False,
+    )
+    assert good.result("tp").status == "passed", good.result("tp").detail
+    bad = wrong.result("tp")
+    assert bad.status == "failed" and "logits differ from one process" in bad.detail
+    assert bad.measured > tpc.LIMIT
+
+
+def test_the_tp_property_is_skipped_unless_asked_for():
+    from attnlab.testing import check_part
+
+    report = check_part("query", "linear", compile=False, export=False)
+    assert report.result("tp").status == "skipped"
+    assert "--with-tp" in report.result("tp").detail

@@ -171,7 +171,7 @@ def test_generate_tp2_decodes_what_one_process_decodes(setup):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     whole = subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
-    split = subprocess.run([*cmd, *args[1:], "--tp", "2"], env=env, capture_output=True, text=True)
+    split = subprocess.run([*cmd, *args, "--tp", "2"], env=env, capture_output=True, text=True)
     assert whole.returncode == split.returncode == 0, split.stderr[-3000:]
     assert split.stdout == whole.stdout  # rank 0 prints, the same sampled tokens
     assert whole.stdout.startswith("one two") and len(whole.stdout) > len("one two\n")

@@ -26,6 +26,7 @@ PROPERTIES: tuple[str, ...] = (
     "bfloat16",
     "export",
     "quantize",
+    "tp",
 )
 
 
