@@ -53,6 +53,12 @@ class Dist:
     def enabled(self) -> bool:
         return self.world > 1
 
+    def describe(self, parallel: str) -> str:
+        """status.json's ``parallel``: none, ddp, fsdp, tp, or fsdp+tp (copies x split)."""
+        if self.tp > 1:
+            return "fsdp+tp" if self.data_world > 1 else "tp"
+        return parallel if self.enabled else "none"
+
     def barrier(self) -> None:
         if self.enabled:
             tdist.barrier()
@@ -204,3 +210,14 @@ def wrap(model: nn.Module, parallel: str, dist: Dist, device: torch.device) -> n
 
     ids = [device.index] if device.type == "cuda" else None
     return DistributedDataParallel(model, device_ids=ids)
+
+
+def tied_state(model: nn.Module, state: dict) -> dict:
+    """``state`` with a tied parameter's names on one tensor (gathering a split model's state
+    makes one copy per name; the checkpoint stores a tied tensor once, its aliases by name)."""
+    first: dict[int, str] = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        if id(p) in first and name in state and first[id(p)] in state:
+            state[name] = state[first[id(p)]]
+        first.setdefault(id(p), name)
+    return state

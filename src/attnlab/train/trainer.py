@@ -29,7 +29,7 @@ from attnlab.parts.family import NEIGHBOURS
 from attnlab.runs import checkpoint, lock, rundir
 from attnlab.runs.determinism import deterministic_mode
 from attnlab.runs.device import resolve_device, resolve_precision
-from attnlab.runs.distributed import Dist, setup, split, wrap
+from attnlab.runs.distributed import Dist, setup, split, tied_state, wrap
 from attnlab.runs.loop import Loop, LoopSettings, TrainTask
 from attnlab.runs.optim import keep_kernels, recipe_optimizer
 from attnlab.runs.peak import measure_peak_flops
@@ -117,24 +117,6 @@ def _run_result(run_dir: Path, status: dict[str, Any], already_done: bool) -> Ru
         resumed_from=status.get("resumed_from"),
         already_done=already_done,
     )
-
-
-def _tied(model: nn.Module, state: dict) -> dict:
-    """``state`` with a tied parameter's names on one tensor (gathering a split model's state
-    makes one copy per name; the checkpoint stores a tied tensor once, its aliases by name)."""
-    first: dict[int, str] = {}
-    for name, p in model.named_parameters(remove_duplicate=False):
-        if id(p) in first and name in state and first[id(p)] in state:
-            state[name] = state[first[id(p)]]
-        first.setdefault(id(p), name)
-    return state
-
-
-def _parallel_name(parallel: str, dist: Dist) -> str:
-    """status.json's ``parallel``: none, ddp, fsdp, tp, or fsdp+tp (copies x split)."""
-    if dist.tp > 1:
-        return "fsdp+tp" if dist.data_world > 1 else "tp"
-    return parallel if dist.enabled else "none"
 
 
 def _on_main(dist: Dist, fn, *args: Any) -> Any:
@@ -427,7 +409,7 @@ class _Pretraining(TrainTask):
         # checkpoint is the same file whatever the split it was written under
         opts = StateDictOptions(full_state_dict=True, cpu_offload=True) if self.sharded else None
         model_sd, optim_sd = get_state_dict(self.raw, self.optimizer, options=opts)
-        return _tied(self.raw, model_sd), optim_sd
+        return tied_state(self.raw, model_sd), optim_sd
 
     def load_state_dicts(self, ckpt: checkpoint.Checkpoint) -> None:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
@@ -465,7 +447,7 @@ class _Pretraining(TrainTask):
             "data_dir": str(self.data_dir),
             "val_schedule_hash": self.val_schedule.hash,
             "world_size": dist.world,
-            "parallel": _parallel_name(t.parallel, dist),
+            "parallel": dist.describe(t.parallel),
             "tensor_parallel": dist.tp,
             "grad_accum": self.accum,
             "global_batch": self.global_batch,
