@@ -17,10 +17,15 @@
 # 3. attnlab bench at gpt2-124m, B=16, T=1024, bf16, torch.compile: baseline, nanoGPT's model,
 #    nonlinear query, pre-projection + skip; tokens/s, MFU, peak memory, decode tokens/s with and
 #    without the KV cache
+# 3b. tensor parallelism (issue 35), only where 2 GPUs are visible: torchrun --nproc_per_node=2
+#    attnlab bench --tp 2 at gpt2-124m, bf16: cached greedy decode tokens/s whole and split over
+#    the 2 GPUs (NCCL), greedy tokens equal, and per device the weights, the KV cache and the peak
+#    allocated memory (bench_tp2.json); on one GPU it is recorded as not run
 # 4. the results file (benchmarks/gpu_summary.py), with issue 13's item-4 targets met or not
 #
 # Each step has a time budget (seconds; override by environment): T_TESTS=240 T_DET=150
-# T_BENCH=180, 570 s in all plus preflight and summary; none of them has been timed on a GPU yet.
+# T_BENCH=180 (T_TP=120 on a 2-GPU machine), 570 s in all plus preflight and summary; none of
+# them has been timed on a GPU yet.
 # PYTEST_K=EXPR narrows the test set. A step that fails or runs out of time is recorded as such
 # and the next one runs. Work files go to runs/gpu-<date>/ (--out DIR to change).
 # Exit status: 0 when every step succeeded (targets not met are reported, not failures), 1 if
@@ -34,7 +39,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --dry-run) DRY=1 ;;
     --out) WORK="$2"; shift ;;
-    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
     *) echo "gpu_h100.sh: unknown argument $1 (use --dry-run, --out DIR)" >&2; exit 2 ;;
   esac
   shift
@@ -115,6 +120,23 @@ fi
 step bench "${T_BENCH:-180}" "$WORK/bench.log" "$PY" -m attnlab bench "${BENCH[@]}" \
   --variants baseline,nonlinear_query,preproj_skip --peers nanogpt \
   --sections training,inference,memory --prompt-len 16 --out "$WORK/bench"
+
+# --- 3b. tensor parallelism: TP=2 decode tokens/s and memory per device ---------------------------
+# (the dry run: 2 CPU processes over gloo at tiny shapes; a GPU machine: 2 GPUs over NCCL)
+NGPU=$("$PY" -c 'import torch; print(torch.cuda.device_count())')
+if [ "$DRY" = 1 ]; then
+  TP=(--preset tiny --device cpu --dtype float32 --threads 1 --new-tokens 8 --decode-repeats 1)
+elif [ "$NGPU" -ge 2 ]; then
+  TP=(--preset gpt2-124m --device cuda --dtype bfloat16 --new-tokens 256
+    --decode-repeats 3)
+fi
+if [ "$DRY" = 1 ] || [ "$NGPU" -ge 2 ]; then
+  step tp2 "${T_TP:-120}" "$WORK/bench_tp2.log" bash -c '"$0" -m torch.distributed.run \
+    --standalone --nproc_per_node=2 -m attnlab bench "${@}" --variants baseline,nonlinear_query \
+    --tp 2 --prompt-len 16 --json > "'"$WORK"'/bench_tp2.json"' "$PY" "${TP[@]}"
+else
+  echo "tensor parallelism: not run, $NGPU GPU(s) visible (needs 2)" > "$WORK/bench_tp2.log"
+fi
 
 # --- 4. the results file -------------------------------------------------------------------------
 "$PY" benchmarks/gpu_summary.py --work "$WORK" --result "$RESULT" "${DRYFLAG[@]}" "${STEPS[@]}" \

@@ -21,12 +21,12 @@ from attnlab.runs.rundir import read_metrics, read_status
 from attnlab.train import train
 from data_helpers import prepare_bytes, run_config, word_corpus
 
-STEPS = 4
+STEPS = 5
 
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory) -> tuple[Path, Path]:
-    """A prepared byte-level data dir and a config training 4 steps of 256 tokens (``tiny``:
+    """A prepared byte-level data dir and a config training 5 steps of 256 tokens (``tiny``:
     4 heads, tied embeddings), a checkpoint every 2 steps."""
     root = tmp_path_factory.mktemp("tp")
     words = ["one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"]

@@ -72,18 +72,20 @@ def measure(
     dist: Dist,
     device: torch.device,
     *,
+    dtype: torch.dtype = torch.float32,
     prompt_len: int,
     new_tokens: int,
     batch: int,
     repeats: int,
 ) -> TPDecodeRow:
-    """Decode ``name`` (config ``cfg``) whole and split over ``dist``'s "tp" ranks."""
+    """Decode ``name`` (config ``cfg``, weights in ``dtype``) whole and split over ``dist``'s
+    "tp" ranks."""
     from attnlab.runs.distributed import split
 
     torch.manual_seed(0)
-    whole = build_model(cfg.model).to(device).eval()
+    whole = build_model(cfg.model).to(device, dtype).eval()
     torch.manual_seed(0)
-    model = build_model(cfg.model).to(device).eval()
+    model = build_model(cfg.model).to(device, dtype).eval()
     notes = split(model, dist)
     gen = torch.Generator().manual_seed(1)
     prompt = torch.randint(0, cfg.model.vocab_size, (batch, prompt_len), generator=gen)

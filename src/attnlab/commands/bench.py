@@ -262,11 +262,12 @@ def _run_tp(args: argparse.Namespace) -> int:
 
     import torch
 
+    from attnlab.bench.runner import DTYPES
     from attnlab.bench.tensor_parallel import measure, table
     from attnlab.bench.variants import variant_config
     from attnlab.config import ConfigError
     from attnlab.model.tensor_parallel import check_tp
-    from attnlab.runs.device import resolve_device
+    from attnlab.runs.device import resolve_device, resolve_precision
     from attnlab.runs.distributed import check_tp_world, setup
 
     check_tp_world(args.tp, int(os.environ.get("WORLD_SIZE", "1")))
@@ -292,6 +293,9 @@ def _run_tp(args: argparse.Namespace) -> int:
         device = resolve_device(args.device, local_rank=dist.local_rank, setting="--device")
         if args.threads:
             torch.set_num_threads(args.threads)
+        dtype_name = args.dtype or resolve_precision("auto", device).name  # as the trainer
+        if dtype_name not in DTYPES:
+            raise UserError(f"--dtype {dtype_name}: choose one of {', '.join(DTYPES)}")
         new = args.new_tokens or 32
         rows = [
             measure(
@@ -299,6 +303,7 @@ def _run_tp(args: argparse.Namespace) -> int:
                 c,
                 dist,
                 device,
+                dtype=DTYPES[dtype_name],
                 prompt_len=args.prompt_len,
                 new_tokens=new,
                 batch=args.decode_batch,
