@@ -19,7 +19,7 @@ C := $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
 VERSIONS = $(PY) -c 'import importlib.metadata as m, platform, sys; print("versions: python", \
 	platform.python_version(), *(f"{p}=={m.version(p)}" for p in sys.argv[1:]))' $(KEY_PACKAGES)
 
-.PHONY: install install-test develop quick test lint versions lock test-oldest test-latest browser
+.PHONY: install install-test develop quick test test-fast lint versions lock test-oldest test-latest browser
 
 # `install` is the core + [offline] (all `make quick` needs: no probe/eval/bench extras);
 # `install-test` installs every extra through [test] (= [all] + [offline] + pytest, scipy).
@@ -47,7 +47,15 @@ test: install-test browser
 	@$(VERSIONS)
 	$(PY) -m pytest
 
-# Headless Chromium for the `attnlab inspect` page tests (tests/test_inspect_browser.py): Debian's
+# The fast tier for contributors, in an environment `make develop` made (nothing is installed):
+# the tests marked @pytest.mark.fast, at least one per package of src/attnlab
+# (tests/repo/test_layout.py keeps it so), under 90 s on 2 cores. One process (-n 0): the tier
+# needs about 20 s of CPU, and each xdist worker would collect the whole suite again (twice the
+# CPU time on 2 cores). CI runs `make test`, the whole suite.
+test-fast:
+	$(PY) -m pytest -n 0 -m "fast and not slow"
+
+# Headless Chromium for the `attnlab inspect` page tests (tests/inspection/test_browser.py): Debian's
 # package, driven by its own command line (never Playwright's download, which fails offline).
 # Where apt-get is missing or we are not root, it says so and those tests skip with the reason;
 # CI sets ATTNLAB_REQUIRE_BROWSER=1, which turns that skip into a failure.

@@ -93,9 +93,9 @@ if [ "$DRY" = 1 ]; then
 elif [ -n "${PYTEST_K:-}" ]; then
   PYTEST+=(-k "$PYTEST_K")
 fi
-# tests/test_gpu_determinism.py checks at tiny size what step 2 checks at gpt2-124m size; it is left
+# tests/gpu/test_determinism.py checks at tiny size what step 2 checks at gpt2-124m size; it is left
 # out here to stay within 10 minutes (GPU_SET=all keeps it)
-[ "${GPU_SET:-}" = all ] || PYTEST+=(--ignore=tests/test_gpu_determinism.py)
+[ "${GPU_SET:-}" = all ] || PYTEST+=(--ignore=tests/gpu/test_determinism.py)
 step tests "${T_TESTS:-240}" "$WORK/pytest.log" "${PYTEST[@]}"
 unset ATTNLAB_GPU_TESTS_ON_CPU
 

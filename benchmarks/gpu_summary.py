@@ -238,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
         "",
         pytest_outcome(work / "pytest.log"),
         "",
-        "(without tests/test_gpu_determinism.py unless GPU_SET=all: the next section makes its "
+        "(without tests/gpu/test_determinism.py unless GPU_SET=all: the next section makes its "
         "checks at gpt2-124m size; skipped tests and their reasons are in pytest.log)",
     ]
     lines += ["", "## Deterministic mode", "", *determinism_lines(det), ""]

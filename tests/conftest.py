@@ -36,34 +36,53 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+#: the items xdist schedules one group per part instead of one group per module: the battery's
+#: ``test_part[SLOT.KIND-PROPERTY]`` (tests/testing/test_battery.py), grouped by SLOT.KIND
+PER_PART = "testing/test_battery.py::test_part["
+
+
+def xdist_scope(nodeid: str) -> str | None:
+    """The scope of a battery item (its nodeid up to the part), or None for loadscope's own
+    (the module, or the class)."""
+    if PER_PART not in nodeid:
+        return None
+    return nodeid.rsplit("-", 1)[0]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """``--dist loadscope`` (pyproject's default) with the battery's parts as scopes of their
+    own: its items spread over the workers part by part, and each part's properties run on one
+    worker that checks the part once. Other ``--dist`` modes are xdist's own."""
+    if config.getoption("dist", None) != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class PartScopes(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_scope(nodeid) or super()._split_scope(nodeid)
+
+    return PartScopes(config, log)
+
+
 @pytest.fixture(scope="module", autouse=True)
 def part_registry_per_module():
-    """Parts and families a test module registers in-process (plugins, bad parts for the check)
-    leave with it: the part and family registries and the plugin loader's records are restored
-    after each module, so a later module in the same process (an xdist worker runs several)
-    never sees them, e.g. as default ``bench`` variants or as check cases."""
-    from attnlab.parts import families, plugins, registry
+    """Parts and families a test module registers in-process (plugins, bad parts for the check) leave with
+    it: the part and family registries, the plugin loader's records and the plugins' modules are restored
+    after each module (``tests.helpers.registry.restored``), so a later module in the same
+    process (an xdist worker runs several) never sees them, e.g. as default ``bench`` variants,
+    and can load the same plugin file again."""
+    from tests.helpers.registry import restored
 
-    registry.specs()  # the built-in parts and families, loaded before the snapshot
-    families.specs()
-    parts = {slot: dict(specs) for slot, specs in registry._parts.items()}
-    family_specs = dict(families._families)
-    records = [(d, dict(d)) for d in (plugins._loaded, plugins._moved, plugins._recorded)]
-    yield
-    registry._parts.clear()
-    registry._parts.update(parts)
-    families._families.clear()
-    families._families.update(family_specs)
-    for d, saved in records:
-        d.clear()
-        d.update(saved)
+    with restored():
+        yield
 
 
 @pytest.fixture(scope="session")
 def hostile_lab(tmp_path_factory):
     """A trained run, a NaN run, a diverged run, a linked run and damaged files
-    (``tests/hostile_lab.py``); read-only for its users."""
-    from hostile_lab import build_lab
+    (``tests/helpers/hostile_lab.py``); read-only for its users."""
+    from tests.helpers.hostile_lab import build_lab
 
     return build_lab(tmp_path_factory.mktemp("hostile_lab"))
 
@@ -84,9 +103,9 @@ def float64():
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
-    """120 word-salad sentences prepared as bytes (``data_helpers.sentence_data``), one copy per
+    """120 word-salad sentences prepared as bytes (``tests.helpers.data.sentence_data``), one copy per
     test module; the raw corpus is ``data_dir.parent / "corpus.jsonl"``."""
-    from data_helpers import sentence_data
+    from tests.helpers.data import sentence_data
 
     return sentence_data(tmp_path_factory.mktemp("data"))
 

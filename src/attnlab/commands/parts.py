@@ -109,7 +109,7 @@ def _families(as_json: bool) -> int:
     rows = [describe_family(spec) for spec in families.specs()]
     if as_json:
         print(json.dumps(rows, indent=2, default=str))
-        return 0
+        return exitcodes.OK
     table = Table(
         title="model families  (config: model.family)", title_justify="left", show_lines=True
     )
@@ -125,7 +125,7 @@ def _families(as_json: bool) -> int:
         )
         table.add_row(*(escape(c) for c in cells))
     Console().print(table)
-    return 0
+    return exitcodes.OK
 
 
 def _short(source: str) -> str:

@@ -7,7 +7,7 @@ controls) before anything trains; :func:`run_all` trains each (variant, seed) in
 run directories into ``results.csv``, ``results.json``, ``report.md`` and ``plots/``.
 
 The package, by concern, in layers: each imports only the ones above it, and ``running`` and
-``reports`` never import each other (tests/test_import_layers.py):
+``reports`` never import each other (tests/repo/test_import_layers.py):
 
     spec, sweep_spec       the experiment file and its ``[sweep]`` table
     matching, resolve      one validated config per variant (parameter-matched controls)

@@ -17,7 +17,7 @@ autocast dtype when autocast is on (bf16 on CUDA), the softmax in float32.
 
 Under ``torch.compile`` dynamo traces the autograd Function (forward with its in-forward gradients,
 and backward): the chunk loop unrolls, inductor fuses each chunk's log-softmax / exp / scatter, and
-the largest buffer stays one chunk of logits (tests/test_model_linear_cross_entropy.py checks the
+the largest buffer stays one chunk of logits (tests/model/test_linear_cross_entropy.py checks the
 generated code).
 
 Kernels (``ATTNLAB_LOSS_KERNEL``, read at import; ``kernel=`` per call):

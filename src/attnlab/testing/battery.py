@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -191,6 +191,7 @@ def _check_one(
     backend: str,
     export_dir: Path | None,
     step: Callable[[str, Result | None], None],
+    wanted: Collection[str] = PROPERTIES,
     with_tp: bool = False,
 ) -> tuple[PartReport, tuple[exporting.Job | None, tp_check.Job | None]]:
     spec = _validated_spec(req)
@@ -238,12 +239,31 @@ def _check_one(
 
     checks = _checks(req, spec, ok, built, compile=compile, backend=backend, export=export, tp=tp)
     for prop, fn in checks.items():
+        if prop not in wanted:
+            report.results.append(skipped(prop, "not asked for (properties=...)"))
+            continue
         why = cls.unchecked.get(prop)
         step(prop, None)
         result = skipped(prop, f"{name} declares: {why}") if why else _guard(prop, name, fn)
         report.results.append(result)
         step(prop, result)
     return report, (job, split)
+
+
+def _wanted(properties: Collection[str] | None) -> tuple[str, ...]:
+    """The properties to run, in battery order (every one for ``None``); an unknown name is a
+    UserError listing the battery's."""
+    if properties is None:
+        return PROPERTIES
+    if isinstance(properties, str):
+        properties = [properties]
+    unknown = sorted(set(properties) - set(PROPERTIES))
+    if unknown:
+        raise UserError(
+            f"unknown battery propert(ies) {', '.join(map(repr, unknown))}; "
+            f"choose from {', '.join(PROPERTIES)}"
+        )
+    return tuple(p for p in PROPERTIES if p in properties)
 
 
 def check_parts(
@@ -255,17 +275,21 @@ def check_parts(
     compile_backend: str = "aot_eager",
     progress: Callable[[PartReport], None] | None = None,
     steps: Step | None = None,
+    properties: Collection[str] | None = None,
 ) -> list[PartReport]:
     """Check every part of ``requests`` (float64, CPU); exports are loaded by one child process
     at the end, and with ``tp`` every part's model is split over one pair of gloo processes
     (the ``tp`` property, :mod:`attnlab.testing.tensor_parallel`; skipped without it). ``compile_backend``: ``aot_eager`` (dynamo's tracing, eager kernels; about a
     second a part) or ``inductor`` (C++ kernels as ``train.compile``; slow on a cold cache).
     ``progress`` is called with each report as its in-process checks finish; ``steps`` before
-    and after each property of each part (:data:`Step`), e.g. to show which one is running."""
+    and after each property of each part (:data:`Step`), e.g. to show which one is running.
+    ``properties``: only these (names of :data:`PROPERTIES`; the others come back skipped as
+    not asked for), e.g. one pytest item per part and property; default every one."""
     if compile_backend not in compiled.BACKENDS:
         raise UserError(
             f"compile backend {compile_backend!r}; choose one of {', '.join(compiled.BACKENDS)}"
         )
+    wanted = _wanted(properties)
     for req in requests:  # bad input is refused before anything runs
         _validated_spec(req)
     reports: list[PartReport] = []
@@ -293,6 +317,7 @@ def check_parts(
                     backend=compile_backend,
                     export_dir=folder,
                     step=step,
+                    wanted=wanted,
                     with_tp=tp,
                 )
             report.seconds = time.perf_counter() - t0
@@ -365,12 +390,19 @@ def check_part(
     export: bool = True,
     tp: bool = False,
     compile_backend: str = "aot_eager",
+    properties: Collection[str] | None = None,
     **options: Any,
 ) -> PartReport:
     """Check one registered part (a plugin's: load it first, e.g. by importing its module) with
-    ``options``; ``report.passed``, ``report.failures()``, ``report.assert_passed()``. ``tp``:
+    ``options``; ``report.passed``, ``report.failures()``, ``report.assert_passed()``.
+    ``properties``: only these (default every one), e.g. ``properties=["kv_cache"]``. ``tp``:
     also split it over 2 gloo processes (its class must come from a file they can load)."""
     req = PartRequest(slot, kind, options)
     return check_parts(
-        [req], compile=compile, export=export, tp=tp, compile_backend=compile_backend
+        [req],
+        compile=compile,
+        export=export,
+        tp=tp,
+        compile_backend=compile_backend,
+        properties=properties,
     )[0]

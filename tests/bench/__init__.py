@@ -1,0 +1,1 @@
+"""Tests of attnlab.bench: ``attnlab bench``, its FLOP counts, peers, decoding and targets."""

@@ -1,0 +1,1 @@
+"""Tests of attnlab.commands and cli.py: command lines, their output and their refusals."""

@@ -1,0 +1,1 @@
+"""Tests of attnlab.data: corpora, tokenizers, preparation, token shards, schedules."""

@@ -1,0 +1,1 @@
+"""Tests of attnlab.eval: perplexity, cloze, multiple choice, lm-eval, long contexts."""

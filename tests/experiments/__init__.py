@@ -1,0 +1,1 @@
+"""Tests of attnlab.experiments: compare, sweeps, statistics, matching, reports."""

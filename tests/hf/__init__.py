@@ -1,0 +1,1 @@
+"""Tests of attnlab.hf: export to transformers, --init-from, model cards, lm-eval on a folder."""

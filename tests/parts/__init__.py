@@ -1,0 +1,1 @@
+"""Tests of attnlab.parts: slots, the registry, plugins and part statistics."""

@@ -1,0 +1,1 @@
+"""Tests of attnlab.probe: injection into pretrained models, methods, runs."""

@@ -1,0 +1,1 @@
+"""Tests of attnlab.runs: run directories, checkpoints, determinism, devices, trackers."""

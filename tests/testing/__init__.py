@@ -1,0 +1,1 @@
+"""Tests of attnlab.testing: the conformance battery over every part, and ``attnlab check``."""
