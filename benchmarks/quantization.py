@@ -5,8 +5,9 @@
 
 Speed does not depend on the weights' values, so the model is randomly initialised (seed 0).
 Rows: ``float32`` (the preset as configured: fused Q/K/V, attnlab's decode layout),
-``float32-unfused`` (what the quantized models run: Q, K, V as three Linears) and one row per
-scheme. Decode tokens/s: greedy with the KV cache after a ``--prompt-len`` prompt, all models
+``float32-unfused`` (what the quantized models run: Q, K, V as three Linears), one row per
+scheme, and ``int8-weight-torchao-eager``: the int8-weight model decoded by torchao's own eager
+kernel instead of attnlab's int8 decode kernel (attnlab.quant.decode_kernel). Decode tokens/s: greedy with the KV cache after a ``--prompt-len`` prompt, all models
 timed in each round, rounds interleaved, median (and best) over rounds; ``speedup`` is against
 ``float32``. Memory: a fresh process per model (RSS after loading, peak RSS of one cached decode;
 quantized models load from the directory ``attnlab quantize`` would write). Also measured: the
@@ -31,6 +32,9 @@ import time
 from pathlib import Path
 
 import torch
+
+#: int8-weight decoded by torchao's own eager kernel (no decode layout), for comparison
+EAGER = "int8-weight-torchao-eager"
 
 
 def bandwidth_gbs(mib: int = 512, rounds: int = 5) -> float:
@@ -72,6 +76,9 @@ def build(args: argparse.Namespace):
         models[name] = q
         dirs[name] = (work / name, rec["size_on_disk_bytes"])
         kernels[name] = scheme.kernel
+        if name == "int8-weight":  # the same model without attnlab's decode kernel
+            models[EAGER], dirs[EAGER] = q, dirs[name]
+            kernels[EAGER] = "aten.mm on the int8 weight cast to float32 (torchao's eager path)"
     return cfg, models, dirs, kernels
 
 
@@ -95,7 +102,11 @@ def main(argv: list[str] | None = None) -> int:
     _, models, dirs, kernels = build(args)
     bw = bandwidth_gbs()
     rows = decode_speeds(
-        models, prompt_len=args.prompt_len, new_tokens=args.new_tokens, repeats=args.repeats
+        models,
+        prompt_len=args.prompt_len,
+        new_tokens=args.new_tokens,
+        repeats=args.repeats,
+        plain=frozenset({EAGER}),
     )
     for row in rows:
         if args.no_memory:
@@ -107,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         }
         if row.name in dirs:
             spec["quantized"] = str(dirs[row.name][0])
+            spec["plain"] = row.name == EAGER
         else:
             overrides = list(args.set) + (
                 ["model.attention.fuse_qkv=false"] if "unfused" in row.name else []

@@ -42,12 +42,20 @@ def attnlab(*args: str) -> None:
 
 def train(variant: str, args: argparse.Namespace, work: Path) -> Path:
     from attnlab.bench.variants import find_variant
+    from attnlab.config import load_config
 
     v = find_variant(variant)
     assert v is not None, variant
     run = work / variant
-    sets = [f"model.{o}" for o in v.overrides]
-    sets += [f"data.dir={args.data}", f"train.max_steps={args.steps}", "train.device=cpu"]
+    sets = [f"model.{o}" for o in v.resolved_overrides(load_config(args.preset))]
+    sets += [
+        f"data.dir={args.data}",
+        f"train.max_steps={args.steps}",
+        f"train.warmup_steps={max(1, args.steps // 10)}",
+        f"train.batch_size={args.batch_size}",
+        f"train.checkpoint_every={args.steps}",
+        "train.device=cpu",
+    ]
     attnlab("train", args.preset, "--out", str(run), *[a for s in sets for a in ("--set", s)])
     return run
 
@@ -84,10 +92,11 @@ def variant_rows(variant: str, args: argparse.Namespace, work: Path) -> list[dic
     rows = []
     for s in speeds:
         spec = {"prompt_len": 16, "new_tokens": args.new_tokens}
-        mem = None  # float32: not measured here (benchmarks/quantization.py measures it)
         if targets[s.name] is not None:
             spec["quantized"] = str(targets[s.name])
-            mem = measure_memory(spec)
+        else:
+            spec["run"] = str(run)
+        mem = measure_memory(spec)
         rows.append(
             {
                 "variant": variant,
@@ -105,7 +114,8 @@ def variant_rows(variant: str, args: argparse.Namespace, work: Path) -> list[dic
 
 def render(rows: list[dict], args: argparse.Namespace) -> str:
     out = [
-        f"# Quantized variants: {args.preset}, {args.steps} steps on {args.data}",
+        f"# Quantized variants: {args.preset}, {args.steps} steps of batch {args.batch_size} "
+        f"on {args.data}",
         "",
         f"load average at the end: {os.getloadavg()[0]:.2f}; decode: {args.new_tokens} tokens, "
         f"{args.repeats} interleaved rounds (float32 and the schemes of each variant together)."
@@ -129,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data", required=True, help="a prepared data directory")
     p.add_argument("--preset", default="tiny")
     p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--batch-size", type=int, default=16, help="train.batch_size")
     p.add_argument("--limit", type=int, default=20, help="validation windows for perplexity")
     p.add_argument("--variants", default=",".join(VARIANTS))
     p.add_argument("--group-size", type=int, default=32)
@@ -137,15 +148,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--work", default="runs/quantization-table")
     p.add_argument("--out", default="docs/results/quantization/table")
     p.add_argument("--smoke", action="store_true", help="mark the table as a smoke run")
+    p.add_argument("--resume", action="store_true", help="keep the variants --out already has")
     args = p.parse_args(argv)
     work = Path(args.work)
-    rows = [r for v in args.variants.split(",") for r in variant_rows(v, args, work)]
-    text = render(rows, args)
-    print(text)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".md").write_text(text + "\n")
-    out.with_suffix(".json").write_text(json.dumps({"args": vars(args), "rows": rows}, indent=1))
+    done = json.loads(out.with_suffix(".json").read_text())["rows"] if args.resume else []
+    rows = list(done)
+    for v in args.variants.split(","):
+        if any(r["variant"] == v for r in done):
+            continue  # --resume: measured by an earlier, interrupted invocation
+        rows += variant_rows(v, args, work)
+        text = render(rows, args)  # after each variant: an interruption keeps what was measured
+        out.with_suffix(".md").write_text(text + "\n")
+        out.with_suffix(".json").write_text(
+            json.dumps({"args": vars(args), "rows": rows}, indent=1)
+        )
+    print(render(rows, args))
     return 0
 
 

@@ -21,6 +21,7 @@ from attnlab.base import exitcodes
 from attnlab.base.advice import RETRAIN, restart_as
 from attnlab.base.errors import UserError
 from attnlab.base.failures import SYSTEM_FAILURES, describe, os_error_of
+from attnlab.base.import_noise import drop_import_noise
 from attnlab.base.warning_lines import cli_warnings
 from attnlab.commands._common import add_plugin_argument, plugin_specs
 from attnlab.parts.exits import as_error
@@ -70,6 +71,7 @@ def _command_name(argv: list[str]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     command = _command_name(argv)
+    drop_import_noise()  # torchao's CUDA-library lines when transformers imports it (CPU torch)
     # warnings print as one `attnlab CMD: warning: ...` line, like errors (warning_lines.py)
     with cli_warnings(command):
         try:

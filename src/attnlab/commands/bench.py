@@ -25,7 +25,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from attnlab.bench.variants import variant_names
 
     p.add_argument(
-        "config", nargs="?", metavar="NAME_OR_FILE", help="a preset or TOML file (default tiny)"
+        "config",
+        nargs="?",
+        metavar="NAME_OR_FILE",
+        help="a preset or TOML file (default tiny), or a quantized directory (attnlab quantize): "
+        "its decoding against its source run's",
     )
     p.add_argument("--preset", metavar="NAME", help="a preset name (same as the positional)")
     add_set_argument(p, "the base config", "model.d_model=256")
@@ -192,6 +196,12 @@ def run(args: argparse.Namespace) -> int:
         return _run_tp(args)
     check_threads(args.threads)
     check_device(args.device)
+    from attnlab.quant.store import is_quantized_dir
+
+    if args.config and is_quantized_dir(args.config):
+        from attnlab.commands._bench_quantized import run_quantized
+
+        return run_quantized(args)
     if args.targets:
         if args.config or args.preset or args.overrides:
             raise UserError("--targets measures its own fixed config; drop the config and --set")

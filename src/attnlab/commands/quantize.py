@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from attnlab.base import exitcodes
+
 NAME = "quantize"
 HELP = "quantize a run's decoder with torchao (int8/int4 weights, int8 dynamic activations)"
 
@@ -66,4 +68,4 @@ def run(args: argparse.Namespace) -> int:
             "  int4 weights are stored in float and quantized again at load (no torchao "
             "safetensors form for the CPU int4 tensor)"
         )
-    return 0
+    return exitcodes.OK

@@ -18,7 +18,9 @@ def main() -> None:
     (:mod:`attnlab.eval.lm_eval_files`)."""
     from attnlab.base.errors import UserError
     from attnlab.base.extras import require
+    from attnlab.base.import_noise import drop_import_noise
 
+    drop_import_noise()  # lm-eval's transformers imports torchao (base/import_noise.py)
     try:
         require("eval", "lm_eval", "datasets", what="attnlab-lm-eval")
         from lm_eval.__main__ import cli_evaluate

@@ -17,7 +17,7 @@ place meanwhile, so it is never stale.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import torch
@@ -60,6 +60,28 @@ def matmul_split(x: Tensor, blocks: Tensor, bias: Tensor | None) -> Tensor:
     return y if bias is None else y + bias
 
 
+#: a decode kernel: y = x W^T + b for a few rows, or None when it declines these rows
+DecodeKernel = Callable[[Tensor, Tensor | None], Tensor | None]
+#: weight -> its decode kernel, or None; registered by packages that own a weight kind (a
+#: quantized weight's fast few-row product: attnlab.quant.decode_kernel)
+DECODE_KERNELS: list[Callable[[Tensor], DecodeKernel | None]] = []
+
+
+def register_decode_kernel(provider: Callable[[Tensor], DecodeKernel | None]) -> None:
+    """Add ``provider`` (idempotent): ``decode_layout`` asks it for each non-float weight."""
+    if provider not in DECODE_KERNELS:
+        DECODE_KERNELS.append(provider)
+
+
+def decode_kernel(weight: Tensor) -> DecodeKernel | None:
+    """The first registered kernel that takes ``weight`` (None: its own ``F.linear``)."""
+    for provider in DECODE_KERNELS:
+        kernel = provider(weight)
+        if kernel is not None:
+            return kernel
+    return None
+
+
 class DecodeLayout:
     """A module that keeps split weight copies while ``decode_layout`` is open."""
 
@@ -71,14 +93,21 @@ class Linear(DecodeLayout, nn.Linear):
     """``nn.Linear`` that multiplies a few rows by split W^T blocks inside ``decode_layout``."""
 
     _blocks: tuple[tuple, Tensor] | None = None  # (param_key of W, split_columns(W))
+    _kernel: DecodeKernel | None = None  # a quantized weight's registered decode kernel
 
     def set_decode_layout(self, on: bool) -> None:
         w = self.weight
-        # a quantized weight (a torchao tensor subclass) keeps its own low-precision kernel
-        on = on and type(w.data) is Tensor
-        self._blocks = (param_key((w,)), split_columns(w)) if on else None
+        # a quantized weight (a tensor subclass) keeps its own low-precision form: a registered
+        # decode kernel, if one takes it, multiplies its few rows
+        plain = type(w.data) is Tensor
+        self._blocks = (param_key((w,)), split_columns(w)) if on and plain else None
+        self._kernel = decode_kernel(w) if on and not plain else None
 
     def forward(self, x: Tensor) -> Tensor:
+        if self._kernel is not None and uses_layout(x):
+            y = self._kernel(x, self.bias)
+            if y is not None:
+                return y
         blocks = self._blocks
         if blocks is None or not uses_layout(x):
             return F.linear(x, self.weight, self.bias)

@@ -63,10 +63,14 @@ def weight_bytes(model: nn.Module) -> int:
     return total
 
 
-def _decoder(model: nn.Module, prompt: torch.Tensor, new_tokens: int) -> Callable[[], float]:
+def _decoder(
+    model: nn.Module, prompt: torch.Tensor, new_tokens: int, rows_layout: bool | None = None
+) -> Callable[[], float]:
     def run() -> float:
         t = time.perf_counter()
-        generate(model, prompt, new_tokens, temperature=0.0, use_cache=True)
+        generate(
+            model, prompt, new_tokens, temperature=0.0, use_cache=True, rows_layout=rows_layout
+        )
         return time.perf_counter() - t
 
     return run
@@ -81,12 +85,18 @@ def decode_speeds(
     warmup: int = 1,
     baseline: str | None = None,
     seed: int = 0,
+    plain: frozenset[str] = frozenset(),
 ) -> list[SpeedRow]:
-    """Interleaved cached-decode timing of ``models`` (the first, or ``baseline``, is 1.00x)."""
+    """Interleaved cached-decode timing of ``models`` (the first, or ``baseline``, is 1.00x).
+    The models named in ``plain`` decode without ``decode_layout`` (``model/linear.py``): each
+    Linear's own ``F.linear``, a quantized weight's torchao kernel instead of a decode kernel."""
     first = next(iter(models.values()))
     vocab = first.cfg.vocab_size
     prompt = torch.randint(0, vocab, (1, prompt_len), generator=torch.Generator().manual_seed(seed))
-    fns = {name: _decoder(m, prompt, new_tokens) for name, m in models.items()}
+    fns = {
+        name: _decoder(m, prompt, new_tokens, False if name in plain else None)
+        for name, m in models.items()
+    }
     samples = interleaved(fns, repeats, warmup=warmup)
     base = samples[baseline or next(iter(models))].median
     return [
@@ -119,11 +129,16 @@ def _hwm() -> int:
 
 
 def _load_for_memory(spec: dict) -> nn.Module:
-    """``spec``: {"quantized": DIR} or {"preset": NAME, "overrides": [...]} (float32, random)."""
+    """``spec``: {"quantized": DIR}, {"run": RUN_OR_CHECKPOINT} or {"preset": NAME, "overrides":
+    [...]} (float32, random)."""
     if "quantized" in spec:
         from attnlab.quant.store import load
 
         return load(spec["quantized"]).model
+    if "run" in spec:
+        from attnlab.quant.run import load_source
+
+        return load_source(spec["run"])[0]
     from attnlab.config import load_config
     from attnlab.model import build_model
 
@@ -151,7 +166,10 @@ def memory_child(spec: dict) -> dict:
     except OSError:
         pass
     prompt = torch.zeros(1, int(spec["prompt_len"]), dtype=torch.long)
-    generate(model, prompt, int(spec["new_tokens"]), temperature=0.0, use_cache=True)
+    layout = False if spec.get("plain") else None  # as decode_speeds' ``plain``
+    generate(
+        model, prompt, int(spec["new_tokens"]), temperature=0.0, use_cache=True, rows_layout=layout
+    )
     return {
         "rss_runtime_mib": runtime / 2**20,
         "rss_loaded_mib": loaded / 2**20,

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-from pathlib import Path
 
 import pytest
 import torch
@@ -23,10 +22,11 @@ from attnlab.hf.verify import check_exports
 from attnlab.quant.run import quantize_run
 from attnlab.quant.schemes import get_scheme
 from attnlab.quant.store import load
-from hf_helpers import fake_run, python_without_attnlab
+from tests.helpers.hf import fake_run, python_without_attnlab
+from tests.helpers.paths import FIXTURES as ALL_FIXTURES
 
 torch.set_num_threads(1)
-FIXTURES = Path(__file__).parent / "fixtures" / "eval"
+FIXTURES = ALL_FIXTURES / "eval"
 
 
 @pytest.fixture(scope="module")

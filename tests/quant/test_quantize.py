@@ -22,7 +22,8 @@ from attnlab.config import load_config
 from attnlab.model import build_model
 from attnlab.parts import Part
 from attnlab.quant import SCHEMES, get_scheme, plan, quantizable_config, quantize_model, store
-from hf_helpers import fake_run
+from tests.helpers.hf import fake_run
+from tests.helpers.paths import FIXTURES
 
 torch.set_num_threads(1)
 
@@ -96,6 +97,7 @@ def test_a_plugin_part_gets_the_default_and_may_override_it():
 
 
 # -------------------------------------------------------------------------------------- schemes
+@pytest.mark.fast
 def test_schemes_and_their_options_are_checked_with_the_fix_named():
     with pytest.raises(UserError, match="did you mean 'int8-weight'"):
         get_scheme("int8-weights")
@@ -202,7 +204,7 @@ def test_quantize_then_eval_generate_and_inspect_take_the_directory(run, tmp_pat
     info = json.loads((out / "quantized.json").read_text())
     assert info["scheme"] == "int8-weight" and info["step"] == 5
     assert not (out / "config.toml").exists()  # not a run: nothing takes it for one
-    fixture = Path(__file__).parent / "fixtures" / "eval" / "lambada.jsonl"
+    fixture = FIXTURES / "eval" / "lambada.jsonl"
     p = attnlab("eval", str(out), "--tasks", f"cloze:{fixture}", "--limit", "4", "--json")
     assert p.returncode == 0, p.stderr
     ours = json.loads(p.stdout)
@@ -223,6 +225,29 @@ def test_quantize_then_eval_generate_and_inspect_take_the_directory(run, tmp_pat
     assert p.returncode == 0 and p.stdout.startswith("ab"), p.stderr
     p = attnlab("inspect", str(out), "--prompt", "abc", "--out", str(tmp_path / "page.html"))
     assert p.returncode == 0, p.stderr
+
+
+def test_bench_times_the_directory_against_its_source_run(run, tmp_path):
+    out = tmp_path / "q8"
+    assert (
+        attnlab("quantize", str(run), "--scheme", "int8-weight", "--out", str(out)).returncode == 0
+    )
+    fast = ["--new-tokens", "3", "--decode-repeats", "1", "--warmup", "0"]
+    p = attnlab("bench", str(out), *fast, "--sections", "inference", "--json")
+    assert p.returncode == 0, p.stderr
+    rows = {r["name"]: r for r in json.loads(p.stdout)["rows"]}
+    assert set(rows) == {"float32", "int8-weight"}
+    # the int8 weights are a quarter of the float ones (the tied head and norms stay float32)
+    assert rows["int8-weight"]["weight_bytes"] < rows["float32"]["weight_bytes"]
+    assert rows["float32"]["speedup"] == 1.0 and rows["int8-weight"]["decode_tokens_per_s"] > 0
+    p = attnlab("bench", str(out), *fast)  # with memory: a fresh process per model
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert lines[0].startswith(f"{out}: greedy decoding with the KV cache, 3 tokens after 16")
+    assert [ln.split()[0] for ln in lines[2:]] == ["float32", "int8-weight"]
+    assert all(ln.split()[-1] != "-" for ln in lines[2:])  # peak memory measured
+    p = attnlab("bench", str(out), "--set", "model.d_model=32")
+    assert p.returncode == 2 and "--overrides" not in p.stderr and "--set" in p.stderr
 
 
 def test_quantize_refuses_a_foreign_out_and_replaces_its_own_only_with_force(run, tmp_path):
