@@ -34,6 +34,7 @@ def _builtin_jobs() -> list[tpc.Job]:
     firsts = {c.family: c for c in reversed(CASES)}
     jobs += [tpc.job_for("query", "linear", c) for f, c in firsts.items() if f != BASE.family]
     jobs.append(tpc.job_for("query", "linear", BASE, sets=("model.attention.qk_norm=true",)))
+    jobs.append(tpc.job_for("value", "moe", BASE, {"impl": "loop", "n_experts": 6}))
     return jobs
 
 
@@ -54,7 +55,9 @@ def measured() -> dict[str, dict]:
 
 
 def _id(job: tpc.Job) -> str:
-    return f"{job.slot}.{job.kind}@{job.case.name}{'+' + ','.join(job.sets) if job.sets else ''}"
+    opts = ",".join(f"{k}={v}" for k, v in job.options.items())
+    sets = "+" + ",".join(job.sets) if job.sets else ""
+    return f"{job.slot}.{job.kind}{f'[{opts}]' if opts else ''}@{job.case.name}{sets}"
 
 
 @pytest.mark.distributed
@@ -137,3 +140,16 @@ def test_the_tp_property_is_skipped_unless_asked_for():
     report = check_part("query", "linear", compile=False, export=False)
     assert report.result("tp").status == "skipped"
     assert "--with-tp" in report.result("tp").detail
+
+
+@pytest.mark.fast
+def test_experts_that_the_ranks_do_not_divide_keep_the_moe_whole():
+    from attnlab.model.tensor_parallel import placed
+    from attnlab.testing.cases import build, config_for
+
+    opts = {"n_experts": 3, "top_k": 2}
+    moe = build(config_for(BASE, "value", "moe", opts)).decoder.blocks[0].attention.value
+    plan = moe.tp_plan()
+    assert plan.split and plan.whole_output and plan.summed == ("router.weight",)
+    assert placed(moe, plan, 3).split
+    assert "not a multiple of 2" in placed(moe, plan, 2).replicated

@@ -87,14 +87,21 @@ def own_parameters(part: nn.Module) -> dict[str, nn.Parameter]:
     }
 
 
-def placed(part: Part, plan: TPPlan) -> TPPlan:
-    """``plan``, or a replicated one when it leaves one of the part's own tensors unplaced."""
+def placed(part: Part, plan: TPPlan, size: int = 1) -> TPPlan:
+    """``plan``, or a replicated one when it leaves one of the part's own tensors unplaced or
+    splits a tensor dimension that ``size`` ranks do not divide."""
     if not plan.split:
         return plan
-    covered = {f"{n}.{p}" for n in plan.linears for p in ("weight", "bias")} | set(plan.tensors)
-    loose = sorted(set(own_parameters(part)) - covered)
+    covered = {f"{n}.{p}" for n in plan.linears for p in ("weight", "bias")}
+    covered |= set(plan.tensors) | set(plan.summed)
+    own = own_parameters(part)
+    loose = sorted(set(own) - covered)
     if loose:
         return TPPlan.whole(f"its plan leaves {', '.join(loose)} unplaced")
+    for name, dim in plan.tensors.items():
+        if name in own and own[name].shape[dim] % size:
+            n = own[name].shape[dim]
+            return TPPlan.whole(f"{name} splits along a dimension of {n}, not a multiple of {size}")
     return plan
 
 
@@ -128,8 +135,10 @@ def _split_attention(attn: Attention, mesh: DeviceMesh, report: TPReport) -> Non
     for slot in HEAD_SLOTS:
         part = getattr(attn, slot)
         if part is not None:
-            plans[slot] = _note(part, placed(part, part.tp_plan()), report)
-    whole = {slot: not plan.split for slot, plan in plans.items()}
+            plans[slot] = _note(part, placed(part, part.tp_plan(), size), report)
+    # the slots whose output covers every head (a whole part, or a split one summing inside)
+    sums = ("query", "key", "value")
+    whole = {s: not p.split or (p.whole_output and s in sums) for s, p in plans.items()}
     split = HeadSplit(mesh, size, whole["query"], whole["key"], whole["value"])
     split.score_whole = whole.get("score", False)
     split.heads_local = not split.score_whole or attn.heads_out % size == 0
@@ -183,7 +192,7 @@ def parallelize(model: nn.Module, mesh: DeviceMesh) -> TPReport:
             in_heads.update(id(getattr(m, s)) for s in HEAD_SLOTS)
     for m in list(model.modules()):
         if isinstance(m, Part) and id(m) not in in_heads:
-            plan = _note(m, m.tp_plan(), report)
+            plan = _note(m, placed(m, m.tp_plan(), size), report)
             if plan.split:
                 apply_plan(m, plan, mesh)
     _split_vocabulary(model, mesh, report)

@@ -32,6 +32,11 @@ What "split" means per slot (the attention's heads follow the mesh: rank r of P 
   d-wide stream; its Linears pair ``colwise`` then ``rowwise`` (the MLP) or are
   ``rowwise_full_in``.
 
+A part that splits its own work (an MoE's experts) reads its split tensors through ``local``,
+sums its ranks' partial outputs with ``summed`` and the gradients of what it applies to its
+rank's share with ``summed_grad`` (Megatron's reduce-from and copy-to regions; ``whole_output``
+then says a projection returns every head).
+
 A split part in the attention path must place every parameter it owns (a Linear's style or a
 tensor's dimension); one that leaves a tensor unplaced is treated as replicated, with that
 reason, because a replicated weight applied to one rank's heads would get only that rank's part
@@ -44,6 +49,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+import torch
+import torch.distributed
 from torch import Tensor
 
 LinearStyle = Literal["colwise", "rowwise", "rowwise_full_in"]
@@ -60,12 +67,18 @@ class TPPlan:
     ``linears``: Linear name relative to the part -> style (``STYLES``). ``tensors``: the part's
     own parameter name -> the dimension split over the ranks (a per-head tensor by its head
     dimension, stacked experts by the expert dimension). ``replicated``: why the part cannot be
-    split (non-empty: it is held and computed whole on every rank; ``linears`` and ``tensors``
-    are then empty)."""
+    split (non-empty: it is held and computed whole on every rank; the other fields are then
+    empty). ``summed``: own parameters kept whole on every rank that the part applies to its
+    rank's share of the work and whose gradients it sums itself (reading them through
+    :func:`summed_grad`: an MoE's router). ``whole_output``: a split projection (query, key,
+    value) that returns every head, its ranks' shares summed inside it (:func:`summed`); the
+    attention keeps the rank's heads, as of a whole part."""
 
     linears: Mapping[str, LinearStyle] = field(default_factory=dict)
     tensors: Mapping[str, int] = field(default_factory=dict)
     replicated: str = ""
+    summed: tuple[str, ...] = ()
+    whole_output: bool = False
 
     @property
     def split(self) -> bool:
@@ -85,7 +98,7 @@ class TPPlan:
             for name, style in self.linears.items()
             if style not in STYLES
         ]
-        if self.replicated and (self.linears or self.tensors):
+        if self.replicated and (self.linears or self.tensors or self.summed or self.whole_output):
             out.append("a replicated plan places no Linear or tensor")
         return out
 
@@ -96,3 +109,66 @@ def local(t: Tensor) -> Tensor:
     that splits its own tensors (``TPPlan.tensors``) reads them through this in ``forward``."""
     to_local = getattr(t, "to_local", None)
     return to_local() if callable(to_local) else t
+
+
+def is_split(t: Tensor) -> bool:
+    """Whether ``t`` is a tensor the plan split over a mesh (a DTensor)."""
+    return callable(getattr(t, "to_local", None)) and hasattr(t, "device_mesh")
+
+
+def shard_range(t: Tensor) -> tuple[int, int]:
+    """[lo, hi) of this rank's rows of ``t`` along its split dimension (the whole dimension 0
+    when ``t`` is not split): rank r of P holds rows [r n/P, (r+1) n/P)."""
+    if not is_split(t):
+        return 0, t.shape[0]
+    mesh = t.device_mesh
+    dim = next(p.dim for p in t.placements if hasattr(p, "dim"))
+    n, size, rank = t.shape[dim], mesh.size(), mesh.get_local_rank()
+    return rank * n // size, (rank + 1) * n // size
+
+
+class _SumGrad(torch.autograd.Function):
+    """Identity forward; the ranks' gradients summed backward (Megatron's copy-to-region)."""
+
+    @staticmethod
+    def forward(ctx, t: Tensor, group) -> Tensor:
+        ctx.group = group
+        return t.view_as(t)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        grad = grad.contiguous().clone()
+        torch.distributed.all_reduce(grad, group=ctx.group)
+        return grad, None
+
+
+class _SumForward(torch.autograd.Function):
+    """The ranks' values summed forward; the gradient passed on as it is (every rank's term
+    of the sum has the sum's gradient): Megatron's reduce-from-region."""
+
+    @staticmethod
+    def forward(ctx, t: Tensor, group) -> Tensor:
+        t = t.contiguous().clone()
+        torch.distributed.all_reduce(t, group=group)
+        return t
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        return grad, None
+
+
+def summed_grad(t: Tensor, like: Tensor) -> Tensor:
+    """``t`` (the same on every rank) used for this rank's share of a part's work: the
+    identity forward, the ranks' gradients summed backward, over the mesh of the split tensor
+    ``like``; ``t`` itself when ``like`` is not split (one process)."""
+    if not is_split(like):
+        return t
+    return _SumGrad.apply(t, like.device_mesh.get_group())
+
+
+def summed(t: Tensor, like: Tensor) -> Tensor:
+    """The sum over the ranks of ``like``'s mesh of each rank's partial ``t`` (its gradient
+    passed to every rank's term); ``t`` itself when ``like`` is not split."""
+    if not is_split(like):
+        return t
+    return _SumForward.apply(t, like.device_mesh.get_group())
