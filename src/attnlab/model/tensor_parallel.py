@@ -16,8 +16,12 @@ head colwise, its logits gathered):
 
 Memory per rank: each split Linear 1/P of its weight and of its AdamW state; communication per
 layer: one all-reduce of [B, T, d] after W_O and one after every rowwise Linear (the MLP), one
-of the gradient of x~ backward. Sequence parallelism (torchtitan's ``SequenceParallel`` norms)
-is not used: it needs reduce-scatter, which gloo does not run for every DTensor op on CPU.
+of the gradient of x~ backward. Sequence parallelism (torchtitan's ``SequenceParallel`` norms,
+the residual stream split by position between the split matmuls, a reduce-scatter in place of
+each all-reduce) is not built: it saves activation memory on long sequences, not weights. Gloo
+in torch 2.13 would run it on CPU (checked 2026-11-27: DTensor's Partial -> Shard
+redistribution, ``reduce_scatter_tensor`` and a SequenceParallel norm + colwise + rowwise block
+on 2 processes all run), as it runs FSDP2's reduce-scatter on the ("dp", "tp") mesh.
 """
 
 from __future__ import annotations

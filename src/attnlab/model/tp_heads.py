@@ -13,7 +13,8 @@ A part that cannot be split (``Part.tp_plan`` replicated) still runs, whole:
 
 A weight applied to the rank's heads alone (qk-norm's gains) goes through ``shared``: the
 identity forward, a sum of the ranks' gradients backward, so it gets the gradient of all heads.
-Each of these is one DTensor redistribution (gloo on CPU, NCCL on GPUs; no reduce-scatter).
+Each of these is one DTensor redistribution (all-gather or all-reduce: gloo on CPU, NCCL on
+GPUs).
 """
 
 from __future__ import annotations

@@ -13,8 +13,7 @@ and measures, against the whole model in the same process:
 
 The processes start once for a list of jobs (``run``): starting two Python processes that import
 torch costs seconds, a job a fraction of one. Gloo runs every collective this needs (all-reduce,
-all-gather: DTensor redistributions between Replicate, Shard and Partial); sequence parallelism's
-reduce-scatter is not used.
+all-gather: DTensor redistributions between Replicate, Shard and Partial).
 """
 
 from __future__ import annotations
