@@ -22,10 +22,15 @@
 #    the RoPE baseline (FlashAttention-2 through SDPA) and beside their pre-engine dense SDPA
 #    forms, T=1024; on CUDA the engine runs flex (compiled once, its compile reported apart).
 #    ENGINE=0 leaves it out; its budget T_ENGINE=120 is on top of the 570 s below
+# 3c. tensor parallelism (issue 35), only where 2 GPUs are visible: torchrun --nproc_per_node=2
+#    attnlab bench --tp 2 at gpt2-124m, bf16: cached greedy decode tokens/s whole and split over
+#    the 2 GPUs (NCCL), greedy tokens equal, and per device the weights, the KV cache and the peak
+#    allocated memory (bench_tp2.json); on one GPU it is recorded as not run
 # 4. the results file (benchmarks/gpu_summary.py), with issue 13's item-4 targets met or not
 #
 # Each step has a time budget (seconds; override by environment): T_TESTS=240 T_DET=150
-# T_BENCH=180, 570 s in all plus preflight and summary; none of them has been timed on a GPU yet.
+# T_BENCH=180 (T_TP=120 on a 2-GPU machine), 570 s in all plus preflight and summary; none of
+# them has been timed on a GPU yet.
 # PYTEST_K=EXPR narrows the test set. A step that fails or runs out of time is recorded as such
 # and the next one runs. Work files go to runs/gpu-<date>/ (--out DIR to change).
 # Exit status: 0 when every step succeeded (targets not met are reported, not failures), 1 if
@@ -39,7 +44,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --dry-run) DRY=1 ;;
     --out) WORK="$2"; shift ;;
-    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
     *) echo "gpu_h100.sh: unknown argument $1 (use --dry-run, --out DIR)" >&2; exit 2 ;;
   esac
   shift
@@ -130,6 +135,23 @@ if [ "${ENGINE:-1}" = 1 ]; then
     step engine "${T_ENGINE:-120}" "$WORK/engine.log" env DEVICE=cuda T=1024 STEPS=5 REPEATS=3 \
       bash benchmarks/attention_engine_model.sh "$WORK/attention-engine"
   fi
+fi
+
+# --- 3c. tensor parallelism: TP=2 decode tokens/s and memory per device ---------------------------
+# (the dry run: 2 CPU processes over gloo at tiny shapes; a GPU machine: 2 GPUs over NCCL)
+NGPU=$("$PY" -c 'import torch; print(torch.cuda.device_count())')
+if [ "$DRY" = 1 ]; then
+  TP=(--preset tiny --device cpu --dtype float32 --threads 1 --new-tokens 8 --decode-repeats 1)
+elif [ "$NGPU" -ge 2 ]; then
+  TP=(--preset gpt2-124m --device cuda --dtype bfloat16 --new-tokens 256
+    --decode-repeats 3)
+fi
+if [ "$DRY" = 1 ] || [ "$NGPU" -ge 2 ]; then
+  step tp2 "${T_TP:-120}" "$WORK/bench_tp2.log" bash -c '"$0" -m torch.distributed.run \
+    --standalone --nproc_per_node=2 -m attnlab bench "${@}" --variants baseline,nonlinear_query \
+    --tp 2 --prompt-len 16 --json > "'"$WORK"'/bench_tp2.json"' "$PY" "${TP[@]}"
+else
+  echo "tensor parallelism: not run, $NGPU GPU(s) visible (needs 2)" > "$WORK/bench_tp2.log"
 fi
 
 # --- 4. the results file -------------------------------------------------------------------------

@@ -171,6 +171,42 @@ def determinism_lines(det: dict | None) -> list[str]:
     ]
 
 
+def tp_lines(tp: dict | None, log: Path) -> list[str]:
+    """The TP=2 decode table (MB = 10^6 bytes, per device), or why there is none."""
+    if not tp:
+        first = log.read_text(encoding="utf-8").splitlines()[:1] if log.is_file() else []
+        return [first[0] if first else "No result: the step failed or ran out of time."]
+    mb = lambda xs: " / ".join(f"{x / 1e6:.1f}" for x in xs) if xs else "-"  # noqa: E731
+    rows = [
+        [
+            r["name"],
+            f"{r['whole_tokens_per_s']:.1f}",
+            f"{r['split_tokens_per_s']:.1f}",
+            "yes" if r["greedy_identical"] else "NO",
+            f"{mb(r['weight_bytes'])} ({r['whole_weight_bytes'] / 1e6:.1f})",
+            mb(r["cache_bytes"]),
+            mb(r.get("peak_bytes")),
+        ]
+        for r in tp.get("rows", [])
+    ]
+    return [
+        tp.get("machine", ""),
+        "",
+        *_table(
+            [
+                "variant",
+                "whole tok/s",
+                "TP=2 tok/s",
+                "greedy same",
+                "weights MB/device (whole)",
+                "KV cache MB/device",
+                "peak MB/device",
+            ],
+            rows,
+        ),
+    ]
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--work", required=True, type=Path)
@@ -229,6 +265,9 @@ def main(argv: list[str] | None = None) -> int:
         ]
     else:
         lines += ["No result: the step failed or ran out of time (see bench.log)."]
+    tp = _load(work / "bench_tp2.json")
+    lines += ["", "## Tensor parallelism: TP=2 decode (`attnlab bench --tp 2`)", ""]
+    lines += tp_lines(tp, work / "bench_tp2.log")
     args.result.parent.mkdir(parents=True, exist_ok=True)
     args.result.write_text("\n".join(lines) + "\n", encoding="utf-8")
     summary = {
@@ -237,6 +276,7 @@ def main(argv: list[str] | None = None) -> int:
         "pytest": pytest_outcome(work / "pytest.log"),
         "determinism": det,
         "bench": bench or None,
+        "tp2": tp,
         "targets": [
             {"target": t, "measured": v, "met": None if args.dry_run else ok}
             for t, v, ok in targets(bench)

@@ -28,8 +28,9 @@ from tests.helpers.registry import restored
 
 #: the README's example plugins: their parts are checked like the built-in ones
 PLUGINS = [EXAMPLES / f for f in ("my_ideas.py", "softcap.py", "causal_mean.py")]
-#: the properties each ``test_part`` item checks (the export has its own items)
-IN_PROCESS = [p for p in PROPERTIES if p != "export"]
+#: the properties each ``test_part`` item checks (the export and tp have their own items: each
+#: runs every selected part in one child process, or one pair of gloo processes)
+IN_PROCESS = [p for p in PROPERTIES if p not in ("export", "tp")]
 
 
 def _registered() -> list[str]:
@@ -54,15 +55,16 @@ class Battery:
         for item in items:
             callspec = getattr(item, "callspec", None)
             if callspec is not None and item.module.__name__ == __name__:
-                part, prop = callspec.params["part"], callspec.params.get("prop", "export")
-                self.asked[part].add(prop)
+                prop = callspec.params.get("prop", item.originalname.removeprefix("test_"))
+                self.asked[callspec.params["part"]].add(prop)
         self.reports: dict[str, PartReport] = {}
         self.exports: dict[str, PartReport] | None = None
+        self.splits: dict[str, PartReport] | None = None
 
     def report(self, part: str) -> PartReport:
         if part not in self.reports:
             slot, kind = part.split(".")
-            wanted = self.asked[part] - {"export"}
+            wanted = self.asked[part] - {"export", "tp"}
             self.reports[part] = check_part(slot, kind, export=False, properties=wanted)
         return self.reports[part]
 
@@ -74,6 +76,15 @@ class Battery:
             reports = check_parts(requests, compile=False, properties=["export"])
             self.exports = dict(zip(todo, reports))
         return self.exports[part]
+
+    def split(self, part: str) -> PartReport:
+        """Every selected part split by tensor parallelism, in one pair of gloo processes."""
+        if self.splits is None:
+            todo = [p for p in PARTS if "tp" in self.asked[p]]
+            requests = [PartRequest(*p.split("."), {}) for p in todo]
+            reports = check_parts(requests, compile=False, export=False, tp=True, properties=["tp"])
+            self.splits = dict(zip(todo, reports))
+        return self.splits[part]
 
 
 @pytest.fixture(scope="module")
@@ -119,6 +130,14 @@ def test_export(part: str, battery: Battery) -> None:
             f"{part} has decoder configs ({', '.join(report.cases)}) but its export was "
             f"skipped: {result.detail}"
         )
+        pytest.skip(f"{part} {result.message()}")
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("part", PARTS)
+def test_tp(part: str, battery: Battery) -> None:
+    result = _outcome(battery.split(part), "tp")
+    if result.status == "skipped":
         pytest.skip(f"{part} {result.message()}")
 
 

@@ -18,9 +18,14 @@ from attnlab.base.errors import NonFiniteError
 
 def plain_tensors(model: nn.Module) -> list[tuple[str, torch.Tensor]]:
     """Every parameter and buffer as plain tensors: a quantized weight (a tensor subclass such as
-    torchao's, which implements no elementwise ops) by the tensors it holds (data, scales)."""
+    torchao's, which implements no elementwise ops) by the tensors it holds (data, scales); a
+    weight split over a mesh (a DTensor: tensor parallelism, FSDP2) by this rank's shard."""
     out = []
     for name, t in (*model.named_parameters(), *model.named_buffers()):
+        to_local = getattr(t, "to_local", None)
+        if callable(to_local):
+            out.append((name, to_local()))
+            continue
         flatten = getattr(t, "__tensor_flatten__", None)
         if type(t.data) is torch.Tensor or flatten is None:
             out.append((name, t))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 
 from attnlab.config import Config, ConfigError, check_distinct, load_config
 
@@ -40,6 +41,31 @@ def add_set_argument(
         metavar="KEY=VALUE",
         help=f"override {what}, e.g. --set {example} (repeatable)",
     )
+
+
+def add_tp_argument(p: argparse.ArgumentParser) -> None:
+    """``--tp N``: tensor parallelism over N ranks of a ``torchrun`` job (``args.tp``)."""
+    p.add_argument(
+        "--tp",
+        type=int,
+        default=1,
+        metavar="N",
+        help="split the model over N processes by tensor parallelism (heads, MLP units and the "
+        "vocabulary; under torchrun, N dividing the processes and the heads; default 1)",
+    )
+
+
+def check_tp_args(args: argparse.Namespace, model_cfg) -> None:
+    """Refuse a ``--tp`` this job cannot run (no torchrun, not dividing the processes or the
+    heads) before anything is read or written."""
+    tp = getattr(args, "tp", 1)
+    if tp == 1:
+        return
+    from attnlab.model.tensor_parallel import check_tp
+    from attnlab.runs.distributed import check_tp_world
+
+    check_tp_world(tp, int(os.environ.get("WORLD_SIZE", "1")))
+    check_tp(model_cfg, tp)
 
 
 def add_plugin_argument(p: argparse.ArgumentParser) -> None:

@@ -9,7 +9,7 @@ import json
 
 from attnlab.base import exitcodes
 from attnlab.base.errors import UserError
-from attnlab.commands._common import add_set_argument, add_skip_argument
+from attnlab.commands._common import add_set_argument, add_skip_argument, add_tp_argument
 
 NAME = "bench"
 HELP = (
@@ -105,6 +105,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="run the CPU target checks (fixed config d=256, 6 layers, T=256, 2 threads) and "
         "write benchmarks/results/cpu-<cpu>-<date>.md/.json",
     )
+    add_tp_argument(p)
     p.add_argument("--json", action="store_true", help="print the result as JSON, no tables")
     p.add_argument("--list", action="store_true", help="list the variants and peers and exit")
 
@@ -191,6 +192,8 @@ def run(args: argparse.Namespace) -> int:
         return _list()
     log = (lambda m: print(m, file=sys.stderr)) if args.json else print
     _check_counts(args)
+    if args.tp != 1:
+        return _run_tp(args)
     check_threads(args.threads)
     check_device(args.device)
     from attnlab.quant.store import is_quantized_dir
@@ -260,3 +263,79 @@ def run(args: argparse.Namespace) -> int:
     if result.failures or (result.targets and not all(t["met"] for t in result.targets)):
         return exitcodes.FAILED
     return exitcodes.OK
+
+
+def _run_tp(args: argparse.Namespace) -> int:
+    """``--tp N`` under torchrun: each variant's cached greedy decoding whole and split over N
+    ranks, with the memory each rank holds (``attnlab.bench.tensor_parallel``); rank 0 prints."""
+    import os
+
+    import torch
+
+    from attnlab.bench.runner import DTYPES
+    from attnlab.bench.tensor_parallel import measure, table
+    from attnlab.bench.variants import variant_config
+    from attnlab.config import ConfigError
+    from attnlab.model.tensor_parallel import check_tp
+    from attnlab.runs.device import resolve_device, resolve_precision
+    from attnlab.runs.distributed import check_tp_world, setup
+
+    check_tp_world(args.tp, int(os.environ.get("WORLD_SIZE", "1")))
+    if args.targets or args.out or args.save:
+        raise UserError(
+            "--tp prints decoding split over the ranks; --targets, --out and --save "
+            "are for the single-process bench (drop them)"
+        )
+    spec = _spec(args)
+    configs, skipped = [], []
+    for name in spec.variants:
+        try:
+            cfg = variant_config(spec.config, name)
+            check_tp(cfg.model, args.tp)
+        except (ConfigError, UserError) as e:
+            skipped.append(f"{name}: {' '.join(str(e).split())}")
+            continue
+        configs.append((name, cfg))
+    if not configs:
+        raise UserError("no variant can be split: " + "; ".join(skipped))
+    dist = setup(args.device, args.tp)
+    try:
+        device = resolve_device(args.device, local_rank=dist.local_rank, setting="--device")
+        if args.threads:
+            torch.set_num_threads(args.threads)
+        dtype_name = args.dtype or resolve_precision("auto", device).name  # as the trainer
+        if dtype_name not in DTYPES:
+            raise UserError(f"--dtype {dtype_name}: choose one of {', '.join(DTYPES)}")
+        new = args.new_tokens or 32
+        rows = [
+            measure(
+                n,
+                c,
+                dist,
+                device,
+                dtype=DTYPES[dtype_name],
+                prompt_len=args.prompt_len,
+                new_tokens=new,
+                batch=args.decode_batch,
+                repeats=args.decode_repeats,
+            )
+            for n, c in configs
+        ]
+    finally:
+        dist.close()
+    if dist.is_main:
+        load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+        machine = (
+            f"{dist.world} processes on {device.type}, torch {torch.__version__}, "
+            f"load average {load}"
+        )
+        if args.json:
+            print(
+                json.dumps(
+                    {"machine": machine, "skipped": skipped, "rows": [r.to_dict() for r in rows]},
+                    indent=2,
+                )
+            )
+        else:
+            print("\n".join([*table(rows, machine), *(f"skipped {s}" for s in skipped)]))
+    return exitcodes.OK if all(r.greedy_identical for r in rows) else exitcodes.FAILED

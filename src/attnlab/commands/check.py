@@ -39,9 +39,10 @@ COLUMNS = {
     "bfloat16": "bf16",
     "export": "export",
     "quantize": "quant",
+    "tp": "tp",
 }
-#: the table's width: a part name and thirteen property columns
-WIDTH = 148
+#: the table's width: a part name and fourteen property columns
+WIDTH = 154
 MARK = {"passed": "[green]ok[/]", "failed": "[bold red]FAIL[/]", "skipped": "[dim]-[/]"}
 
 
@@ -64,6 +65,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "a part; inductor: also its C++ kernels, as train.compile (minutes on a cold cache)",
     )
     p.add_argument("--no-export", action="store_true", help="skip the transformers export")
+    p.add_argument(
+        "--with-tp",
+        action="store_true",
+        help="also the tp property: each part's model split by tensor parallelism over 2 gloo "
+        "processes equals it whole (every part in one pair of processes; tens of seconds)",
+    )
     p.add_argument("--verbose", "-v", action="store_true", help="also every passed/skipped line")
     p.add_argument(
         "--quiet",
@@ -197,6 +204,7 @@ def run(args: argparse.Namespace) -> int:
             todo,
             compile=not args.no_compile,
             export=not args.no_export,
+            tp=args.with_tp,
             compile_backend=args.compile_backend,
             steps=progress,
         )

@@ -7,7 +7,7 @@ import math
 
 from attnlab.base import exitcodes
 from attnlab.base.errors import UserError
-from attnlab.commands._common import add_trust_argument, trusting
+from attnlab.commands._common import add_tp_argument, add_trust_argument, check_tp_args, trusting
 
 NAME = "generate"
 HELP = "continue a prompt with the model of a training run (KV cache; temperature 0 = greedy)"
@@ -32,6 +32,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="a family that reads neighbours (model.family='retrieval'): decode without them "
         "(default: live retrieval from the run's database every chunk)",
     )
+    add_tp_argument(p)
     add_trust_argument(p)
 
 
@@ -62,11 +63,50 @@ def _prompt_text(prompt: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    with trusting(args):  # a plugin file inside a received run directory: --trust-remote-code
-        return _run(args)
+    import os
+
+    from attnlab.runs.distributed import check_tp_world, setup
+
+    _check_flags(args)
+    check_tp_world(args.tp, int(os.environ.get("WORLD_SIZE", "1")))
+    dist = setup(args.device, args.tp) if args.tp > 1 else None
+    try:
+        with trusting(args):  # a plugin file inside a received run directory: --trust-remote-code
+            return _run(args, dist)
+    finally:
+        if dist is not None:
+            dist.close()
 
 
-def _run(args: argparse.Namespace) -> int:
+def _load(args: argparse.Namespace, device, dist):
+    """(model, config, tokenizer) of RUN_DIR on ``device``; split over the "tp" ranks of
+    ``dist`` with ``--tp`` (each rank loads the whole weights, then keeps its share)."""
+    from attnlab.quant.store import is_quantized_dir
+    from attnlab.runs.load import load_run_model
+    from attnlab.runs.runstate import require_weights
+
+    if is_quantized_dir(args.run_dir):
+        if dist is not None:
+            raise UserError(
+                f"--tp {args.tp} splits full-precision weights; {args.run_dir} is quantized "
+                "(torchao tensors do not split by DTensor here): generate from the run itself"
+            )
+        from attnlab.quant.store import load as load_quantized
+
+        q = load_quantized(args.run_dir, device=device)
+        return q.model, q.config, q.tokenizer
+    _preflight(args)
+    require_weights(args.run_dir)
+    model, cfg, tok = load_run_model(args.run_dir, device=device)
+    if dist is not None:
+        from attnlab.runs.distributed import split
+
+        check_tp_args(args, cfg.model)
+        split(model, dist)
+    return model, cfg, tok
+
+
+def _run(args: argparse.Namespace, dist=None) -> int:
     import torch
 
     from attnlab.base.devices import check_device
@@ -75,25 +115,13 @@ def _run(args: argparse.Namespace) -> int:
     from attnlab.parts import families
     from attnlab.parts.family import NEIGHBOURS
     from attnlab.runs.device import resolve_device
-    from attnlab.runs.load import load_run_model
-    from attnlab.runs.runstate import require_weights
 
-    _check_flags(args)
     prompt_text = _prompt_text(args.prompt)
     check_device(args.device)
-    device = resolve_device(args.device, setting="--device")
+    local = dist.local_rank if dist is not None else None
+    device = resolve_device(args.device, local_rank=local, setting="--device")
     args.device = str(device)
-    from attnlab.quant.store import is_quantized_dir
-
-    if is_quantized_dir(args.run_dir):
-        from attnlab.quant.store import load as load_quantized
-
-        q = load_quantized(args.run_dir, device=device)
-        model, cfg, tok = q.model, q.config, q.tokenizer
-    else:
-        _preflight(args)
-        require_weights(args.run_dir)
-        model, cfg, tok = load_run_model(args.run_dir, device=device)
+    model, cfg, tok = _load(args, device, dist)
     family = families.of(cfg.model)
     if not family.continues_text:
         raise UserError(
@@ -140,7 +168,8 @@ def _run(args: argparse.Namespace) -> int:
         new = new[: new.index(tok.eos_id)]
     # ids above the tokenizer's vocabulary (mask/sentinel slots) are not text
     new = [i for i in new if i < tok.vocab_size]
-    print(prompt_text + tok.decode(new))
+    if dist is None or dist.is_main:  # under --tp every rank decoded the same tokens
+        print(prompt_text + tok.decode(new))
     return exitcodes.OK
 
 

@@ -15,7 +15,9 @@ from attnlab.base.errors import UserError
 from attnlab.commands._common import (
     add_config_arguments,
     add_skip_argument,
+    add_tp_argument,
     add_trust_argument,
+    check_tp_args,
     config_from_args,
     trusting,
 )
@@ -56,6 +58,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="start from a GPT-2, GPT-NeoX or Llama checkpoint (a local Hugging Face folder, or "
         "hf:NAME online): its architecture becomes [model], its weights the initial parameters",
     )
+    add_tp_argument(p)
     add_skip_argument(p)
     add_trust_argument(p)
 
@@ -122,6 +125,7 @@ def _run(args: argparse.Namespace) -> int:
     else:
         cfg = config_from_args(args)
     check_out_dir(args.out, "--out")
+    check_tp_args(args, cfg.model)
     main = int(os.environ.get("RANK", "0")) == 0
     fresh = not Path(args.out).exists()
     # lock before the slow imports and the preflight, so a second process on the same --out
@@ -153,6 +157,7 @@ def _run(args: argparse.Namespace) -> int:
             progress=reporter,
             resume=not args.restart,
             allow_plugin_change=args.allow_plugin_change,
+            tp=args.tp,
         )
     if not main:
         return exitcodes.OK

@@ -7,7 +7,9 @@ Every step is the part its slot names in the config (``model.query``, ``model.ke
 ``model.value``, ``model.score``, ``model.readout``, ``model.mixer``). When every projection part
 can be fused (``fused_weights``) and ``model.attention.fuse_qkv`` is on, the projections that read
 x~ linearly run as one matmul d -> (r_q + 2 d_kv), each part finishing its own slice.
-Params (baseline): W_Q d*d_q + W_K, W_V d*d_kv each + W_O d_q*d.
+Params (baseline): W_Q d*d_q + W_K, W_V d*d_kv each + W_O d_q*d. Under tensor parallelism
+(``tp``, set by ``attnlab.model.tensor_parallel``) H and H_kv are the rank's heads and the
+steps that cross heads go through :class:`~attnlab.model.tp_heads.HeadSplit`.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from attnlab.model.context import AttnContext
 from attnlab.model.kv_cache import KVCache
 from attnlab.model.linear import DecodeLayout, matmul_split, param_key, split_columns, uses_layout
 from attnlab.model.norms import RMSNorm
+from attnlab.model.tp_heads import HeadSplit
 from attnlab.parts import Dims, ScoreContext, registry
 from attnlab.parts.registry import build
 
@@ -63,6 +66,9 @@ class Attention(DecodeLayout, nn.Module):
         self.readout = build(readout, dims, "readout")
         dims = dims.with_(mixer_in=type(self.readout).width(readout, dims))
         self.mixer = build(cfg.mixer, dims, "mixer")
+
+    #: the head split over a ``tp`` mesh (None: one process holds every head)
+    tp: HeadSplit | None = None
 
     # -------------------------------------------------------------------------------- projections
     def project_qkv(self, u: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -110,8 +116,12 @@ class Attention(DecodeLayout, nn.Module):
         return weight, bias
 
     def memory_kv(self, memory: Tensor) -> tuple[Tensor, Tensor]:
-        """Cross-attention's keys and values of ``memory`` [B, S, d]: [B, H_kv, S, d_h] each."""
-        return self._heads(self.key(memory), self.Hkv), self._heads(self.value(memory), self.Hkv)
+        """Cross-attention's keys and values of ``memory`` [B, S, d]: [B, H_kv, S, d_h] each
+        (this rank's heads under tensor parallelism)."""
+        k, v = self.key(memory), self.value(memory)
+        if self.tp is not None:
+            k, v = self.tp.keys_values(k, v)
+        return self._heads(k, self.Hkv), self._heads(v, self.Hkv)
 
     def _heads(self, t: Tensor, n: int) -> Tensor:
         B, T, _ = t.shape
@@ -131,8 +141,9 @@ class Attention(DecodeLayout, nn.Module):
         """u [B,T,d] -> [B,T,d] (and the attention maps when ctx.need_weights). Cross-attention
         reads ``memory`` [B, S, d], or its keys and values ``kv`` (:meth:`memory_kv`) kept by
         the caller."""
+        tp = self.tp
         if self.cross:
-            q = self.query(u)
+            q = self.query(u) if tp is None else tp.query(self.query(u))
             if kv is not None:
                 k, v = kv
             elif cache is not None and slot in cache.cross:
@@ -144,10 +155,14 @@ class Attention(DecodeLayout, nn.Module):
             sctx = ScoreContext(None, False, None, ctx.need_weights)
         else:
             q, k, v = self.project_qkv(u)
+            if tp is not None:
+                q, (k, v) = tp.query(q), tp.keys_values(k, v)
             k, v = self._heads(k, self.Hkv), self._heads(v, self.Hkv)
             sctx = ScoreContext(ctx.allowed, ctx.is_causal, ctx.bias, ctx.need_weights, ctx.padding)
         q = self._heads(q, self.H)
-        if self.q_norm is not None:
+        if self.q_norm is not None and tp is not None:
+            q, k = tp.norm(self.q_norm, q), tp.norm(self.k_norm, k)
+        elif self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         if ctx.rotate is not None and not self.cross:
             q, k = ctx.rotate(q), ctx.rotate(k)
@@ -160,6 +175,10 @@ class Attention(DecodeLayout, nn.Module):
             sctx = ScoreContext(
                 None, False, None, ctx.need_weights, ctx.padding, ctx.mask, mods, norm, ctx.start
             )
+        if tp is not None:
+            heads, probs = tp.score(self, q, k, v, sctx)
+            return tp.mix(self, u, heads), probs
+        if self.declared and not self.cross:
             heads, probs = self.core(q, k, v, sctx)
         elif self.score is not None:
             heads, probs = self.score(q, k, v, self.core, sctx)

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.distributed.tensor import DTensor
 
 from attnlab.base.errors import InvalidRequestError
 from attnlab.config import ModelConfig
@@ -68,6 +69,9 @@ class Transformer(nn.Module):
         if cfg.tie_embeddings:
             self.lm_head.weight = self.embed.weight
         self.reset_parameters()
+
+    #: ranks of the ``tp`` mesh this model is split over (``model.tensor_parallel``); 1: whole
+    tp_size: int = 1
 
     def add_stack(self, plan: StackPlan) -> Stack:
         """Build the stack ``plan`` describes as the attribute it names (families call this)."""
@@ -154,7 +158,7 @@ class Transformer(nn.Module):
         return KVCache(
             self.decoder.n_slots,
             batch,
-            self.cfg.n_kv_heads,
+            self.cfg.n_kv_heads // self.tp_size,  # under tensor parallelism: the rank's KV heads
             max_len,
             self.cfg.head_dim,
             device or p.device,
@@ -276,7 +280,10 @@ class Transformer(nn.Module):
         loss = None
         if fused_loss:
             assert self.lm_head.bias is None
-            loss = linear_cross_entropy(h, self.lm_head.weight, targets, ignore_index=-100)
+            weight = self.lm_head.weight
+            if isinstance(weight, DTensor):  # split over a tp mesh: the chunked loss reads all
+                weight = weight.full_tensor()
+            loss = linear_cross_entropy(h, weight, targets, ignore_index=-100)
         elif targets is not None:
             loss = F.cross_entropy(
                 logits.view(-1, logits.shape[-1]).to(

@@ -39,6 +39,9 @@ declaration                what reads it
                            inputs and outputs; small gates and routers stay exact)
 ``full_precision_notes``   ``attnlab quantize``: why it keeps a weight in full precision (the
                            kept list of a quantized model names the reason)
+``tp_plan``                ``--tp N``: which Linears split column- or row-wise over the ranks,
+                           which own tensors split along which dimension, or why the part is
+                           replicated (default: replicated, :data:`attnlab.parts.tp.NO_PLAN`)
 =========================  =====================================================================
 
 ``register`` refuses a class whose declarations would leave it unused (``declaration_problems``:
@@ -62,6 +65,7 @@ from torch import Tensor, nn
 
 from attnlab.base.params import n_params
 from attnlab.base.schema import DEFAULT_INIT_STD, PartOptions
+from attnlab.parts.tp import NO_PLAN, TPPlan
 from attnlab.parts.width import WidthScaling
 
 #: ``Part.quantizable``'s default size: a Linear with fewer inputs or outputs than this (a gate,
@@ -356,6 +360,16 @@ class Part(nn.Module):
         the part) -> a sentence, shown in a quantized model's kept list. Default: none (the
         kept list then gives the generic reason: a norm, a small Linear, the part's own tensor)."""
         return {}
+
+    # ------------------------------------------------------------------------ tensor parallel
+    def tp_plan(self) -> TPPlan:
+        """How this part splits over the ranks of a ``tp`` mesh (``--tp N``): its Linears'
+        styles (column- or row-wise), its own tensors' split dimension, or why it cannot be split
+        (:class:`~attnlab.parts.tp.TPPlan`; what a split means per slot is in
+        :mod:`attnlab.parts.tp`). Default: replicated (held and computed whole on every rank:
+        always correct, without the memory saving; in the attention path its heads are gathered
+        from the ranks first)."""
+        return TPPlan.whole(NO_PLAN)
 
     def extra_repr(self) -> str:
         return f"kind={self.kind!r}"

@@ -37,6 +37,7 @@ from torch import Tensor, nn
 from attnlab.base.schema import PartOptions
 from attnlab.parts.part import Part, _implements
 from attnlab.parts.slot_mask import MaskPart
+from attnlab.parts.tp import TPPlan
 
 FusedRows = list[tuple[Tensor, Tensor | None]]
 #: what a score part's transform may rewrite (``ScorePart.on``)
@@ -384,6 +385,11 @@ class PositionPart(Part):
     def rotate(self, x: Tensor, tables: Any) -> Tensor:
         raise NotImplementedError
 
+    def tp_plan(self) -> TPPlan:
+        return TPPlan.whole(
+            "positions are computed whole; a logit bias [H, Tq, Tk] is sliced to the rank's heads"
+        )
+
 
 class NormOptions(PartOptions):
     """What every norm is built from: ``bias`` (a norm that has one), ``eps``."""
@@ -414,6 +420,9 @@ class NormPart(Part):
 
     def reset_norm(self) -> None:
         raise NotImplementedError
+
+    def tp_plan(self) -> TPPlan:
+        return TPPlan.whole("O(d) gains over the whole d-wide stream: whole on every rank")
 
 
 class CrossAttentionPart(Part):

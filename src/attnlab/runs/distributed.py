@@ -1,4 +1,5 @@
-"""Process-group plumbing for ``torchrun``: rank/world discovery, DDP and FSDP2 wrapping.
+"""Process-group plumbing for ``torchrun``: rank/world discovery, the ("dp", "tp") device mesh,
+tensor parallelism, DDP and FSDP2 wrapping.
 
 One process is the degenerate case (rank 0 of 1) and needs no process group. Under ``torchrun`` the
 group is created here (NCCL on CUDA, Gloo on CPU) unless the caller already made one, and destroyed
@@ -28,7 +29,21 @@ class Dist:
     local_rank: int = 0
     owns_group: bool = False
     backend: str | None = None
+    #: ranks per model copy (``--tp``): each copy is split over ``tp`` consecutive ranks
+    tp: int = 1
+    #: the 2-D ("dp", "tp") mesh when ``tp`` > 1 (torch's ``init_device_mesh``), else None
+    mesh: Any = None
     _closed: bool = field(default=False, repr=False)
+
+    @property
+    def data_world(self) -> int:
+        """Model copies that read different batches (the "dp" size: world / tp)."""
+        return self.world // self.tp
+
+    @property
+    def data_rank(self) -> int:
+        """This rank's copy (its "dp" index): the ranks of one copy read the same batch."""
+        return self.rank // self.tp
 
     @property
     def is_main(self) -> bool:
@@ -37,6 +52,12 @@ class Dist:
     @property
     def enabled(self) -> bool:
         return self.world > 1
+
+    def describe(self, parallel: str) -> str:
+        """status.json's ``parallel``: none, ddp, fsdp, tp, or fsdp+tp (copies x split)."""
+        if self.tp > 1:
+            return "fsdp+tp" if self.data_world > 1 else "tp"
+        return parallel if self.enabled else "none"
 
     def barrier(self) -> None:
         if self.enabled:
@@ -77,9 +98,38 @@ class Dist:
         self._closed = True
 
 
-def setup(device_pref: str) -> Dist:
-    """Join the ``torchrun`` job described by the environment, if any (WORLD_SIZE > 1)."""
+def setup(device_pref: str, tp: int = 1) -> Dist:
+    """Join the ``torchrun`` job described by the environment, if any (WORLD_SIZE > 1); with
+    ``tp`` > 1 also build the ("dp", "tp") mesh of world/tp copies of tp ranks each."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
+    check_tp_world(tp, world if world > 1 or not tdist.is_initialized() else tdist.get_world_size())
+    dist = _join(device_pref, world)
+    if tp > 1:
+        from torch.distributed.device_mesh import init_device_mesh
+
+        kind = "cuda" if dist.backend == "nccl" else "cpu"
+        dist.tp = tp
+        dist.mesh = init_device_mesh(kind, (dist.world // tp, tp), mesh_dim_names=("dp", "tp"))
+    return dist
+
+
+def check_tp_world(tp: int, world: int) -> None:
+    """Refuse a ``--tp`` that the job's processes cannot hold."""
+    if tp < 1:
+        raise UserError(f"--tp {tp}: give the number of ranks each model copy is split over (>= 1)")
+    if tp > 1 and world <= 1:
+        raise UserError(
+            f"--tp {tp} splits the model over {tp} processes, and this is one process; start it "
+            f"under torchrun: torchrun --standalone --nproc_per_node={tp} -m attnlab ... --tp {tp}"
+        )
+    if world % tp:
+        raise UserError(
+            f"--tp {tp} does not divide the {world} processes torchrun started; use "
+            f"--nproc_per_node a multiple of {tp} (world = data-parallel copies x tp)"
+        )
+
+
+def _join(device_pref: str, world: int) -> Dist:
     if world <= 1 and not tdist.is_initialized():
         return Dist()
     if tdist.is_initialized():
@@ -128,6 +178,17 @@ def _shard_units(model: nn.Module) -> list[nn.Module]:
     return units
 
 
+def split(model: nn.Module, dist: Dist) -> list[str]:
+    """Tensor parallelism: split ``model`` in place over the mesh's "tp" ranks
+    (``attnlab.model.tensor_parallel.parallelize``); the report's lines (which parts split, which
+    stay whole and why). Nothing to do (no lines) when ``dist.tp`` is 1."""
+    if dist.tp <= 1:
+        return []
+    from attnlab.model.tensor_parallel import parallelize
+
+    return parallelize(model, dist.mesh["tp"]).lines()
+
+
 def wrap(model: nn.Module, parallel: str, dist: Dist, device: torch.device) -> nn.Module:
     """The module to run forward/backward through: ``model`` itself, DDP, or FSDP2 in place.
 
@@ -135,16 +196,28 @@ def wrap(model: nn.Module, parallel: str, dist: Dist, device: torch.device) -> n
     and backward, gradients reduce-scattered), so a model whose weights plus AdamW state do not fit
     on one device can still train; it changes ``model`` in place and returns it.
     """
-    if not dist.enabled:
+    if not dist.enabled or dist.data_world == 1:  # one copy (all its ranks split it by --tp)
         return model
-    if parallel == "fsdp":
+    if parallel == "fsdp" or dist.tp > 1:  # with --tp, the copies always shard by FSDP2
         from torch.distributed.fsdp import fully_shard
 
+        mesh = dist.mesh["dp"] if dist.mesh is not None else None
         for unit in _shard_units(model):
-            fully_shard(unit)
-        fully_shard(model)
+            fully_shard(unit, mesh=mesh)
+        fully_shard(model, mesh=mesh)
         return model
     from torch.nn.parallel import DistributedDataParallel
 
     ids = [device.index] if device.type == "cuda" else None
     return DistributedDataParallel(model, device_ids=ids)
+
+
+def tied_state(model: nn.Module, state: dict) -> dict:
+    """``state`` with a tied parameter's names on one tensor (gathering a split model's state
+    makes one copy per name; the checkpoint stores a tied tensor once, its aliases by name)."""
+    first: dict[int, str] = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        if id(p) in first and name in state and first[id(p)] in state:
+            state[name] = state[first[id(p)]]
+        first.setdefault(id(p), name)
+    return state

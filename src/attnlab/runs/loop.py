@@ -41,6 +41,7 @@ from attnlab.model.engine.compile_cost import compile_seconds
 from attnlab.parts.exits import as_error
 from attnlab.parts.stats import train_stats
 from attnlab.runs import checkpoint, rundir
+from attnlab.runs.clipping import clip_grad_norm
 from attnlab.runs.device import Precision
 from attnlab.runs.distributed import Dist
 from attnlab.runs.divergence import DivergenceMonitor
@@ -176,7 +177,7 @@ class Loop:
         if scaler:
             scaler.unscale_(task.optimizer)
         clip = self.s.grad_clip if self.s.grad_clip > 0 else math.inf
-        grad_norm = torch.nn.utils.clip_grad_norm_(task.params, clip)
+        grad_norm = clip_grad_norm(task.params, clip)
         self._add_grad_noise(step)
         return float(mean.item()), _as_float(grad_norm)
 

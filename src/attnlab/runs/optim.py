@@ -56,17 +56,41 @@ def build_optimizer(
     betas: tuple[float, float],
     device: torch.device,
 ) -> torch.optim.AdamW:
-    """AdamW over :func:`param_groups`; the fused kernel on CUDA, the foreach one elsewhere.
+    """AdamW over :func:`param_groups`; the fused kernel on CUDA, the foreach one elsewhere,
+    and the per-tensor one when the parameters mix DTensors of a mesh with plain tensors
+    (tensor parallelism: a replicated part's weights stay plain; one multi-tensor kernel call
+    cannot take both).
 
     Cost: 2 extra fp32 tensors per parameter (first and second moments), i.e. 8 bytes/param.
     """
+    from torch.distributed.tensor import DTensor
+
     groups = param_groups(model, weight_decay)
     kwargs: dict[str, Any] = {"lr": lr, "betas": betas}
-    if device.type == "cuda":
+    kinds = {isinstance(p, DTensor) for g in groups for p in g["params"]}
+    specs = {
+        (id(p.device_mesh), p.placements)
+        for g in groups
+        for p in g["params"]
+        if isinstance(p, DTensor)
+    }
+    if len(kinds) > 1 or len(specs) > 1:
+        kwargs["foreach"] = False
+    elif device.type == "cuda":
         kwargs["fused"] = True
     else:
         kwargs["foreach"] = True
     return torch.optim.AdamW(groups, **kwargs)
+
+
+def keep_kernels(optimizer: torch.optim.Optimizer) -> None:
+    """Restore the kernel choice (``foreach``, ``fused``) this process built ``optimizer`` with
+    after loading a state dict, which carries the writer's: a checkpoint written whole (foreach)
+    resumes split by ``--tp`` (per-tensor) and the other way round."""
+    for group in optimizer.param_groups:
+        for key in ("foreach", "fused"):
+            if key in optimizer.defaults:
+                group[key] = optimizer.defaults[key]
 
 
 def recipe_optimizer(

@@ -35,6 +35,7 @@ from attnlab.testing import (
     state,
     width_transfer,
 )
+from attnlab.testing import tensor_parallel as tp_check
 from attnlab.testing.cases import Case, accepted, build, config_for, float64
 from attnlab.testing.result import PROPERTIES, PartReport, Result, failed, skipped
 
@@ -142,7 +143,7 @@ def _build(name: str, ok: list) -> list[tuple[Case, torch.nn.Module]] | Result:
 
 
 def _checks(
-    req: PartRequest, spec, ok: list, built: list, *, compile: bool, backend: str, export
+    req: PartRequest, spec, ok: list, built: list, *, compile: bool, backend: str, export, tp
 ) -> dict[str, Callable[[], Result]]:
     """Each property of the battery, as a function of the part's models."""
     cls, name = spec.cls, f"{req.slot}.{req.kind}"
@@ -184,6 +185,7 @@ def _checks(
         "bfloat16": lambda: compiled.check_bfloat16(name, base_cfg, base_case),
         "export": lambda: export(base_case),
         "quantize": lambda: quantize.check(name, cls, req.slot, req.kind, req.options, base_case),
+        "tp": lambda: tp(base_case),
     }
     assert list(checks) == list(PROPERTIES)
     return checks
@@ -197,7 +199,8 @@ def _check_one(
     export_dir: Path | None,
     step: Callable[[str, Result | None], None],
     wanted: Collection[str] = PROPERTIES,
-) -> tuple[PartReport, exporting.Job | None]:
+    with_tp: bool = False,
+) -> tuple[PartReport, tuple[exporting.Job | None, tp_check.Job | None]]:
     spec = _validated_spec(req)
     cls, name = spec.cls, f"{req.slot}.{req.kind}"
     report = PartReport(req.slot, req.kind, spec.source, dict(req.options))
@@ -213,14 +216,22 @@ def _check_one(
                 "declare the settings the part needs in check_config",
             )
         )
-        return report, None
+        return report, (None, None)
     step(memory.NAME, None)
     built = _build(name, ok)
     if isinstance(built, Result):
         step(memory.NAME, built)
         report.results.append(built)
-        return report, None
+        return report, (None, None)
     job: exporting.Job | None = None
+    split: tp_check.Job | None = None
+
+    def tp(case: Case) -> Result:
+        nonlocal split
+        if not with_tp:
+            return skipped(tp_check.NAME, "not asked for (attnlab check --with-tp)")
+        split = tp_check.job_for(req.slot, req.kind, case, req.options)
+        return skipped(tp_check.NAME, "pending")  # replaced once the 2 processes have run
 
     def export(case: Case) -> Result:
         nonlocal job
@@ -233,7 +244,7 @@ def _check_one(
         job = got
         return skipped("export", "pending")  # replaced once the child process has run
 
-    checks = _checks(req, spec, ok, built, compile=compile, backend=backend, export=export)
+    checks = _checks(req, spec, ok, built, compile=compile, backend=backend, export=export, tp=tp)
     for prop, fn in checks.items():
         if prop not in wanted:
             report.results.append(skipped(prop, "not asked for (properties=...)"))
@@ -243,7 +254,7 @@ def _check_one(
         result = skipped(prop, f"{name} declares: {why}") if why else _guard(prop, name, fn)
         report.results.append(result)
         step(prop, result)
-    return report, job
+    return report, (job, split)
 
 
 def _wanted(properties: Collection[str] | None) -> tuple[str, ...]:
@@ -267,13 +278,15 @@ def check_parts(
     *,
     compile: bool = True,
     export: bool = True,
+    tp: bool = False,
     compile_backend: str = "aot_eager",
     progress: Callable[[PartReport], None] | None = None,
     steps: Step | None = None,
     properties: Collection[str] | None = None,
 ) -> list[PartReport]:
     """Check every part of ``requests`` (float64, CPU); exports are loaded by one child process
-    at the end. ``compile_backend``: ``aot_eager`` (dynamo's tracing, eager kernels; about a
+    at the end, and with ``tp`` every part's model is split over one pair of gloo processes
+    (the ``tp`` property, :mod:`attnlab.testing.tensor_parallel`; skipped without it). ``compile_backend``: ``aot_eager`` (dynamo's tracing, eager kernels; about a
     second a part) or ``inductor`` (C++ kernels as ``train.compile``; slow on a cold cache).
     ``progress`` is called with each report as its in-process checks finish; ``steps`` before
     and after each property of each part (:data:`Step`), e.g. to show which one is running.
@@ -288,6 +301,7 @@ def check_parts(
         _validated_spec(req)
     reports: list[PartReport] = []
     jobs: list[tuple[PartReport, exporting.Job]] = []
+    splits: list[tuple[PartReport, tp_check.Job]] = []
     n = len(requests)
     with tempfile.TemporaryDirectory(prefix="attnlab-check-") as tmp:
         for i, req in enumerate(requests):
@@ -304,23 +318,54 @@ def check_parts(
                 builtin = registry.get(req.slot, req.kind).source == registry.BUILTIN
                 name = "attnlab_check" if builtin else f"attnlab_check_{i}"
                 folder = Path(tmp) / str(i) / name if export else None
-                report, job = _check_one(
+                report, (job, split) = _check_one(
                     req,
                     compile=compile,
                     backend=compile_backend,
                     export_dir=folder,
                     step=step,
                     wanted=wanted,
+                    with_tp=tp,
                 )
             report.seconds = time.perf_counter() - t0
             reports.append(report)
+            if split is not None:
+                splits.append((report, split))
             if job is not None:
                 jobs.append((report, job))
-            elif progress is not None:
+            elif progress is not None and split is None:
                 progress(report)
+        if splits:
+            exported = {id(r) for r, _ in jobs}
+            _run_splits(splits, progress, steps, reports, exported)
         if jobs:
             _run_exports(jobs, progress, steps, reports)
     return reports
+
+
+def _run_splits(
+    splits: list[tuple[PartReport, tp_check.Job]],
+    progress: Callable[[PartReport], None] | None,
+    steps: Step | None,
+    reports: list[PartReport],
+    exported: set[int],
+) -> None:
+    """Run every pending ``tp`` job in one pair of gloo processes; put each result in its
+    report (``progress`` now for a report with no export still pending)."""
+    if steps is not None:
+        steps(f"{len(splits)} part(s)", len(reports), len(reports), tp_check.NAME, None)
+    t0 = time.perf_counter()
+    got = tp_check.run([j for _, j in splits])
+    share = (time.perf_counter() - t0) / len(splits)
+    for (report, job), measured in zip(splits, got):
+        result = tp_check.result(report.name, job, measured)
+        result.seconds = share
+        report.results = [result if r.name == tp_check.NAME else r for r in report.results]
+        report.seconds += share
+        if steps is not None:
+            steps(report.name, reports.index(report) + 1, len(reports), tp_check.NAME, result)
+        if progress is not None and id(report) not in exported:
+            progress(report)
 
 
 def _run_exports(
@@ -350,18 +395,21 @@ def check_part(
     *,
     compile: bool = True,
     export: bool = True,
+    tp: bool = False,
     compile_backend: str = "aot_eager",
     properties: Collection[str] | None = None,
     **options: Any,
 ) -> PartReport:
     """Check one registered part (a plugin's: load it first, e.g. by importing its module) with
     ``options``; ``report.passed``, ``report.failures()``, ``report.assert_passed()``.
-    ``properties``: only these (default every one), e.g. ``properties=["kv_cache"]``."""
+    ``properties``: only these (default every one), e.g. ``properties=["kv_cache"]``. ``tp``:
+    also split it over 2 gloo processes (its class must come from a file they can load)."""
     req = PartRequest(slot, kind, options)
     return check_parts(
         [req],
         compile=compile,
         export=export,
+        tp=tp,
         compile_backend=compile_backend,
         properties=properties,
     )[0]

@@ -28,6 +28,7 @@ PROPERTIES: tuple[str, ...] = (
     "bfloat16",
     "export",
     "quantize",
+    "tp",
 )
 
 

@@ -30,9 +30,9 @@ from attnlab.parts.family import NEIGHBOURS
 from attnlab.runs import checkpoint, lock, rundir
 from attnlab.runs.determinism import deterministic_mode
 from attnlab.runs.device import resolve_device, resolve_precision
-from attnlab.runs.distributed import Dist, setup, wrap
+from attnlab.runs.distributed import Dist, setup, split, tied_state, wrap
 from attnlab.runs.loop import Loop, LoopSettings, TrainTask
-from attnlab.runs.optim import recipe_optimizer
+from attnlab.runs.optim import keep_kernels, recipe_optimizer
 from attnlab.runs.peak import measure_peak_flops
 from attnlab.runs.progress import ProgressFn
 from attnlab.runs.records import ConfigRecord
@@ -146,6 +146,7 @@ def train(
     progress: ProgressFn | None = None,
     resume: bool = True,
     allow_plugin_change: bool = False,
+    tp: int = 1,
     _stop_after: int | None = None,
 ) -> RunResult:
     """Train ``cfg`` into ``run_dir``, resuming from its newest intact checkpoint.
@@ -157,13 +158,16 @@ def train(
     trained again; its stored result is returned. The run directory is locked for the call: a
     second process on it fails at once (:class:`~attnlab.runs.lock.DirectoryLockedError`). Under
     ``torchrun`` every rank calls this; only rank 0 writes files. The caller's RNG state and thread
-    count are restored on return. ``_stop_after`` (tests) returns after that many steps as if the
-    process had been killed.
+    count are restored on return. ``tp`` > 1 (``--tp``, under ``torchrun`` only) splits each model
+    copy over that many ranks by tensor parallelism (:mod:`attnlab.model.tensor_parallel`); it is
+    not part of the config, so a run resumes under another ``tp`` (checkpoints hold whole
+    tensors). ``_stop_after`` (tests) returns after that many steps as if the process had been
+    killed.
     """
     run_dir = Path(run_dir)
     if run_dir.exists() and not run_dir.is_dir():
         raise UserError(f"--out {run_dir} is a file; give a directory for the run")
-    dist = setup(cfg.train.device)
+    dist = setup(cfg.train.device, tp)
     threads = torch.get_num_threads()
     locked = False
     try:
@@ -207,7 +211,10 @@ class _Pretraining(TrainTask):
         self.cfg = cfg.model_copy(deep=True)
         self.cfg.data.dir = str(self.data_dir)
         self.config = ConfigRecord(file=rundir.CONFIG_FILE, text=dump_toml(self.cfg))
-        self.fsdp = dist.enabled and cfg.train.parallel == "fsdp"
+        #: FSDP2 over the model copies ("dp"); with --tp it is always FSDP2 (see runs.distributed)
+        self.fsdp = dist.data_world > 1 and (cfg.train.parallel == "fsdp" or dist.tp > 1)
+        #: every rank holds a share of the weights: each runs every forward, state dicts gathered
+        self.sharded = self.fsdp or dist.tp > 1
         self.allow_plugin_change = False
         self.plugin_change: tuple[int | None, str] = (None, "")  # (up to step, how allowed)
 
@@ -280,7 +287,7 @@ class _Pretraining(TrainTask):
         self.vocab = tok_vocab
         self.eos_id = getattr(self.tokenizer, "eos_id", None)
         t = cfg.train
-        self.plan = t.batch_plan(seq_len, dist.world)
+        self.plan = t.batch_plan(seq_len, dist.data_world)  # the ranks of one copy share a batch
         self.accum = self.plan.accum
         self.global_batch = self.plan.sequences
         self.tokens_per_step = self.plan.tokens
@@ -325,12 +332,14 @@ class _Pretraining(TrainTask):
                     stacklevel=1,
                 )
         self.raw = self.raw.to(self.device)
-        torch.manual_seed(cfg.train.seed + self.dist.rank)  # dropout masks differ across ranks
+        # dropout masks differ across model copies, and agree within the tp ranks of one copy
+        torch.manual_seed(cfg.train.seed + self.dist.data_rank)
         self.n_params = _n_params(self.raw)
         fpt = getattr(self.raw, "flops_per_token", None)
         self.flops_per_token = (
             float(fpt(cfg.data.seq_len)) if callable(fpt) else 2.0 * self.n_params
         )
+        self.tp_lines = split(self.raw, self.dist)  # --tp: W_Q/K/V, W_O, the MLP... split
         if self.fsdp:  # shards in place; the optimizer below then holds the local shards
             wrap(self.raw, "fsdp", self.dist, self.device)
         #: the model is compiled: the loop reports its first step apart (``first_step_s``)
@@ -372,7 +381,7 @@ class _Pretraining(TrainTask):
         return batch.to(self.device)
 
     def micro_loss(self, step: int, micro: int) -> tuple[torch.Tensor, torch.Tensor]:
-        k = self.dist.rank * self.accum + micro
+        k = self.dist.data_rank * self.accum + micro
         off = batches.micro_offsets(self.offsets, step, k, self.cfg.train.batch_size)
         out = _forward(self.model, self._batch(self.data.train, off, step, k, self.cfg.train.seed))
         return out.total_loss, out.loss
@@ -385,15 +394,15 @@ class _Pretraining(TrainTask):
         self.raw.eval()
         total = torch.zeros(2, dtype=torch.float64, device=self.device)
         for i in range(len(self.val_offsets)):
-            if not self.fsdp and i % dist.world != dist.rank:
-                continue  # DDP: ranks split the batches; FSDP: every rank runs every forward
+            if not self.sharded and i % dist.world != dist.rank:
+                continue  # DDP: ranks split the batches; FSDP, TP: every rank runs every forward
             batch = self._batch(self.data.val, self.val_offsets[i], 0, i, batches.EVAL_SEED)
             with self.precision.autocast():
                 out = _forward(model, batch)
             n = batch.n_targets
             total[0] += out.loss.double() * n
             total[1] += n
-        if not self.fsdp:
+        if not self.sharded:
             dist.sum(total)
         self.raw.train(was_training)
         return float(total[0] / total[1])
@@ -401,13 +410,16 @@ class _Pretraining(TrainTask):
     def state_dicts(self) -> tuple[dict, dict]:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
 
-        opts = StateDictOptions(full_state_dict=True, cpu_offload=True) if self.fsdp else None
-        return get_state_dict(self.raw, self.optimizer, options=opts)
+        # sharded (FSDP2, --tp): gathered into the whole tensors one process writes, so a
+        # checkpoint is the same file whatever the split it was written under
+        opts = StateDictOptions(full_state_dict=True, cpu_offload=True) if self.sharded else None
+        model_sd, optim_sd = get_state_dict(self.raw, self.optimizer, options=opts)
+        return tied_state(self.raw, model_sd), optim_sd
 
     def load_state_dicts(self, ckpt: checkpoint.Checkpoint) -> None:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
 
-        opts = StateDictOptions(full_state_dict=True) if self.fsdp else None
+        opts = StateDictOptions(full_state_dict=True) if self.sharded else None
         try:
             set_state_dict(
                 self.raw,
@@ -416,6 +428,7 @@ class _Pretraining(TrainTask):
                 optim_state_dict=ckpt.optim,
                 options=opts,
             )
+            keep_kernels(self.optimizer)
         except (RuntimeError, KeyError, ValueError) as e:
             raise UserError(
                 f"checkpoint {ckpt.path} does not fit this model ({e}); was the model code "
@@ -439,7 +452,8 @@ class _Pretraining(TrainTask):
             "data_dir": str(self.data_dir),
             "val_schedule_hash": self.val_schedule.hash,
             "world_size": dist.world,
-            "parallel": t.parallel if dist.enabled else "none",
+            "parallel": dist.describe(t.parallel),
+            "tensor_parallel": dist.tp,
             "grad_accum": self.accum,
             "global_batch": self.global_batch,
             "tokens_per_step": self.tokens_per_step,
@@ -482,6 +496,7 @@ class _Pretraining(TrainTask):
         result = loop.run(
             peak_flops=peak,
             stop_after=stop_after,
-            start=f"{self.n_params / 1e6:.2f}M params, {self.objective}{self.init_note}",
+            start=f"{self.n_params / 1e6:.2f}M params, {self.objective}{self.init_note}"
+            + "".join(f"\n{line}" for line in self.tp_lines),
         )
         return _run_result(self.run_dir, result.status, already_done=False)

@@ -14,6 +14,7 @@ from torch import Tensor, nn
 
 from attnlab.model.linear import Linear
 from attnlab.parts import Dims, Init, PartOptions, SideBranchPart, register
+from attnlab.parts.tp import TPPlan
 
 
 @register("side_branch", "content_skip")
@@ -37,6 +38,10 @@ class ContentSkip(SideBranchPart):
 
     def init_weights(self, init: Init) -> None:
         nn.init.normal_(self.w_skip.weight, 0.0, self.opts.init_std)
+
+    def tp_plan(self) -> TPPlan:
+        # rank r multiplies its d/P columns of x~ by its columns of W_skip; one all-reduce
+        return TPPlan(linears={"w_skip": "rowwise_full_in"})
 
     def forward(self, x_tilde: Tensor) -> Tensor:
         out = self.w_skip(x_tilde)

@@ -40,6 +40,7 @@ from attnlab.parts import (
     registry,
 )
 from attnlab.parts.registry import build
+from attnlab.parts.tp import TPPlan
 
 
 @register("cross_attention", "cca")
@@ -90,6 +91,9 @@ class ChunkedCrossAttention(CrossAttentionPart):
         self.m = cfg.retrieval.chunk_size
         self.norm = build(cfg.norm, Dims.from_config(cfg), "norm")
         self.cross_attention = Attention(cfg, cross=True)
+
+    def tp_plan(self) -> TPPlan:
+        return TPPlan()  # its norm and its cross-attention's parts declare their own
 
     def init_weights(self, init: Init) -> None:
         """The model's own order: a part inside initialises itself, any other module gets the

@@ -14,6 +14,7 @@ from attnlab.model.activations import make_activation
 from attnlab.model.linear import Linear
 from attnlab.parts import Dims, FFNPart, Init, PartOptions, register
 from attnlab.parts.part import default_init
+from attnlab.parts.tp import TPPlan
 
 
 class FFNOptions(PartOptions):
@@ -57,6 +58,10 @@ class MLP(FFNPart):
     def init_weights(self, init: Init) -> None:
         default_init(self.w_in, init.std)
         default_init(self.w_out, init.out_std)
+
+    def tp_plan(self) -> TPPlan:
+        # rank r: h/P hidden units (W_in's rows, W_out's columns); one all-reduce of the output
+        return TPPlan(linears={"w_in": "colwise", "w_out": "rowwise"})
 
     def forward(self, x: Tensor) -> Tensor:
         return self.w_out(self.act(self.w_in(x)))
@@ -104,6 +109,12 @@ class GLU(FFNPart):
     def init_weights(self, init: Init) -> None:
         default_init(self.w_gate_in, init.std)
         default_init(self.w_out, init.out_std)
+
+    def tp_plan(self) -> TPPlan:
+        return TPPlan.whole(
+            "one matrix holds [W_gate; W_in]: a row split would give a rank gates without their "
+            "inputs"
+        )
 
     def forward(self, x: Tensor) -> Tensor:
         gate, inp = self.w_gate_in(x).split(self.hidden, dim=-1)

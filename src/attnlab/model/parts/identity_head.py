@@ -23,6 +23,7 @@ from torch.autograd.function import once_differentiable
 
 from attnlab.model.linear import Linear
 from attnlab.parts import Dims, Init, PartOptions, ReadoutPart, register
+from attnlab.parts.tp import TPPlan
 
 
 @register("readout", "heads")
@@ -34,6 +35,9 @@ class ConcatHeads(ReadoutPart):
     @classmethod
     def param_count(cls, opts: PartOptions, dims: Dims) -> int:
         return 0
+
+    def tp_plan(self) -> TPPlan:
+        return TPPlan()  # concatenates whatever heads it is given: the rank's own
 
     def forward(self, u: Tensor, heads: Tensor) -> Tensor:
         B, _, T, _ = heads.shape
@@ -66,6 +70,9 @@ class IdentityHead(ReadoutPart):
         self._train_mean: Tensor | None = None
 
     @torch.no_grad()
+    def tp_plan(self) -> TPPlan:
+        return TPPlan.whole("its per-token weights w span all H' + 1 heads (one linear layer)")
+
     def init_weights(self, init: Init) -> None:
         nn.init.normal_(self.w_vid.weight, 0.0, init.std)
         if self.w_vid.bias is not None:

@@ -10,6 +10,7 @@ from torch import Tensor
 
 from attnlab.model.linear import Linear
 from attnlab.parts import Dims, FusedRows, KeyPart, PartOptions, ValuePart, register
+from attnlab.parts.tp import TPPlan
 
 
 @register("key", "linear")
@@ -28,6 +29,9 @@ class LinearKey(KeyPart):
 
     def fused_weights(self) -> FusedRows:
         return [(self.w_k.weight, self.w_k.bias)]
+
+    def tp_plan(self) -> TPPlan:
+        return TPPlan(linears={"w_k": "colwise"})  # rank r: its KV heads' rows of W_K
 
     def forward(self, u: Tensor) -> Tensor:
         return self.w_k(u)
@@ -49,6 +53,9 @@ class LinearValue(ValuePart):
 
     def fused_weights(self) -> FusedRows:
         return [(self.w_v.weight, self.w_v.bias)]
+
+    def tp_plan(self) -> TPPlan:
+        return TPPlan(linears={"w_v": "colwise"})  # rank r: its KV heads' rows of W_V
 
     def forward(self, u: Tensor) -> Tensor:
         return self.w_v(u)

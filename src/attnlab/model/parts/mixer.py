@@ -27,6 +27,7 @@ from attnlab.model.activations import make_activation
 from attnlab.model.linear import Linear, uses_layout
 from attnlab.parts import Dims, Init, MixerPart, PartOptions, register
 from attnlab.parts.part import default_init
+from attnlab.parts.tp import TPPlan
 
 #: the nonlinear mixer computes with its hidden width padded up to a multiple of this
 HIDDEN_MULTIPLE = 16
@@ -61,6 +62,9 @@ class LinearMixer(MixerPart):
 
     def init_weights(self, init: Init) -> None:
         default_init(self.w_o, init.out_std)
+
+    def tp_plan(self) -> TPPlan:
+        return TPPlan(linears={"w_o": "rowwise"})  # rank r: its heads' columns, summed
 
     def forward(self, o: Tensor) -> Tensor:
         return self.w_o(o)
@@ -120,6 +124,12 @@ class NonlinearMixer(MixerPart):
     def init_weights(self, init: Init) -> None:
         default_init(self.w_a, init.std)
         default_init(self.w_b, init.out_std)
+
+    def tp_plan(self) -> TPPlan:
+        return TPPlan.whole(
+            "it multiplies zero-padded copies of W_a and W_b (F.linear on the weights), which a "
+            "split Linear's hooks never see"
+        )
 
     def forward(self, o: Tensor) -> Tensor:
         pad = -self.hidden % HIDDEN_MULTIPLE

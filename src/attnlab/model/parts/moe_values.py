@@ -40,6 +40,13 @@ gradients of both moves are gathers too (no scatter-add). ``impl`` picks how the
   largest block (``torch.bmm``) cost 1.37x the loop's step (benchmarks/results/, 2026-11-23).
 
 Init: router and expert weights N(0, the model's init std), biases 0.
+
+Tensor parallelism (``tp_plan``): the experts split by expert, rank r of P holding experts
+[r E/P, (r+1) E/P) and running only the sorted slots routed to them (a contiguous block); the
+router stays whole on every rank. v is the sum over ranks of each rank's experts' share (one
+all-reduce of [N, d_out]); backward, the gradients of the input and the router are summed over
+the ranks, and the auxiliary losses (computed whole on every rank) count 1/P on each, so the
+sum is theirs once. E must be a multiple of P, else the part stays whole.
 """
 
 from __future__ import annotations
@@ -64,6 +71,7 @@ from attnlab.model.parts.moe_dispatch import (
     sort_by_expert,
 )
 from attnlab.parts import Dims, Init, PartOptions, ValuePart, WidthScaling, families, register
+from attnlab.parts.tp import TPPlan, is_split, local, shard_range, summed, summed_grad
 
 Impl = Literal["auto", "loop", "grouped"]
 IMPLS: tuple[str, ...] = get_args(Impl)
@@ -88,6 +96,16 @@ def load_balancing_loss(probs: Tensor, experts: Tensor, n_experts: int) -> Tenso
 def router_z_loss(logits: Tensor) -> Tensor:
     """ST-MoE z-loss: mean over tokens of logsumexp(z_n)^2; logits [N, E]."""
     return torch.logsumexp(logits, dim=-1).square().mean()
+
+
+def _share(loss: Tensor, like: Tensor) -> Tensor:
+    """``loss`` itself, its gradient 1/P on each of the P ranks of ``like``'s mesh: an
+    auxiliary loss computed whole on every rank, whose gradients the ranks then sum (the
+    router's and the input's, :func:`summed_grad`)."""
+    if not is_split(like):
+        return loss
+    p = like.device_mesh.size()
+    return loss / p + (loss - loss / p).detach()
 
 
 def _compute_dtype(x: Tensor) -> torch.dtype:
@@ -194,6 +212,14 @@ class MoEValues(ValuePart):
             "b_out": WidthScaling("input"),
         }
 
+    def tp_plan(self) -> TPPlan:
+        """Experts split by expert (rank r holds experts [r E/P, (r+1) E/P) and runs the token
+        slots routed to them); the router whole on every rank, its gradient summed; v summed
+        over the ranks (one all-reduce), then each rank keeps its KV heads."""
+        stacked = ("w_in", "w_out", "b_in", "b_out")
+        experts = {n: 0 for n in stacked if getattr(self, n) is not None}
+        return TPPlan(tensors=experts, summed=("router.weight",), whole_output=True)
+
     def no_decay_parameters(self) -> Iterable[nn.Parameter]:
         """The stacked per-expert biases: 2-D only because the experts are stacked."""
         return [b for b in (self.b_in, self.b_out) if b is not None]
@@ -229,8 +255,9 @@ class MoEValues(ValuePart):
     def route(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """x [N, d] -> (logits, probs [N, E], experts [N, k], gates [N, k]); float32 or wider."""
         rdtype = torch.promote_types(x.dtype, torch.float32)
+        weight = summed_grad(self.router.weight, self.w_in)  # split experts: partial gradients
         with torch.autocast(x.device.type, enabled=False):
-            logits = F.linear(x.to(rdtype), self.router.weight.to(rdtype))
+            logits = F.linear(x.to(rdtype), weight.to(rdtype))
         probs = torch.softmax(logits, dim=-1)
         top_p, experts = probs.topk(self.top_k, dim=-1)
         gates = top_p / top_p.sum(-1, keepdim=True)
@@ -274,7 +301,7 @@ class MoEValues(ValuePart):
         if u.shape[-1] != self.d_model:
             raise ValueError(f"MoEValues expects width {self.d_model}, got {u.shape[-1]}")
         lead = u.shape[:-1]
-        x = u.reshape(-1, self.d_model)
+        x = summed_grad(u.reshape(-1, self.d_model), self.w_in)  # each rank: its experts' share
         N, k, E = x.shape[0], self.top_k, self.n_experts
 
         logits, probs, experts, gates = self.route(x)
@@ -283,21 +310,16 @@ class MoEValues(ValuePart):
         counts.scatter_add_(0, expert_sorted, torch.ones_like(expert_sorted))
         x_sorted = dispatch(x, order, inverse, k)
 
-        dtype = _compute_dtype(x)
-        weights = (self.w_in, self.b_in, self.w_out, self.b_out, self.act)
-        impl = self._impl_for(x, dtype)
-        if impl == "grouped":
-            y_sorted = experts_grouped(x_sorted, counts, expert_sorted, *weights, dtype)
-        else:
-            y_sorted = experts_loop(x_sorted, counts, *weights)
-
+        y_sorted = self._experts(x, x_sorted, counts, expert_sorted)
         y = combine(y_sorted, order, inverse).view(N, k, self.d_out)
-        v = (y * gates.unsqueeze(-1).to(y.dtype)).sum(1)
+        v = summed((y * gates.unsqueeze(-1).to(y.dtype)).sum(1), self.w_in)
 
         balance = load_balancing_loss(probs, experts, E)
         z = router_z_loss(logits)
         self.last_aux_loss = (
-            self.aux_loss_coef * balance + self.z_loss_coef * z if self.training else None
+            _share(self.aux_loss_coef * balance + self.z_loss_coef * z, self.w_in)
+            if self.training
+            else None
         )
         if self.last_aux_loss is not None:
             self._aux.append(self.last_aux_loss)
@@ -316,6 +338,27 @@ class MoEValues(ValuePart):
             "dropped": 0,
         }
         return v.reshape(*lead, self.d_out)
+
+    def _experts(self, x: Tensor, x_sorted: Tensor, counts: Tensor, expert_sorted: Tensor):
+        """y_sorted [N k, d_out]: every slot's expert output; with the experts split over ranks,
+        this rank's experts' slots (a contiguous block of the sorted slots) and zeros elsewhere."""
+        lo, hi = shard_range(self.w_in)
+        slots, start, end = x_sorted.shape[0], None, 0
+        if is_split(self.w_in):
+            ends = counts.cumsum(0).tolist()
+            start, end = (ends[lo - 1] if lo else 0), ends[hi - 1]
+            x_sorted, counts = x_sorted[start:end], counts[lo:hi]
+            expert_sorted = expert_sorted[start:end] - lo
+        weights = (local(self.w_in), local(self.b_in) if self.b_in is not None else None)
+        weights += (local(self.w_out), local(self.b_out) if self.b_out is not None else None)
+        dtype = _compute_dtype(x)
+        if self._impl_for(x, dtype) == "grouped":
+            y = experts_grouped(x_sorted, counts, expert_sorted, *weights, self.act, dtype)
+        else:
+            y = experts_loop(x_sorted, counts, *weights, self.act)
+        if start is None:
+            return y
+        return F.pad(y, (0, 0, start, slots - end))
 
     def train_stats(self) -> dict[str, float | Tensor]:
         """Of the last training forward: each expert's share of the token-slots (``load/eI``,

@@ -15,6 +15,7 @@ from attnlab.base.schema import Activation
 from attnlab.model.activations import make_activation
 from attnlab.model.linear import Linear
 from attnlab.parts import Dims, FeatureMapPart, Init, PartOptions, register
+from attnlab.parts.tp import TPPlan
 
 
 @register("feature_map", "pre_projection")
@@ -57,6 +58,11 @@ class PreProjection(FeatureMapPart):
         for lin in (self.w_up, self.w_gate, self.w_down):
             if lin is not None:
                 nn.init.normal_(lin.weight, 0.0, self.opts.init_std)
+
+    def tp_plan(self) -> TPPlan:
+        # rank r: e d / P hidden units (W_up, W_gate rows; W_down columns), one all-reduce
+        linears = {"w_up": "colwise", "w_down": "rowwise"}
+        return TPPlan(linears={**linears, "w_gate": "colwise"} if self.w_gate else linears)
 
     def forward(self, x_hat: Tensor) -> Tensor:
         if self.w_gate is not None:

@@ -25,6 +25,7 @@ from attnlab.model.activations import make_activation
 from attnlab.model.linear import Linear
 from attnlab.model.norms import LayerNorm, RMSNorm
 from attnlab.parts import Dims, FusedRows, Init, PartOptions, QueryPart, register
+from attnlab.parts.tp import TPPlan
 
 
 class Bottleneck(torch.nn.Module):
@@ -101,6 +102,9 @@ class LinearQuery(QueryPart):
     def fused_weights(self) -> FusedRows:
         return [(self.w_q.weight, self.w_q.bias)]
 
+    def tp_plan(self) -> TPPlan:
+        return TPPlan(linears={"w_q": "colwise"})  # rank r: its heads' rows of W_Q
+
     def forward(self, u: Tensor) -> Tensor:
         return self.w_q(u)
 
@@ -121,6 +125,9 @@ class IdentityQuery(QueryPart):
 
     def fused_weights(self) -> FusedRows:
         return []
+
+    def tp_plan(self) -> TPPlan:
+        return TPPlan.whole("q = u has no weight to split; each rank keeps its heads' columns")
 
     def finish(self, u: Tensor, part: Tensor) -> Tensor:
         return u
@@ -170,6 +177,9 @@ class NonlinearQuery(QueryPart):
     def fused_weights(self) -> FusedRows:
         return [self.f.fused_weight()]
 
+    def tp_plan(self) -> TPPlan:
+        return TPPlan.whole("f(u) ends in a LayerNorm over all d columns of q, across heads")
+
     def finish(self, u: Tensor, part: Tensor) -> Tensor:
         return self._combine(u, self.f.out(self.f.hidden_from_fused(u, part)))
 
@@ -216,6 +226,9 @@ class AnchoredQuery(QueryPart):
 
     def _combine(self, lin: Tensor, f: Tensor) -> Tensor:
         return (lin + f) * 0.5 if self.mean else lin + f
+
+    def tp_plan(self) -> TPPlan:
+        return TPPlan.whole("f(u) ends in a LayerNorm over all d_q columns of q, across heads")
 
     def fused_weights(self) -> FusedRows | None:
         if self.w_q is None:

@@ -20,6 +20,7 @@ from torch import Tensor, nn
 from attnlab.model.virtual_fused.image import convolve_scores
 from attnlab.model.virtual_options import VirtualHeadsOptions
 from attnlab.parts import Dims, Init, ScoreContext, ScorePart, WidthScaling, register
+from attnlab.parts.tp import TPPlan
 
 
 @register("score", "virtual_heads")
@@ -76,6 +77,9 @@ class VirtualHeads(ScorePart):
         """µP: the kernel mixes heads (fan-in: the heads read, dimension 1), and its identity
         init is right at every width, so only its learning rate scales."""
         return {"weight": WidthScaling("hidden", fan_in_dim=1, keep_init=True)}
+
+    def tp_plan(self) -> TPPlan:
+        return TPPlan.whole("its kernel mixes all H heads into each of the H' virtual heads")
 
     def extra_flops(self, seq_len: int) -> int:
         return 2 * self.weight.numel() * seq_len

@@ -49,6 +49,7 @@ from attnlab.model.virtual_fused.probs import bidirectional_probs, causal_probs
 from attnlab.model.virtual_fused.sdpa import attend
 from attnlab.model.virtual_options import VirtualHeadsOptions
 from attnlab.parts import Dims, Init, ScoreContext, ScorePart, WidthScaling, families, register
+from attnlab.parts.tp import TPPlan
 
 
 @register("score", "virtual_heads_fused")
@@ -176,6 +177,9 @@ class VirtualHeadsFused(ScorePart):
         """µP: the kernel mixes heads (fan-in: the heads read, dimension 1), and its identity
         init is right at every width, so only its learning rate scales."""
         return {"weight": WidthScaling("hidden", fan_in_dim=1, keep_init=True)}
+
+    def tp_plan(self) -> TPPlan:
+        return TPPlan.whole("its kernel mixes all H heads into each of the H' virtual heads")
 
     def dense_weight(self) -> Tensor:
         """The weight as ``virtual_heads``' [H', H, K] (2-D: [H', H, K, K])."""
