@@ -36,7 +36,7 @@ def retrieval_losses(
     from attnlab.base.errors import UserError
     from attnlab.data import TokenData
     from attnlab.data.retrieval import neighbour_tokens, overlap, sequence_neighbours
-    from attnlab.data.retrieval_index.integrity import open_checked
+    from attnlab.data.retrieval_index.integrity import open_run_database
     from attnlab.parts import families
     from attnlab.parts.family import NEIGHBOURS, RETRIEVAL_ROUTE
     from attnlab.runs.device import resolve_device
@@ -59,7 +59,7 @@ def retrieval_losses(
     db = None
     if family.needs(NEIGHBOURS):
         r = cfg.model.retrieval
-        db = open_checked(cfg.data.dir, r.chunk_size, r.neighbours, r.neighbour_len - r.chunk_size)
+        db = open_run_database(r, cfg.data.dir)
     sums = {"without": 0.0, "with": 0.0}
     per_chunk: dict[str, list[float]] = {"without": [], "with": []}
     n_tok = 0
