@@ -88,8 +88,9 @@ class RetrievalConfig(Section):
     )
     index: str = Field(
         "bm25-bigrams",
-        description="the database's index, KIND or KIND:ENCODER as `attnlab data retrieval "
-        "--kind KIND --encoder ENCODER` builds it (bm25-bigrams, bm25:words, hnsw:random, ...)",
+        description="the database's index, KIND or KIND:ENCODER as the retrieval database "
+        "command builds it (bm25-bigrams, bm25:words, bm25:unigrams, hnsw:random, "
+        "hnsw:smollm2-table, hnsw:smollm2)",
     )
 
     @property
