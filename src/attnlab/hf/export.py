@@ -217,6 +217,22 @@ def _fill(hf: nn.Module, model: nn.Module, quantization: Any) -> None:
     attach(hf, model, quantization)
 
 
+def _refuse_unexportable(m: Any, source: str) -> None:
+    """A family that does not export as a causal LM, or a µP model, is refused by name."""
+    if not families.of(m).exports:
+        raise UserError(
+            f"{source or 'the model'} is a model.family={m.family!r} model; only "
+            f"{families.where(lambda f: f.exports)} models export as a transformers causal LM "
+            "(AutoModelForCausalLM)"
+        )
+    if m.parametrisation == "mup":
+        raise UserError(
+            f"{source or 'the model'} was trained with model.parametrisation='mup', whose readout "
+            "multiplier and attention scale the exported transformers model does not apply; "
+            "evaluate it with `attnlab eval` instead (exporting µP models is not supported yet)"
+        )
+
+
 def export_model(
     model: nn.Module,
     cfg: Config,
@@ -245,18 +261,7 @@ def export_model(
 
     out = Path(os.path.abspath(out))  # `--out .` has no name to put a temporary folder beside
     m = cfg.model
-    if not families.of(m).exports:
-        raise UserError(
-            f"{source or 'the model'} is a model.family={m.family!r} model; only "
-            f"{families.where(lambda f: f.exports)} models export as a transformers causal LM "
-            "(AutoModelForCausalLM)"
-        )
-    if m.parametrisation == "mup":
-        raise UserError(
-            f"{source or 'the model'} was trained with model.parametrisation='mup', whose readout "
-            "multiplier and attention scale the exported transformers model does not apply; "
-            "evaluate it with `attnlab eval` instead (exporting µP models is not supported yet)"
-        )
+    _refuse_unexportable(m, source)
     modules, plugins = plugin_modules(cfg)
     vendored = flatten(modules)
     recover_out(out)
