@@ -35,6 +35,8 @@ def _builtin_jobs() -> list[tpc.Job]:
     jobs += [tpc.job_for("query", "linear", c) for f, c in firsts.items() if f != BASE.family]
     jobs.append(tpc.job_for("query", "linear", BASE, sets=("model.attention.qk_norm=true",)))
     jobs.append(tpc.job_for("value", "moe", BASE, {"impl": "loop", "n_experts": 6}))
+    jobs.append(tpc.job_for("ffn", "geglu", BASE, sets=("model.bias=true",)))
+    jobs.append(tpc.job_for("ffn", "gelu", BASE, {"hidden": 33}))  # odd: the MLP stays whole
     return jobs
 
 
@@ -153,3 +155,9 @@ def test_experts_that_the_ranks_do_not_divide_keep_the_moe_whole():
     assert plan.split and plan.whole_output and plan.summed == ("router.weight",)
     assert placed(moe, plan, 3).split
     assert "not a multiple of 2" in placed(moe, plan, 2).replicated
+
+
+@pytest.mark.distributed
+def test_an_mlp_whose_hidden_width_the_ranks_do_not_divide_stays_whole(measured):
+    got = measured[_id(tpc.job_for("ffn", "gelu", BASE, {"hidden": 33}))]
+    assert any("ffn.gelu: w_in splits 33 features, not a multiple of 2" in x for x in got["report"])

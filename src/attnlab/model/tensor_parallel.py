@@ -93,7 +93,7 @@ def own_parameters(part: nn.Module) -> dict[str, nn.Parameter]:
 
 def placed(part: Part, plan: TPPlan, size: int = 1) -> TPPlan:
     """``plan``, or a replicated one when it leaves one of the part's own tensors unplaced or
-    splits a tensor dimension that ``size`` ranks do not divide."""
+    splits a tensor dimension or a Linear's features that ``size`` ranks do not divide."""
     if not plan.split:
         return plan
     covered = {f"{n}.{p}" for n in plan.linears for p in ("weight", "bias")}
@@ -106,6 +106,12 @@ def placed(part: Part, plan: TPPlan, size: int = 1) -> TPPlan:
         if name in own and own[name].shape[dim] % size:
             n = own[name].shape[dim]
             return TPPlan.whole(f"{name} splits along a dimension of {n}, not a multiple of {size}")
+    modules = dict(part.named_modules())
+    for name, how in plan.linears.items():
+        lin = modules.get(name)
+        n = getattr(lin, "out_features" if how == "colwise" else "in_features", size)
+        if n % size:  # DTensor's Shard takes equal pieces from each rank's local tensor
+            return TPPlan.whole(f"{name} splits {n} features, not a multiple of {size}")
     return plan
 
 

@@ -118,13 +118,15 @@ def is_split(t: Tensor) -> bool:
 
 def shard_range(t: Tensor) -> tuple[int, int]:
     """[lo, hi) of this rank's rows of ``t`` along its split dimension (the whole dimension 0
-    when ``t`` is not split): rank r of P holds rows [r n/P, (r+1) n/P)."""
+    when ``t`` is not split): rank r of P holds rows [r c, (r+1) c), c = ceil(n/P), cut at n
+    (``torch.chunk``'s split, as DTensor's ``Shard``)."""
     if not is_split(t):
         return 0, t.shape[0]
     mesh = t.device_mesh
     dim = next(p.dim for p in t.placements if hasattr(p, "dim"))
     n, size, rank = t.shape[dim], mesh.size(), mesh.get_local_rank()
-    return rank * n // size, (rank + 1) * n // size
+    c = -(-n // size)
+    return min(rank * c, n), min((rank + 1) * c, n)
 
 
 class _SumGrad(torch.autograd.Function):

@@ -7,6 +7,8 @@ W_out is the branch's output projection, initialised N(0, out_std).
 
 from __future__ import annotations
 
+import torch
+import torch.nn.functional as F
 from pydantic import Field
 from torch import Tensor
 
@@ -14,7 +16,7 @@ from attnlab.model.activations import make_activation
 from attnlab.model.linear import Linear
 from attnlab.parts import Dims, FFNPart, Init, PartOptions, register
 from attnlab.parts.part import default_init
-from attnlab.parts.tp import TPPlan
+from attnlab.parts.tp import TPPlan, is_split, shard_range, summed_grad
 
 
 class FFNOptions(PartOptions):
@@ -111,13 +113,30 @@ class GLU(FFNPart):
         default_init(self.w_out, init.out_std)
 
     def tp_plan(self) -> TPPlan:
-        return TPPlan.whole(
-            "one matrix holds [W_gate; W_in]: a row split would give a rank gates without their "
-            "inputs"
-        )
+        """Rank r runs its h/P hidden units: W_out's columns split (rowwise, one all-reduce);
+        [W_gate; W_in] stays whole on every rank (a row split would give a rank gates without
+        their inputs), each rank multiplying by its units' rows of both, their gradient summed."""
+        summed = tuple(n for n, _ in self.w_gate_in.named_parameters(prefix="w_gate_in"))
+        return TPPlan(linears={"w_out": "rowwise"}, summed=summed)
 
     def forward(self, x: Tensor) -> Tensor:
+        if is_split(self.w_out.weight):
+            return self._split_forward(x)
         gate, inp = self.w_gate_in(x).split(self.hidden, dim=-1)
+        return self.w_out(self.act(gate) * inp)
+
+    def _split_forward(self, x: Tensor) -> Tensor:
+        """This rank's hidden units [lo, hi): rows lo..hi of W_gate and of W_in, the input's and
+        [W_gate; W_in]'s gradients summed over the ranks."""
+        like, h = self.w_out.weight, self.hidden
+        lo, hi = shard_range(like)
+        w = summed_grad(self.w_gate_in.weight, like)
+        rows = torch.cat([w[lo:hi], w[h + lo : h + hi]])
+        b = self.w_gate_in.bias
+        if b is not None:
+            b = summed_grad(b, like)
+            b = torch.cat([b[lo:hi], b[h + lo : h + hi]])
+        gate, inp = F.linear(summed_grad(x, like), rows, b).split(hi - lo, dim=-1)
         return self.w_out(self.act(gate) * inp)
 
 
