@@ -16,6 +16,7 @@ from attnlab.base.errors import UserError
 from attnlab.cli import main
 from attnlab.data import TokenData
 from attnlab.data.retrieval import Database, database_dir
+from attnlab.data.retrieval_index import index_spec
 from tests.helpers.data import WORDS, prepare_bytes, tiny_run_config, word_corpus
 
 M, K = 8, 2
@@ -235,3 +236,28 @@ def test_cached_retrieval_decoding_equals_full_forwards_and_reads_each_chunk_onc
         for t in range(30, 42):
             got = model(ids[:, t : t + 1], cache=cache, neighbours=nb[None]).logits[0, -1]
     assert torch.allclose(got, want, atol=1e-5)
+
+
+def test_a_run_names_its_index_and_every_command_uses_it(lab, capsys, tmp_path):
+    """`model.retrieval.index = "hnsw:random"`: train builds that database (its directory and
+    meta.json say so), generate queries its stored faiss graph, a changed graph is refused; a bad
+    value is refused naming the key."""
+    pytest.importorskip("faiss")
+    from attnlab.train import train
+
+    data, _ = lab
+    over = ("model.family=retrieval", f"model.retrieval.chunk_size={M}")
+    cfg = tiny_run_config(data, *over, "model.retrieval.index=hnsw:random", steps=2)
+    res = train(cfg, tmp_path / "dense")
+    status = json.loads((tmp_path / "dense" / "status.json").read_text())
+    directory = database_dir(data, M, K, M, index_spec("hnsw", "random"))
+    assert res.status == "finished" and status["retrieval_database"]["directory"] == str(directory)
+    assert Database.open(directory).index.kind == "hnsw"
+    assert main(_generate(tmp_path / "dense", "--max-new-tokens", "12")) == 0
+    assert "index loaded in" in capsys.readouterr().err
+    with _Damaged(directory / "index.faiss", how="flip"):
+        assert main(_generate(tmp_path / "dense", "--max-new-tokens", "12")) == 2
+    assert "index.faiss" in capsys.readouterr().err
+    bad = tiny_run_config(data, *over, "model.retrieval.index=hnsw:bert", steps=2)
+    with pytest.raises(UserError, match=r"model\.retrieval\.index='hnsw:bert'.*random"):
+        train(bad, tmp_path / "bad")

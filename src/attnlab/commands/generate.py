@@ -142,7 +142,7 @@ def _generate_retrieval(args, model, cfg, prompt, tok, gen):
 
     from attnlab.data import TokenData
     from attnlab.data.retrieval_files import rebuild_command
-    from attnlab.data.retrieval_index.integrity import open_checked
+    from attnlab.data.retrieval_index.integrity import open_run_database
     from attnlab.data.retrieval_index.live import import_backend
     from attnlab.model.retrieval import generate_with_retrieval
 
@@ -151,8 +151,7 @@ def _generate_retrieval(args, model, cfg, prompt, tok, gen):
     if not args.no_retrieval:
         r = cfg.model.retrieval
         data = TokenData.open(cfg.data.dir)
-        cont = r.neighbour_len - r.chunk_size
-        db = open_checked(cfg.data.dir, r.chunk_size, r.neighbours, cont)
+        db = open_run_database(r, cfg.data.dir)
         t = time.perf_counter()
         import_backend(db.index)
         imports_s, t = time.perf_counter() - t, time.perf_counter()

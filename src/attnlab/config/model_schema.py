@@ -86,6 +86,12 @@ class RetrievalConfig(Section):
     cca_layers: list[int] | None = Field(
         None, description="0-based decoder layers with CCA (None: every 3rd from layer 1, RETRO)"
     )
+    index: str = Field(
+        "bm25-bigrams",
+        description="the database's index, KIND or KIND:ENCODER as the retrieval database "
+        "command builds it (bm25-bigrams, bm25:words, bm25:unigrams, hnsw:random, "
+        "hnsw:smollm2-table, hnsw:smollm2)",
+    )
 
     @property
     def neighbour_len(self) -> int:

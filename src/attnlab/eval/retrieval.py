@@ -111,7 +111,7 @@ def split_metrics(res: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
 def _database(run_dir, cfg):
     """The run's retrieval database, or None for a family that reads no neighbours."""
     from attnlab.base.errors import UserError
-    from attnlab.data.retrieval_index.integrity import open_checked
+    from attnlab.data.retrieval_index.integrity import open_run_database
     from attnlab.parts import families
     from attnlab.parts.family import NEIGHBOURS, RETRIEVAL_ROUTE
 
@@ -123,8 +123,7 @@ def _database(run_dir, cfg):
         )
     if not family.needs(NEIGHBOURS):
         return None
-    r = cfg.model.retrieval
-    return open_checked(cfg.data.dir, r.chunk_size, r.neighbours, r.neighbour_len - r.chunk_size)
+    return open_run_database(cfg.model.retrieval, cfg.data.dir)
 
 
 def _control_neighbours(db, data, offsets: np.ndarray, T: int, seed: int) -> dict[str, Any]:

@@ -103,11 +103,11 @@ def stored_neighbours(cfg, windows: int = 2) -> Neighbours:
 
     from attnlab.data import TokenData
     from attnlab.data.retrieval import sequence_neighbours
-    from attnlab.data.retrieval_index.integrity import open_checked
+    from attnlab.data.retrieval_index.integrity import open_run_database
 
     r, T = cfg.model.retrieval, cfg.data.seq_len
     data = TokenData.open(cfg.data.dir)
-    db = open_checked(cfg.data.dir, r.chunk_size, r.neighbours, r.neighbour_len - r.chunk_size)
+    db = open_run_database(r, cfg.data.dir)
     windows = max(1, min(windows, (len(data.val) - 1) // T))
     offsets, nb = sequence_neighbours(db, data, "val", np.arange(windows) * T, T)
     ids = np.stack([np.asarray(data.val[o : o + T], dtype=np.int64) for o in offsets])

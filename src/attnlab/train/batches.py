@@ -58,7 +58,7 @@ def open_database(cfg: Config, data_dir: Path, dist: Any):
     chunk size, neighbours and continuation, built (rank 0) when missing, and checked against
     its recorded hashes and the data it was built from (a changed database is refused)."""
     from attnlab.data.retrieval import build_database
-    from attnlab.data.retrieval_index.integrity import open_checked
+    from attnlab.data.retrieval_index.integrity import open_run_database, run_index
 
     r = cfg.model.retrieval
     m, cont = r.chunk_size, r.neighbour_len - r.chunk_size
@@ -66,10 +66,13 @@ def open_database(cfg: Config, data_dir: Path, dist: Any):
         raise UserError(
             f"data.seq_len={cfg.data.seq_len} is not a multiple of model.retrieval.chunk_size={m}"
         )
+    spec = run_index(r)
     if dist.is_main:
-        build_database(data_dir, chunk_size=m, neighbours=r.neighbours, continuation=cont)
+        build_database(
+            data_dir, chunk_size=m, neighbours=r.neighbours, continuation=cont, index=spec
+        )
     dist.barrier()
-    return open_checked(data_dir, m, r.neighbours, cont)  # its hashes and its data's
+    return open_run_database(r, data_dir)  # its hashes and its data's
 
 
 def chunk_neighbours(

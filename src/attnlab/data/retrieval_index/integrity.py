@@ -29,7 +29,7 @@ from attnlab.base.atomic import atomic_write_json, sha256_file
 from attnlab.base.errors import UserError
 from attnlab.data.retrieval import Database, database_dir
 from attnlab.data.retrieval_files import rebuild_command
-from attnlab.data.retrieval_index.spec import IndexSpec
+from attnlab.data.retrieval_index.spec import IndexSpec, index_spec
 from attnlab.data.tokendata import TokenData
 
 CACHE = ".verified.json"
@@ -98,3 +98,22 @@ def open_checked(
     :func:`verify_database` against the data: what ``train``, ``eval`` and ``generate`` open."""
     directory = database_dir(data_dir, chunk_size, neighbours, continuation, index)
     return verify_database(directory, TokenData.open(data_dir))
+
+
+def run_index(retrieval: Any) -> IndexSpec:
+    """The index of a run's ``model.retrieval`` (``index = "KIND"`` or ``"KIND:ENCODER"``); a
+    bad value is a ``UserError`` naming the key."""
+    kind, _, encoder = str(getattr(retrieval, "index", "") or "bm25-bigrams").partition(":")
+    try:
+        return index_spec(kind, encoder or None)
+    except UserError as e:
+        raise UserError(f"model.retrieval.index={retrieval.index!r}: {e}") from None
+
+
+def open_run_database(retrieval: Any, data_dir: str | Path) -> Database:
+    """The database a run with ``model.retrieval`` reads in ``data_dir``, checked
+    (:func:`open_checked`): what ``train``, ``eval``, ``generate`` and ``export --verify`` open."""
+    cont = retrieval.neighbour_len - retrieval.chunk_size
+    return open_checked(
+        data_dir, retrieval.chunk_size, retrieval.neighbours, cont, run_index(retrieval)
+    )
