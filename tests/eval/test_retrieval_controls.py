@@ -148,7 +148,11 @@ def test_eval_command_states_the_gain_as_real_vs_mismatched(facts_run, capsys):
         assert row in out
     assert "retrieval gain on answer: mismatched - real" in out and "paired over" in out
     stored = json.loads((run / "eval" / "results.json").read_text())["tasks"]["retrieval"]
-    tests = stored["metrics"]["tests"]
+    tests = stored["controls"]["tests"]
+    assert (
+        stored["metrics"]["answer/mismatched"]
+        == stored["controls"]["classes"]["answer"]["mismatched"]
+    )
     assert set(tests) == {"all", "answer", "rest", "key"}
     assert tests["all"]["windows"] == 8 and math.isfinite(tests["all"]["gain"])
 

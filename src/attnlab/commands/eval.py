@@ -223,7 +223,7 @@ def _retrieval(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from attnlab.eval.results import merge_out, merge_results, results_path
-    from attnlab.eval.retrieval import retrieval_metrics
+    from attnlab.eval.retrieval import retrieval_losses, split_metrics
     from attnlab.experiments.reports.retrieval_controls import control_lines, control_tests
     from attnlab.runs.load import is_run_dir
 
@@ -231,16 +231,18 @@ def _retrieval(args: argparse.Namespace) -> int:
         raise UserError(f"--tasks retrieval needs an attnlab run directory; {args.target} is not")
     if args.control_seed < 0:
         raise UserError(f"--control-seed {args.control_seed} must be >= 0 (a numpy seed)")
-    res = retrieval_metrics(
+    res = retrieval_losses(
         args.target, max_windows=args.limit, device=args.device, control_seed=args.control_seed
     )
-    res["tests"] = control_tests(res)
+    metrics, controls = split_metrics(res)
+    controls["tests"] = tests = control_tests(res)
+    entry = {"retrieval": {"metrics": metrics, "controls": controls}}
     if not args.no_save:
-        merge_results(results_path(Path(args.target)), {"retrieval": {"metrics": res}})
+        merge_results(results_path(Path(args.target)), entry)
     if args.out:
-        merge_out(args.out, {"retrieval": {"metrics": res}})
+        merge_out(args.out, entry)
     if args.json:
-        print(json.dumps({k: v for k, v in res.items() if k != "per_window"}, indent=2))
+        print(json.dumps({**metrics, "classes": res["classes"], "tests": tests}, indent=2))
         return exitcodes.OK
     mismatch = ""
     if "control_seed" in res:
@@ -249,7 +251,7 @@ def _retrieval(args: argparse.Namespace) -> int:
         f"attnlab eval: {args.target}: {res['windows']} validation windows, "
         f"{res['tokens']:,} tokens{mismatch}"
     )
-    print("\n".join(control_lines(res, res["tests"])))
+    print("\n".join(control_lines(res, tests)))
     if "overlap" in res:
         print(f"  overlap with neighbours {res['overlap']:.3f}  (share of 8-token n-grams)")
     return exitcodes.OK

@@ -174,10 +174,10 @@ def _retrieval(run: TaskRun) -> TaskOutcome:
 
     if run.lm.results_dir is None:
         raise UserError(f"the retrieval task needs an attnlab run directory; {run.lm.name} is not")
-    metrics = retrieval_metrics(
+    metrics, controls = retrieval_metrics(
         run.lm.results_dir, max_windows=run.limit, device=str(run.lm.device)
     )
-    return TaskOutcome(metrics, str(run.lm.data_dir))
+    return TaskOutcome(metrics, str(run.lm.data_dir), {"controls": controls})
 
 
 TaskFn = Callable[[TaskRun], TaskOutcome]

@@ -90,12 +90,22 @@ def retrieval_losses(
     return res
 
 
-def retrieval_metrics(run_dir: str | Path, **kwargs: Any) -> dict[str, Any]:
-    """What ``eval/results.json`` keeps of :func:`retrieval_losses`: everything but the
-    per-chunk lists (the per-window means stay: the paired test reads them)."""
+def retrieval_metrics(run_dir: str | Path, **kwargs: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """What ``eval/results.json`` keeps of :func:`retrieval_losses`: (metrics, controls).
+    ``metrics`` are flat numbers (a results table's rows: the losses, ``CLASS/CONDITION`` per
+    token class, the overlap); ``controls`` holds ``classes`` and the per-window means the
+    paired test reads (``per_window``), stored beside the metrics."""
     res = retrieval_losses(run_dir, **kwargs)
-    res.pop("chunks", None)
-    return res
+    return split_metrics(res)
+
+
+def split_metrics(res: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(flat metrics, controls) of a :func:`retrieval_losses` result (its chunks left out)."""
+    controls = {k: res[k] for k in ("classes", "per_window")}
+    metrics = {k: v for k, v in res.items() if k not in ("classes", "per_window", "chunks")}
+    for name, row in res["classes"].items():
+        metrics.update({f"{name}/{c}": row[c] for c in CONDITIONS if c in row})
+    return metrics, controls
 
 
 def _database(run_dir, cfg):
@@ -113,8 +123,7 @@ def _database(run_dir, cfg):
         )
     if not family.needs(NEIGHBOURS):
         return None
-    r = cfg.model.retrieval
-    return open_run_database(r, cfg.data.dir)
+    return open_run_database(cfg.model.retrieval, cfg.data.dir)
 
 
 def _control_neighbours(db, data, offsets: np.ndarray, T: int, seed: int) -> dict[str, Any]:

@@ -80,21 +80,15 @@ def control_lines(res: dict[str, Any], tests: dict[str, dict] | None = None) -> 
     return lines
 
 
-def flat_metrics(res: dict[str, Any]) -> dict[str, Any]:
-    """What ``eval/results.json`` keeps: the losses and the tests, not the per-window lists."""
-    keep = {k: v for k, v in res.items() if k not in ("chunks", "per_window")}
-    keep["tests"] = control_tests(res)
-    return keep
-
-
 def _stored(run_dir: str) -> dict[str, Any] | None:
-    """The ``retrieval`` task's metrics in a run's ``eval/results.json`` (None without)."""
+    """The ``retrieval`` task's controls (``classes``, ``per_window``) in a run's
+    ``eval/results.json`` (None without)."""
     import json
     from pathlib import Path
 
     f = Path(run_dir) / "eval" / "results.json"
     try:
-        metrics = json.loads(f.read_text(encoding="utf-8"))["tasks"]["retrieval"]["metrics"]
+        metrics = json.loads(f.read_text(encoding="utf-8"))["tasks"]["retrieval"]["controls"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
     if not isinstance(metrics, dict) or "classes" not in metrics:

@@ -153,8 +153,11 @@ def _retrieval(r: RunPlan, spec: EvaluateSpec) -> None:
     from attnlab.eval.results import merge_results, results_path
     from attnlab.eval.retrieval import retrieval_metrics
 
-    metrics = retrieval_metrics(r.run_dir, max_windows=spec.limit, device=r.config.train.device)
-    merge_results(results_path(r.run_dir), {"retrieval": {"metrics": metrics}})
+    metrics, controls = retrieval_metrics(
+        r.run_dir, max_windows=spec.limit, device=r.config.train.device
+    )
+    entry = {"metrics": metrics, "controls": controls}
+    merge_results(results_path(r.run_dir), {"retrieval": entry})
 
 
 def execute(
