@@ -188,6 +188,23 @@ def export(source: str | Path, out: str | Path, *, force: bool = False) -> Expor
     return export_model(model, cfg, tokenizer, out, source=str(source), step=step, run_dir=run_dir)
 
 
+def _check_exportable(m: Any, source: str) -> None:
+    """Refuse a model no transformers causal LM can stand for: another family's, or a µP one
+    (its readout multiplier and attention scale are not in the exported model)."""
+    if not families.of(m).exports:
+        raise UserError(
+            f"{source or 'the model'} is a model.family={m.family!r} model; only "
+            f"{families.where(lambda f: f.exports)} models export as a transformers causal LM "
+            "(AutoModelForCausalLM)"
+        )
+    if m.parametrisation == "mup":
+        raise UserError(
+            f"{source or 'the model'} was trained with model.parametrisation='mup', whose readout "
+            "multiplier and attention scale the exported transformers model does not apply; "
+            "evaluate it with `attnlab eval` instead (exporting µP models is not supported yet)"
+        )
+
+
 def export_model(
     model: nn.Module,
     cfg: Config,
@@ -212,18 +229,7 @@ def export_model(
 
     out = Path(os.path.abspath(out))  # `--out .` has no name to put a temporary folder beside
     m = cfg.model
-    if not families.of(m).exports:
-        raise UserError(
-            f"{source or 'the model'} is a model.family={m.family!r} model; only "
-            f"{families.where(lambda f: f.exports)} models export as a transformers causal LM "
-            "(AutoModelForCausalLM)"
-        )
-    if m.parametrisation == "mup":
-        raise UserError(
-            f"{source or 'the model'} was trained with model.parametrisation='mup', whose readout "
-            "multiplier and attention scale the exported transformers model does not apply; "
-            "evaluate it with `attnlab eval` instead (exporting µP models is not supported yet)"
-        )
+    _check_exportable(m, source)
     modules, plugins = plugin_modules(cfg)
     vendored = flatten(modules)
     recover_out(out)
