@@ -123,6 +123,10 @@ def test_the_ladder_trains_every_rung_variant_and_seed_and_reports(done):
         assert f"{v} vs baseline: the gap L(baseline) - L({v})" in text
         assert (out / "plots" / f"gap_{v}.png").stat().st_size > 0
     assert (out / "plots" / "loss_vs_N.png").stat().st_size > 0
+    # the matched variant against its control, at the same N per rung
+    assert "Against its parameter-matched control" in text
+    assert "preproj-skip vs mlp-matched: the gap L(mlp-matched) - L(preproj-skip)" in text
+    assert (out / "plots" / "gap_preproj-skip-vs-mlp-matched.png").stat().st_size > 0
     assert "at rung 0" in text and "used at every rung" in text  # which lr rule was used
     assert "124M" in text and "extrapolation" in text
 

@@ -361,3 +361,13 @@ def test_model_parametrisation_mup_is_applied_by_build_model_and_the_optimizer()
     torch.manual_seed(0)
     b = build_model(same.model_copy(update={"parametrisation": "standard"}))
     assert all(torch.equal(x, y) for x, y in zip(a.parameters(), b.parameters()))
+
+
+def test_export_refuses_a_mup_model_naming_why(tmp_path):
+    from attnlab.base.errors import UserError
+    from attnlab.hf.export import export_model
+
+    cfg = load_config("tiny", [*SMALL, "model.parametrisation=mup", "model.mup_base_width=32"])
+    with pytest.raises(UserError, match=r"parametrisation='mup'.*attnlab eval"):
+        export_model(None, cfg, None, tmp_path / "hf")
+    assert not (tmp_path / "hf").exists()

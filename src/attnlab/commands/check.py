@@ -41,8 +41,9 @@ COLUMNS = {
     "quantize": "quant",
     "tp": "tp",
 }
-#: the table's width: a part name and fourteen property columns
-WIDTH = 154
+#: the table's width: a part name (about 40 characters) and a column per property, each its
+#: label's width or the 4 of "FAIL", with rich's 3 characters of padding and border
+WIDTH = 46 + sum(max(len(label), 4) + 3 for label in COLUMNS.values())
 MARK = {"passed": "[green]ok[/]", "failed": "[bold red]FAIL[/]", "skipped": "[dim]-[/]"}
 
 

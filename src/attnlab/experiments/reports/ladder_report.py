@@ -81,6 +81,18 @@ def ladder_points(
     return out
 
 
+def controls(out: Path, rec: dict[str, Any]) -> dict[str, str]:
+    """Each ``match_params`` control -> the variant it is matched to (from rung 0's record)."""
+    where = out / "rungs" / rec["rungs"][0]["label"]
+    if not (where / "experiment.json").is_file():
+        return {}
+    return {
+        v["name"]: v["match"]["target_variant"]
+        for v in read_record(where)["variants"]
+        if v.get("match") and v["match"].get("target_variant") in rec["variants"]
+    }
+
+
 def build_ladder_report(out_dir: str | Path) -> Path:
     """Write results.csv, plots and report.md of the ladder in ``out_dir``; returns the report."""
     out = Path(out_dir)
@@ -103,6 +115,13 @@ def build_ladder_report(out_dir: str | Path) -> Path:
         for v in names
         if v != base
     }
+    for control, target in controls(out, rec).items():  # each matched variant vs its control
+        gaps[f"{target}-vs-{control}"] = compare_scaling(
+            ladder_points(rec, rows, control, "N"),
+            ladder_points(rec, rows, target, "N"),
+            settings,
+            names=(control, target),
+        )
     targets = {k: float(n) for k, n in paper_sizes().items()}
     plots = out / "plots"
     plots.mkdir(parents=True, exist_ok=True)
@@ -148,6 +167,27 @@ def _how_lr(rec: dict[str, Any]) -> str:
     )
 
 
+def _lr_notes(rec: dict[str, Any]) -> list[str]:
+    """What the tuned learning rates put into the gaps: variants at different rates, and a best
+    rate at the edge of the grid."""
+    out = []
+    for i, t in sorted((rec.get("tuning") or {}).items()):
+        lrs = t["lr"]
+        if len(set(lrs.values())) > 1:
+            out.append(
+                f"Note: the variants train at different learning rates (tuned at rung {i}: "
+                + ", ".join(f"{v} {x:g}" for v, x in lrs.items())
+                + "); every gap includes the difference of their tuned rates, and a rate tuned "
+                "where the losses barely differ may not be the best one at the larger rungs."
+            )
+        if t.get("at_edge"):
+            out.append(
+                f"Note: at rung {i} the best rate of {', '.join(t['at_edge'])} is at the edge of "
+                "the grid; the optimum may lie beyond it."
+            )
+    return [line for note in out for line in (note, "")]
+
+
 def _rung_table(rec: dict[str, Any], rows: dict[str, list[RunRow]]) -> list[str]:
     names = list(rec["variants"])
     head = "| rung | d_model | layers | heads | steps | tokens | " + " | ".join(
@@ -178,6 +218,20 @@ def _rung_table(rec: dict[str, Any], rows: dict[str, list[RunRow]]) -> list[str]
     return lines
 
 
+def _control_lines(gaps: dict[str, GapFit]) -> list[str]:
+    """The verdict of each variant against its parameter-matched control (same N per rung)."""
+    mine = [g for k, g in gaps.items() if "-vs-" in k]
+    if not mine:
+        return []
+    return [
+        "Against its parameter-matched control (the same non-embedding N at every rung, so a "
+        "gap here is not the parameters'):",
+        "",
+        *[f"- {g.verdict()}" for g in mine],
+        "",
+    ]
+
+
 def _markdown(
     rec: dict[str, Any],
     rows: dict[str, list[RunRow]],
@@ -199,10 +253,12 @@ def _markdown(
         f"{rec['rule']['tokens_per_param']:g} x N(baseline) tokens, identical batches per seed "
         "across the variants of a rung. Learning rate: " + _how_lr(rec) + ".",
         "",
+        *_lr_notes(rec),
         "## Verdicts (gap L(baseline) - L(variant) against N)",
         "",
-        *[f"- {g.verdict()}" for g in gaps.values()],
+        *[f"- {g.verdict()}" for k, g in gaps.items() if "-vs-" not in k],
         "",
+        *_control_lines(gaps),
         "## Rungs",
         "",
         "N: non-embedding parameters; loss: mean ± sd of the final validation loss (nats/token) "
