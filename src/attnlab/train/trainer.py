@@ -19,7 +19,6 @@ import numpy as np
 import torch
 from torch import nn
 
-from attnlab.base import advice
 from attnlab.base.advice import restart
 from attnlab.base.errors import UserError
 from attnlab.config import Config, dump_toml
@@ -47,6 +46,7 @@ from attnlab.train.objectives import (
     make_batch,
     resolve_objective,
 )
+from attnlab.train.plugin_resume import plugin_change
 
 
 @dataclass
@@ -235,32 +235,11 @@ class _Pretraining(TrainTask):
         return None
 
     def _check_plugin_sources(self) -> None:
-        """Refuse to resume with a plugin whose source changed since the checkpoints were
-        written, unless allowed (then recorded: ``plugins.json``'s history)."""
-        newest = checkpoint.newest_state(self.run_dir)
-        conflicts = rundir.plugin_conflicts(self.run_dir) if newest is not None else []
-        if not conflicts:
-            return
-        step = newest[1].step if newest is not None else None
-        if not self.allow_plugin_change:
-            raise UserError(
-                f"{self.run_dir} was trained to step {step} with other plugin source code; "
-                "resuming would train one model with two different parts:\n  "
-                + "\n  ".join(conflicts)
-                + "\nRestore the plugin's source, or "
-                + (
-                    advice.COMPARE  # compare has no --out of a run and no --allow-plugin-change
-                    if advice.restart() == advice.COMPARE
-                    else "train into another --out; to resume with the new source anyway, pass "
-                    "--allow-plugin-change (plugins.json records it)"
-                )
-            )
-        warnings.warn(
-            f"{self.run_dir}: resuming at step {step} with changed plugin source "
-            f"(--allow-plugin-change): " + "; ".join(conflicts),
-            stacklevel=1,
-        )
-        self.plugin_change = (step, "--allow-plugin-change")
+        """Refuse to resume with a plugin whose source changed, unless allowed (then recorded:
+        ``plugins.json``'s history): :func:`attnlab.train.plugin_resume.plugin_change`."""
+        change = plugin_change(self.run_dir, self.allow_plugin_change)
+        if change is not None:
+            self.plugin_change = change
 
     def _setup_data(self) -> None:
         from attnlab.data import TokenData, get_schedule
