@@ -44,6 +44,8 @@ class BigBirdMask(MaskPart):
     """A window, global tokens and seeded random key blocks."""
 
     cost = "params 0; pairs T (w + G + r B)"
+    #: the battery's small models (T of about 8) with a pattern that leaves keys out
+    check_config = ("model.mask.window=2", "model.mask.random_blocks=1", "model.mask.block_size=2")
     Options = BigBirdOptions
 
     @classmethod

@@ -36,6 +36,8 @@ class LocalGlobalMask(MaskPart):
     """A window plus global tokens."""
 
     cost = "params 0; pairs T (w + G)"
+    #: the battery's small models (T of about 8) with a pattern that leaves keys out
+    check_config = ("model.mask.window=3", "model.mask.n_global=1", "model.mask.global_every=4")
     Options = LocalGlobalOptions
 
     @classmethod

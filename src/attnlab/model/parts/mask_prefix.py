@@ -23,6 +23,8 @@ class PrefixMask(MaskPart):
     direction = "causal"
     decoder_only = True
     cost = "params 0; pairs T^2/2 + P^2/2"
+    #: the battery's small models (T of about 8) with a pattern that leaves keys out
+    check_config = ("model.mask.prefix_len=3",)
 
     class Options(PartOptions):
         prefix_len: int = Field(0, ge=0, description="P: tokens read both ways (>= 1)")

@@ -20,6 +20,8 @@ class SlidingMask(MaskPart):
     """Each query sees the ``window`` nearest keys (its own included)."""
 
     cost = "params 0; pairs T w"
+    #: the battery's small models (T of about 8) with a pattern that leaves keys out
+    check_config = ("model.mask.window=3",)
 
     class Options(PartOptions):
         window: int = Field(0, ge=0, description="w: keys within this distance (>= 1)")
