@@ -23,18 +23,25 @@ from attnlab.parts import Field, ScorePart, register
 
 
 class HeadTemperature(ScoreMod):
-    """score_mod(s, b, h, i, j) = s * exp(-theta_h); declared kind = "scale"."""
+    """score_mod(s, b, h, i, j) = s * exp(-theta_h); declared kind = "scale". It reads its
+    part's parameter at each call (a loaded or moved model replaces the tensor)."""
 
     kind = "scale"
 
-    def __init__(self, theta: nn.Parameter) -> None:
-        self.theta = theta
+    def __init__(self, part: nn.Module) -> None:
+        self.part = part
+
+    def __repr__(self) -> str:
+        return "HeadTemperature()"
+
+    def parameters(self):
+        return [self.part.theta]
 
     def head_scale(self):
-        return torch.exp(-self.theta)
+        return torch.exp(-self.part.theta)
 
     def score_mod(self, score, b, h, q_idx, kv_idx):
-        return score * torch.exp(-self.theta).to(score.dtype)[h]
+        return score * torch.exp(-self.part.theta).to(score.dtype)[h]
 
 
 @register("score", "temperature")
@@ -53,7 +60,7 @@ class Temperature(ScorePart):
     def __init__(self, opts, dims):
         super().__init__(opts, dims)
         self.theta = nn.Parameter(torch.full((dims.n_heads,), math.log(opts.init)))
-        self._mods = (HeadTemperature(self.theta),)
+        self._mods = (HeadTemperature(self),)
 
     def init_weights(self, init):
         with torch.no_grad():

@@ -101,12 +101,14 @@ def test_a_plugin_mods_parameter_gets_its_gradient_through_a_bias_it_scales(floa
     temperature = sys.modules[record.module].HeadTemperature
     t5 = T5Bias(4, 8, 16)
     torch.nn.init.normal_(t5.table.weight)
-    theta = torch.nn.Parameter(torch.randn(4) * 0.3)
+    holder = torch.nn.Module()
+    holder.theta = torch.nn.Parameter(torch.randn(4) * 0.3)
+    theta = holder.theta
     q, k, v = (torch.randn(2, 4, 10, 8, requires_grad=True) for _ in range(3))
     got = []
     for path in ("auto", "explicit"):
         engine = AttentionEngine(
-            AttentionSpec(Sliding(3), (t5, temperature(theta))), EngineOptions(path=path)
+            AttentionSpec(Sliding(3), (t5, temperature(holder))), EngineOptions(path=path)
         )
         out, _ = engine(q, k, v)
         got.append((out, *torch.autograd.grad(out.square().sum(), [q, theta, t5.table.weight])))
