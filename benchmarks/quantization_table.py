@@ -67,7 +67,8 @@ def perplexity(target: Path, args: argparse.Namespace) -> float:
     import attnlab.quant.target  # noqa: F401
     from attnlab.eval import evaluate
 
-    res = evaluate(str(target), [f"perplexity:{args.data}"], args.limit, save=False)
+    source = args.val or args.data
+    res = evaluate(str(target), [f"perplexity:{source}"], args.limit, save=False)
     (entry,) = res.values()
     return float(entry["metrics"]["perplexity"])
 
@@ -147,6 +148,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--preset", default="tiny")
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--batch-size", type=int, default=16, help="train.batch_size")
+    p.add_argument(
+        "--val",
+        metavar="FILE",
+        help="score perplexity on this .txt/.jsonl instead of --data's validation split",
+    )
     p.add_argument("--limit", type=int, default=20, help="validation windows for perplexity")
     p.add_argument("--variants", default=",".join(VARIANTS))
     p.add_argument("--group-size", type=int, default=32)

@@ -97,6 +97,27 @@ def test_a_plugin_part_gets_the_default_and_may_override_it():
 
 
 # -------------------------------------------------------------------------------------- schemes
+def test_the_identity_head_variants_padded_mixer_quantizes():
+    """The nonlinear mixer pads its Linears' weights for a wider matmul in training; a quantized
+    weight cannot be padded (torchao has no constant_pad_nd): its Linears run unpadded."""
+    from attnlab.bench.variants import find_variant
+
+    sets = find_variant("identity_head").resolved_overrides(load_config("tiny"))
+    cfg = quantizable_config(load_config("tiny", [f"model.{o}" for o in sets]))
+    torch.manual_seed(0)
+    full = build_model(cfg.model).eval()
+    ids = torch.randint(
+        0, cfg.model.vocab_size, (2, 32), generator=torch.Generator().manual_seed(0)
+    )
+    ref = full(ids).logits
+    for name in ("int8-weight", "int8-dynamic"):
+        model = copy.deepcopy(full)
+        done = quantize_model(model, get_scheme(name))
+        assert any(".mixer." in n for n in done.quantized)
+        got = model(ids).logits
+        assert float((got - ref).norm() / ref.norm()) < get_scheme(name).tolerance
+
+
 @pytest.mark.fast
 def test_schemes_and_their_options_are_checked_with_the_fix_named():
     with pytest.raises(UserError, match="did you mean 'int8-weight'"):

@@ -133,9 +133,11 @@ class NonlinearMixer(MixerPart):
 
     def forward(self, o: Tensor) -> Tensor:
         pad = -self.hidden % HIDDEN_MULTIPLE
-        if pad == 0 or uses_layout(o):  # decoding a few rows: the Linears' own layout
-            return self.w_b(self.act(self.w_a(o)))
         a, b = self.w_a, self.w_b
+        # decoding a few rows: the Linears' own layout; a quantized weight (a tensor subclass,
+        # attnlab quantize) cannot be padded: its Linear multiplies it unpadded, the same math
+        if pad == 0 or uses_layout(o) or type(a.weight.data) is not Tensor:
+            return self.w_b(self.act(self.w_a(o)))
         bias_a = F.pad(a.bias, (0, pad)) if a.bias is not None else None
         hdn = F.linear(o, F.pad(a.weight, (0, 0, 0, pad)), bias_a)
         return F.linear(self.act(hdn), F.pad(b.weight, (0, pad)), b.bias)
