@@ -153,11 +153,10 @@ def _cfg(prefix_lm: Path, *sets: str):
 
 def test_the_example_family_settles_its_mask_and_refuses_another(prefix_lm: Path) -> None:
     cfg = _cfg(prefix_lm)
-    assert cfg.model.attention.mask == "prefix" and families.spec("prefix_lm").source == str(
-        prefix_lm
-    )
+    assert cfg.model.mask.kind == "prefix" and families.spec("prefix_lm").source == str(prefix_lm)
+    causal = ["model.family=prefix_lm", "model.mask.kind=causal", "model.n_layers=1"]
     with pytest.raises(ConfigError, match=r"model\.family='prefix_lm' reads its prefix both ways"):
-        _cfg(prefix_lm, "model.attention.mask=causal")
+        load_config("tiny", causal, plugins=[str(prefix_lm)])
     assert "prefix_lm/prefix/learned" in [c.name for c in all_cases()]  # its check cases
 
 

@@ -71,8 +71,8 @@ def retrieval_losses(
     classes.update(token_classes(cfg.data.dir, "val", len(data.val)))
     res: dict[str, Any] = {"windows": len(offsets), "tokens": len(offsets) * T}
     res["classes"], res["per_window"] = {}, {}
-    for name, mask in classes.items():
-        inside = mask[targets]
+    for name, member in classes.items():
+        inside = member[targets]
         res["classes"][name] = {"tokens": int(inside.sum())}
         res["per_window"][name] = {}
         for cond, lw in losses.items():

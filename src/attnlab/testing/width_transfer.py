@@ -10,6 +10,7 @@ about a second.
 
 from __future__ import annotations
 
+from attnlab.parts import families
 from attnlab.testing.cases import Case, config_for
 from attnlab.testing.coord_check import coordinate_check
 from attnlab.testing.result import Result, failed, passed, skipped
@@ -33,8 +34,12 @@ def width_sets(width: int) -> tuple[str, ...]:
 
 def check(name: str, slot: str, kind: str, options: dict, case: Case) -> Result:
     """The coordinate check of ``slot.kind`` (with ``options``) in ``case``'s model."""
-    if case.family != "decoder":
-        return skipped(NAME, f"runs on decoder models; {name}'s first case is {case.name}")
+    family = families.get(case.family)
+    if not family.causal_lm or family.data_needs:
+        return skipped(
+            NAME,
+            f"runs on causal LMs that need no extra inputs; {name}'s first case is {case.name}",
+        )
 
     def make(width: int):
         return config_for(case, slot, kind, options, width_sets(width)).model

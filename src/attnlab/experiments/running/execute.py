@@ -20,6 +20,7 @@ from attnlab.base.errors import UserError
 from attnlab.experiments.resolve import RunPlan
 from attnlab.experiments.running.progress import ExperimentProgress
 from attnlab.experiments.spec import EvaluateSpec
+from attnlab.parts.family import RETRIEVAL_ROUTE
 from attnlab.runs import rundir
 from attnlab.runs.lock import DirectoryLockedError
 
@@ -126,9 +127,9 @@ def evaluate_run(r: RunPlan, spec: EvaluateSpec, note: Callable[[str], None]) ->
     try:
         if r.config.train.threads:
             torch.set_num_threads(r.config.train.threads)
-        if "retrieval" in todo:  # a retrieval run is no causal LM target: the run itself
+        if RETRIEVAL_ROUTE in todo:  # a retrieval run is no causal LM target: the run itself
             _retrieval(r, spec)
-            todo = [t for t in todo if t != "retrieval"]
+            todo = [t for t in todo if t != RETRIEVAL_ROUTE]
         if todo:
             evaluate(
                 r.run_dir,

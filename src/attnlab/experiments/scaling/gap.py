@@ -183,7 +183,7 @@ def _slopes(lx: np.ndarray, g: np.ndarray) -> np.ndarray:
 
 
 def _layouts_match(b: LadderData, v: LadderData) -> bool:
-    return b.y.shape == v.y.shape and b.seeds == v.seeds and bool(np.all(b.mask == v.mask))
+    return b.y.shape == v.y.shape and b.seeds == v.seeds and np.array_equal(b.mask, v.mask)
 
 
 def _draws(b: LadderData, v: LadderData, s: FitSettings) -> tuple[Draws | None, Draws | None, bool]:
