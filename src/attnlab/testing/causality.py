@@ -17,6 +17,13 @@ LIMIT = 1e-10
 
 
 @torch.no_grad()
+def prefix_of(model, case: Case) -> int:
+    """The positions that read each other both ways: the case's prefix, or the prefix of the
+    model's own mask part (a prefix mask under test brings its ``prefix_len``)."""
+    mask = getattr(getattr(model, "cfg", None), "mask", None)
+    return max(case.prefix, int(getattr(mask, "prefix_len", 0) or 0))
+
+
 def measure(model, case: Case, name: str = "the part") -> tuple[float, int] | Result:
     """(max |change| of the outputs before t, the t where it was largest); a failure when an
     output is not finite (NaN counts as a change, never as agreement)."""
@@ -25,7 +32,7 @@ def measure(model, case: Case, name: str = "the part") -> tuple[float, int] | Re
     bad = nonfinite(NAME, name, base, case.name)
     if bad is not None:
         return bad
-    start = max(case.prefix, 1)
+    start = max(prefix_of(model, case), 1)
     worst, at = 0.0, start
     for t in sorted({start, (start + T) // 2, T - 1}):
         y = x.clone()
@@ -48,7 +55,8 @@ def check(name: str, built: list[tuple[Case, torch.nn.Module]]) -> Result:
             return got
         d, t = got
         if not d <= LIMIT:
-            after = f" (after the prefix of {case.prefix})" if case.prefix else ""
+            P = prefix_of(model, case)
+            after = f" (after the prefix of {P})" if P else ""
             return failed(
                 NAME,
                 f"changing the tokens at and after position {t}{after} changed the outputs "

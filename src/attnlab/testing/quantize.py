@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from attnlab.base.extras import available
+from attnlab.parts import families
 from attnlab.testing.cases import Case, build, config_for, instances
 from attnlab.testing.kv_cache import measure
 from attnlab.testing.result import Result, failed, passed, skipped
@@ -88,6 +89,9 @@ def check(name: str, cls: type, slot: str, kind: str, options: dict, case: Case)
         return skipped(NAME, "torchao is not installed (pip install 'attnlab[quant]')")
     from attnlab.quant import SCHEMES, quantize_model
 
+    family = families.get(case.family)
+    if not (family.continues_text and family.decodes_with_cache):
+        return skipped(NAME, f"{name}'s first case ({case.name}) is a model that does not decode")
     model = _model(case, slot, kind, options)
     found = []
     for scheme in SCHEMES.values():

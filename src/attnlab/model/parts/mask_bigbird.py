@@ -10,6 +10,8 @@ pattern's ``block_size``).
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from pydantic import Field
 from torch import Tensor
 
@@ -44,6 +46,12 @@ class BigBirdMask(MaskPart):
     """A window, global tokens and seeded random key blocks."""
 
     cost = "params 0; pairs T (w + G + r B)"
+    unchecked: ClassVar[dict[str, str]] = {
+        **MaskPart.unchecked,
+        "batch": "its random key blocks are drawn for the sequence's length (seeded by "
+        "random_seed and T), so a right-padded row gets another pattern than the row alone; rows "
+        "of one length are independent of their batch (model/masks.py's tests)",
+    }
     #: the battery's small models (T of about 8) with a pattern that leaves keys out
     check_config = ("model.mask.window=2", "model.mask.random_blocks=1", "model.mask.block_size=2")
     Options = BigBirdOptions
