@@ -137,7 +137,6 @@ def _cases() -> dict[str, Case]:
         ("model.ffn.ratio", "false", r"model\.ffn\.ratio.*boolean"),
         ("train.seed", "-1", r"train\.seed.*from 0 to 4294967295"),
         ("data.split_seed", "-3", r"data\.split_seed.*from 0 to 4294967295"),
-        ("model.attention.random_seed", str(2**63 - 1), r"random_seed.*from 0 to 4294967295"),
         ("model.d_model", "123456789012345678901234", r"model\.d_model.*too large.*int64"),
         ("model.d_model", "1000000000000000000", r"too large to exist.*model\.d_model"),
         ("model.vocab_size", "-5", r"model\.vocab_size"),
@@ -148,6 +147,16 @@ def _cases() -> dict[str, Case]:
         add(f"params-{key}={value}", 2, pattern)(
             lambda L, T, kv=f"{key}={value}": ["params", "tiny", "--set", kv]
         )
+    bigbird = ["model.mask.kind=bigbird", "model.mask.window=2", "model.mask.random_blocks=1"]
+    add("params-bigbird-seed", 2, r"model\.mask\.random_seed.*from 0 to 4294967295")(
+        lambda L, T: [
+            "params",
+            "tiny",
+            *(a for kv in bigbird for a in ("--set", kv)),
+            "--set",
+            f"model.mask.random_seed={2**63 - 1}",
+        ]
+    )
     add("params-binary-config", 2, r"binary\.toml.*not UTF-8")(
         lambda L, T: ["params", L.f("binary.toml")]
     )

@@ -299,11 +299,11 @@ def test_a_probe_config_naming_one_part_twice_is_refused() -> None:
 # ------------------------------------------------------------ 7. seeds
 
 
-@pytest.mark.parametrize("key", ["model.attention.random_seed", "train.seed", "data.split_seed"])
+@pytest.mark.parametrize("key", ["model.mask.random_seed", "train.seed", "data.split_seed"])
 @pytest.mark.parametrize("value", [2**63 - 1, 2**32, -1])
 def test_a_seed_outside_what_generators_take_is_refused_with_the_range(key, value) -> None:
-    sets = ["model.attention.mask=bigbird", "model.attention.window=2"]
-    sets += ["model.attention.random_blocks=1", f"{key}={value}"]
+    sets = ["model.mask.kind=bigbird", "model.mask.window=2"]
+    sets += ["model.mask.random_blocks=1", f"{key}={value}"]
     with pytest.raises(ConfigError) as info:
         load_config("tiny", sets)
     assert f"'{key}' = {value}" in str(info.value) and "0 to 4294967295" in str(info.value)

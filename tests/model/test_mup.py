@@ -216,7 +216,6 @@ def test_the_standard_parametrisation_fails_it():
     assert all(w.startswith(first) for w in result.weights[first])
 
 
-@register("side_branch", "mis_declared_skip")
 class MisDeclaredSkip(SideBranchPart):
     """out = x~ W (d x d), declared input-like: its learning rate is not scaled with width."""
 
@@ -231,7 +230,6 @@ class MisDeclaredSkip(SideBranchPart):
         return self.w_skip(x_tilde)
 
 
-@register("side_branch", "lr_only_skip")
 class LearningRateOnlySkip(SideBranchPart):
     """out = x~ W with a right µP init (std ~ 1/sqrt(d), kept) but declared input-like: only its
     learning rate is wrong, which the change over the steps shows."""
@@ -250,7 +248,6 @@ class LearningRateOnlySkip(SideBranchPart):
         return self.w_lr(x_tilde)
 
 
-@register("side_branch", "loud_skip")
 class LoudSkip(SideBranchPart):
     """out = x~ W sqrt(d / 16): a forward factor that grows with width, whatever the init."""
 
@@ -262,7 +259,16 @@ class LoudSkip(SideBranchPart):
         return self.w_loud(x_tilde) * math.sqrt(self.dims.d_model / 16)
 
 
-def test_a_mis_declared_plugin_weight_fails_and_is_named():
+@pytest.fixture(scope="module")
+def mis_scaled_parts():
+    """The three mis-scaled parts, registered for this module only (registered at import, they
+    would be collected as parts by the battery's items in the same process)."""
+    register("side_branch", "mis_declared_skip")(MisDeclaredSkip)
+    register("side_branch", "lr_only_skip")(LearningRateOnlySkip)
+    register("side_branch", "loud_skip")(LoudSkip)
+
+
+def test_a_mis_declared_plugin_weight_fails_and_is_named(mis_scaled_parts):
     result = check("model.side_branch.kind=mis_declared_skip")
     assert not result.passed
     first = result.failures[0]
@@ -275,7 +281,7 @@ def test_a_mis_declared_plugin_weight_fails_and_is_named():
         result.assert_passed()
 
 
-def test_a_wrong_learning_rate_alone_fails_through_the_change_it_makes():
+def test_a_wrong_learning_rate_alone_fails_through_the_change_it_makes(mis_scaled_parts):
     result = check("model.side_branch.kind=lr_only_skip")
     first = "decoder.blocks.0.side_branch.w_lr"
     assert result.failures[0] == first
@@ -284,7 +290,7 @@ def test_a_wrong_learning_rate_alone_fails_through_the_change_it_makes():
     assert "decoder.blocks.0.side_branch.w_lr.weight" in result.message()
 
 
-def test_a_plugin_whose_forward_grows_with_width_fails_and_is_named():
+def test_a_plugin_whose_forward_grows_with_width_fails_and_is_named(mis_scaled_parts):
     result = check("model.side_branch.kind=loud_skip")
     assert result.failures[0] == "decoder.blocks.0.side_branch"
     assert result.growth("decoder.blocks.0.side_branch.w_loud") < 0.25  # the Linear is fine

