@@ -129,14 +129,14 @@ def test_every_property_is_reported_with_a_reason_for_each_skip():
     assert report.result("gradcheck").detail.endswith(
         "applies no torch.autograd.Function of its own"
     )
-    assert "encoder/bidirectional/learned" in report.cases
+    assert "encoder/full/learned" in report.cases
     assert "encoder_decoder/causal/learned" in report.cases
 
 
 def test_refused_configs_are_reported_with_the_part_s_own_reason():
     report = check_part("value", "moe", compile=False, export=False)
     refused = dict(report.refused)
-    assert "implemented for model.family='decoder' only" in refused["encoder/bidirectional/learned"]
+    assert "implemented for model.family='decoder' only" in refused["encoder/full/learned"]
     assert all(c.startswith("decoder/") for c in report.cases)
     assert report.passed, report.summary()
     assert "_Dispatch" in report.result("gradcheck").detail  # its hand-written backwards
