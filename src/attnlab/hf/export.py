@@ -38,6 +38,7 @@ from attnlab.hf.export_out import check_out, put_in_place, recover_out
 from attnlab.hf.vendor import PluginModule, Vendored, check_tracked, flatten
 from attnlab.parts import families, registry
 from attnlab.parts.plugins import loaded, source_hash
+from attnlab.runs.load import load_source
 
 AUTO_MAP = {
     "AutoConfig": "configuration_attnlab.AttnlabConfig",
@@ -54,36 +55,6 @@ class ExportResult:
     step: int | None
     files: list[str] = field(default_factory=list)
     plugins: list[dict[str, Any]] = field(default_factory=list)
-
-
-def load_source(source: str | Path):
-    """(model, Config, tokenizer, run_dir, step) of a run directory (its newest intact checkpoint)
-    or of one checkpoint directory ``RUN/checkpoints/step_N``."""
-    from attnlab.runs.checkpoint import CheckpointError, newest_state, read_checkpoint
-    from attnlab.runs.load import is_run_dir, load_run_model
-
-    path = Path(source)
-    if not path.exists():
-        raise UserError(f"{str(source)!r} does not exist; give a run directory or a checkpoint")
-    ckpt_dir = None
-    if (path / "model.safetensors").is_file() and path.parent.name == "checkpoints":
-        ckpt_dir, path = path, path.parent.parent
-    if not is_run_dir(path):
-        raise UserError(
-            f"{str(source)!r} is not a run directory (config.toml, checkpoints/) or a checkpoint "
-            "(RUN/checkpoints/step_N); give the --out of `attnlab train`"
-        )
-    model, cfg, tokenizer = load_run_model(path, device="cpu")
-    newest = newest_state(path)
-    step = newest[1].step if newest is not None else None
-    if ckpt_dir is not None:
-        try:
-            ckpt = read_checkpoint(ckpt_dir, with_optim=False)
-        except CheckpointError as e:
-            raise UserError(f"cannot read checkpoint {ckpt_dir}: {e}") from None
-        model.load_state_dict(ckpt.model, strict=True)
-        step = ckpt.step
-    return model, cfg, tokenizer, path, step
 
 
 def plugin_modules(cfg: Config) -> tuple[list[PluginModule], list[dict[str, Any]]]:

@@ -30,30 +30,9 @@ def _serves(family) -> bool:
 def load_source(source: str | os.PathLike) -> tuple[torch.nn.Module, Any, Path, int | None]:
     """(full-precision model built for quantization, Config, run dir, step) of ``source``."""
     from attnlab.model import build_model
-    from attnlab.runs.checkpoint import CheckpointError, newest_state, read_checkpoint
-    from attnlab.runs.load import is_run_dir, load_run_model
+    from attnlab.runs.load import load_source as load_run_or_checkpoint
 
-    path = Path(source)
-    if not path.exists():
-        raise UserError(f"{str(source)!r} does not exist; give a run directory or a checkpoint")
-    ckpt_dir = None
-    if (path / "model.safetensors").is_file() and path.parent.name == "checkpoints":
-        ckpt_dir, path = path, path.parent.parent
-    if not is_run_dir(path):
-        raise UserError(
-            f"{str(source)!r} is not a run directory (config.toml, checkpoints/) or a checkpoint "
-            "(RUN/checkpoints/step_N); give the --out of `attnlab train`"
-        )
-    trained, cfg, _ = load_run_model(path, device="cpu")
-    newest = newest_state(path)
-    step = newest[1].step if newest is not None else None
-    if ckpt_dir is not None:
-        try:
-            ckpt = read_checkpoint(ckpt_dir, with_optim=False)
-        except CheckpointError as e:
-            raise UserError(f"cannot read checkpoint {ckpt_dir}: {e}") from None
-        trained.load_state_dict(ckpt.model, strict=True)
-        step = ckpt.step
+    trained, cfg, _, path, step = load_run_or_checkpoint(source)
     if not _serves(families.of(cfg.model)):
         raise UserError(
             f"{source} is a model.family={cfg.model.family!r} model; attnlab quantize serves "

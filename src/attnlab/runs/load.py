@@ -146,3 +146,32 @@ def load_run_model(run_dir: str | Path, device: str | torch.device = "cpu"):
     else:  # the data directory moved: fixed tokenizers (bytes, gpt2, ...) load by name
         tokenizer = load_tokenizer(cfg.data.tokenizer)
     return model.to(device).eval(), cfg, tokenizer
+
+
+def load_source(source: str | Path):
+    """(model, Config, tokenizer, run_dir, step) of a run directory (its newest intact checkpoint)
+    or of one checkpoint directory ``RUN/checkpoints/step_N``."""
+    from attnlab.runs.checkpoint import CheckpointError, newest_state, read_checkpoint
+
+    path = Path(source)
+    if not path.exists():
+        raise UserError(f"{str(source)!r} does not exist; give a run directory or a checkpoint")
+    ckpt_dir = None
+    if (path / "model.safetensors").is_file() and path.parent.name == "checkpoints":
+        ckpt_dir, path = path, path.parent.parent
+    if not is_run_dir(path):
+        raise UserError(
+            f"{str(source)!r} is not a run directory (config.toml, checkpoints/) or a checkpoint "
+            "(RUN/checkpoints/step_N); give the --out of `attnlab train`"
+        )
+    model, cfg, tokenizer = load_run_model(path, device="cpu")
+    newest = newest_state(path)
+    step = newest[1].step if newest is not None else None
+    if ckpt_dir is not None:
+        try:
+            ckpt = read_checkpoint(ckpt_dir, with_optim=False)
+        except CheckpointError as e:
+            raise UserError(f"cannot read checkpoint {ckpt_dir}: {e}") from None
+        model.load_state_dict(ckpt.model, strict=True)
+        step = ckpt.step
+    return model, cfg, tokenizer, path, step
