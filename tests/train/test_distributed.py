@@ -3,9 +3,6 @@ losses as one process with accumulation. NCCL on the GPUs present: test_gpu_dist
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,9 +10,9 @@ import pytest
 from attnlab.base.errors import UserError
 from attnlab.config import load_config
 from attnlab.runs.load import load_run_model
-from attnlab.runs.rundir import read_metrics, read_status
+from attnlab.runs.rundir import read_status
 from attnlab.train import train
-from tests.helpers.data import prepare_bytes, run_config, word_corpus
+from tests.helpers.distributed import assert_same_steps, tiny_training, torchrun_train
 
 STEPS = 4
 
@@ -24,30 +21,11 @@ STEPS = 4
 def setup(tmp_path_factory) -> tuple[Path, Path]:
     """A prepared byte-level data dir and a config file training 4 steps on 2 x 4 sequences."""
     root = tmp_path_factory.mktemp("dist")
-    words = ["one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"]
-    corpus = word_corpus(root / "c.jsonl", words, n_docs=60, length=50, seed=2)
-    cfg = run_config(
-        root / "cfg.toml",
-        corpus,
-        prepare_bytes(corpus, root / "data"),
-        max_steps=STEPS,
-        batch_size=4,
-        tokens_per_step=256,
-        warmup_steps=1,
-        log_every=1,
-        eval_every=2,
-        checkpoint_every=2,
-        eval_batches=2,
-    )
-    return root, cfg
+    return root, tiny_training(root, STEPS)
 
 
 def _torchrun(cfg: Path, out: Path, *extra: str) -> None:
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
-    cmd += ["-m", "attnlab", "train", str(cfg), "--out", str(out), "--quiet", *extra]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    torchrun_train(cfg, out, 2, *extra, timeout=240)
 
 
 def _single(setup) -> Path:
@@ -60,14 +38,7 @@ def _single(setup) -> Path:
 
 
 def _compare(single: Path, dist: Path) -> None:
-    a, b = read_metrics(single), read_metrics(dist)
-    assert [r["step"] for r in a] == [r["step"] for r in b] == list(range(1, STEPS + 1))
-    for ra, rb in zip(a, b):
-        assert rb["loss"] == pytest.approx(ra["loss"], rel=1e-5, abs=1e-6)
-        assert rb["grad_norm"] == pytest.approx(ra["grad_norm"], rel=1e-4)
-        assert ("val_loss" in ra) == ("val_loss" in rb)
-        if "val_loss" in ra:
-            assert rb["val_loss"] == pytest.approx(ra["val_loss"], rel=1e-5)
+    assert_same_steps(single, dist, STEPS)
     sa, sb = read_status(single), read_status(dist)
     assert sb["world_size"] == 2 and sb["grad_accum"] == 1
     assert sa["schedule_hash"] == sb["schedule_hash"] and sa["tokens"] == sb["tokens"]

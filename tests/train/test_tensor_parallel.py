@@ -17,9 +17,9 @@ from safetensors import safe_open
 from attnlab.base.errors import UserError
 from attnlab.config import load_config
 from attnlab.runs.distributed import check_tp_world
-from attnlab.runs.rundir import read_metrics, read_status
+from attnlab.runs.rundir import read_status
 from attnlab.train import train
-from tests.helpers.data import prepare_bytes, run_config, word_corpus
+from tests.helpers.distributed import assert_same_steps, tiny_training, torchrun_train
 
 STEPS = 5
 
@@ -29,32 +29,11 @@ def setup(tmp_path_factory) -> tuple[Path, Path]:
     """A prepared byte-level data dir and a config training 5 steps of 256 tokens (``tiny``:
     4 heads, tied embeddings), a checkpoint every 2 steps."""
     root = tmp_path_factory.mktemp("tp")
-    words = ["one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"]
-    corpus = word_corpus(root / "c.jsonl", words, n_docs=60, length=50, seed=2)
-    cfg = run_config(
-        root / "cfg.toml",
-        corpus,
-        prepare_bytes(corpus, root / "data"),
-        max_steps=STEPS,
-        batch_size=4,
-        tokens_per_step=256,
-        warmup_steps=1,
-        log_every=1,
-        eval_every=2,
-        checkpoint_every=2,
-        eval_batches=2,
-        threads=1,
-    )
-    return root, cfg
+    return root, tiny_training(root, STEPS, threads=1)
 
 
 def _torchrun(cfg: Path, out: Path, nproc: int, *extra: str) -> None:
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
-    cmd += [f"--nproc_per_node={nproc}", "-m", "attnlab", "train", str(cfg), "--out", str(out)]
-    cmd += ["--quiet", "--skip-check", *extra]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=400)
-    assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
+    torchrun_train(cfg, out, nproc, "--skip-check", *extra)
 
 
 def _single(setup) -> Path:
@@ -66,14 +45,7 @@ def _single(setup) -> Path:
 
 
 def _compare(single: Path, other: Path, rel: float = 1e-5) -> None:
-    a, b = read_metrics(single), read_metrics(other)
-    assert [r["step"] for r in a] == [r["step"] for r in b] == list(range(1, STEPS + 1))
-    for ra, rb in zip(a, b):
-        assert rb["loss"] == pytest.approx(ra["loss"], rel=rel, abs=1e-6)
-        assert rb["grad_norm"] == pytest.approx(ra["grad_norm"], rel=1e-4)
-        assert ("val_loss" in ra) == ("val_loss" in rb)
-        if "val_loss" in ra:
-            assert rb["val_loss"] == pytest.approx(ra["val_loss"], rel=rel)
+    assert_same_steps(single, other, STEPS, rel)
 
 
 def _keys(run: Path, step: int) -> set[str]:
