@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import os
 
+from attnlab.base.errors import UserError
 from attnlab.config import Config, ConfigError, check_distinct, load_config
 
 
@@ -125,3 +126,34 @@ def plugin_specs(argv: list[str]) -> list[str]:
 
 def config_from_args(args: argparse.Namespace, positional: str = "config") -> Config:
     return load_config(getattr(args, positional), args.overrides, getattr(args, "plugins", []))
+
+
+def add_launcher_arguments(p: argparse.ArgumentParser, jobs_help: str) -> None:
+    """``--jobs N``, ``--launcher`` and ``--launcher-arg KEY=VALUE``: how the runs of an experiment
+    (compare, ladder) execute; ``check_launcher_args`` validates them."""
+    p.add_argument("--jobs", type=int, default=1, metavar="N", help=jobs_help)
+    p.add_argument(
+        "--launcher",
+        choices=("local", "slurm", "submitit-local"),
+        default="local",
+        help="where runs execute: this machine (default), Slurm jobs through submitit (needs "
+        "submitit: pip install 'submitit>=1.5'), or submitit's local executor (a subprocess "
+        "per run, all at once; to try the submitit path without a cluster)",
+    )
+    p.add_argument(
+        "--launcher-arg",
+        dest="launcher_args",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a submitit executor parameter (repeatable), e.g. slurm_partition=gpu, "
+        "gpus_per_node=1, cpus_per_task=8, timeout_min=240 (the default), mem_gb=32",
+    )
+
+
+def check_launcher_args(args: argparse.Namespace) -> None:
+    """Refuse ``--jobs`` below 1 and ``--launcher-arg`` without a submitit launcher."""
+    if args.jobs < 1:
+        raise UserError("--jobs must be at least 1")
+    if args.launcher_args and args.launcher == "local":
+        raise UserError("--launcher-arg sets submitit parameters; add --launcher slurm")

@@ -13,7 +13,12 @@ import sys
 from attnlab.base import exitcodes
 from attnlab.base.advice import COMPARE
 from attnlab.base.errors import UserError
-from attnlab.commands._common import add_set_argument, add_skip_argument
+from attnlab.commands._common import (
+    add_launcher_arguments,
+    add_set_argument,
+    add_skip_argument,
+    check_launcher_args,
+)
 
 NAME = "compare"
 HELP = "run a multi-variant, multi-seed experiment file and write a report with statistics"
@@ -44,14 +49,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="print the variants, parameter counts (a sweep: its grid and run count) and a timed "
         "estimate of the wall time, and stop",
     )
-    p.add_argument(
-        "--jobs",
-        type=int,
-        default=1,
-        metavar="N",
-        help="train N runs at once in separate processes (CPU: cores split between them; "
-        "several GPUs: one each; one GPU: one after another). Results are the same as with "
-        "--jobs 1. With --launcher slurm: at most N jobs at once",
+    add_launcher_arguments(
+        p,
+        "train N runs at once in separate processes (CPU: cores split between them; several "
+        "GPUs: one each; one GPU: one after another). Results are the same as with --jobs 1. "
+        "With --launcher slurm: at most N jobs at once",
     )
     p.add_argument(
         "--max-runs",
@@ -60,23 +62,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="refuse an experiment (a sweep's grid) with more than N runs",
     )
-    p.add_argument(
-        "--launcher",
-        choices=("local", "slurm", "submitit-local"),
-        default="local",
-        help="where runs execute: this machine (default), Slurm jobs through submitit (needs "
-        "submitit: pip install 'submitit>=1.5'), or submitit's local executor (a subprocess "
-        "per run, all at once; to try the submitit path without a cluster)",
-    )
-    p.add_argument(
-        "--launcher-arg",
-        dest="launcher_args",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a submitit executor parameter (repeatable), e.g. slurm_partition=gpu, "
-        "gpus_per_node=1, cpus_per_task=8, timeout_min=240 (the default), mem_gb=32",
-    )
     p.add_argument("--quiet", action="store_true", help="no progress display")
 
 
@@ -84,12 +69,9 @@ def run(args: argparse.Namespace) -> int:
     from attnlab.experiments.compare import CompareRequest, compare
     from attnlab.experiments.running.progress import fmt_duration
 
-    if args.jobs < 1:
-        raise UserError("--jobs must be at least 1")
+    check_launcher_args(args)
     if args.max_runs is not None and args.max_runs < 1:
         raise UserError("--max-runs must be at least 1")
-    if args.launcher_args and args.launcher == "local":
-        raise UserError("--launcher-arg sets submitit parameters; add --launcher slurm")
     request = CompareRequest(
         experiment=args.experiment,
         out=args.out,

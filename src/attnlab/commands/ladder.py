@@ -12,8 +12,12 @@ import sys
 
 from attnlab.base import exitcodes
 from attnlab.base.advice import COMPARE
-from attnlab.base.errors import UserError
-from attnlab.commands._common import add_set_argument, add_skip_argument
+from attnlab.commands._common import (
+    add_launcher_arguments,
+    add_set_argument,
+    add_skip_argument,
+    check_launcher_args,
+)
 
 NAME = "ladder"
 HELP = "run an experiment at a ladder of model sizes and fit scaling curves with a verdict"
@@ -37,27 +41,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="print the rungs (shapes, budgets, N per variant), the FLOPs and a timed estimate "
         "of the wall time, and stop",
     )
-    p.add_argument(
-        "--jobs",
-        type=int,
-        default=1,
-        metavar="N",
-        help="train N runs of a rung at once (as attnlab compare --jobs)",
-    )
-    p.add_argument(
-        "--launcher",
-        choices=("local", "slurm", "submitit-local"),
-        default="local",
-        help="where runs execute (as attnlab compare --launcher)",
-    )
-    p.add_argument(
-        "--launcher-arg",
-        dest="launcher_args",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a submitit executor parameter (repeatable; as attnlab compare --launcher-arg)",
-    )
+    add_launcher_arguments(p, "train N runs of a rung at once (as attnlab compare --jobs)")
     p.add_argument("--quiet", action="store_true", help="no progress display")
 
 
@@ -65,10 +49,7 @@ def run(args: argparse.Namespace) -> int:
     from attnlab.experiments.ladder import LadderRequest, ladder
     from attnlab.experiments.running.progress import fmt_duration
 
-    if args.jobs < 1:
-        raise UserError("--jobs must be at least 1")
-    if args.launcher_args and args.launcher == "local":
-        raise UserError("--launcher-arg sets submitit parameters; add --launcher slurm")
+    check_launcher_args(args)
     request = LadderRequest(
         experiment=args.experiment,
         out=args.out,
