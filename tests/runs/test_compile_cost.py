@@ -29,7 +29,9 @@ def test_the_first_steps_compile_time_is_reported_apart(data_dir, tmp_path, monk
     first = next(r for r in rows if r["step"] == 1)
     assert first["compile_s"] == 30.0 and first["first_step_s"] >= 0
     assert all("compile_s" not in r for r in rows if r["step"] > 1)
-    assert "first step" in out.getvalue() and "(compiling 30.0 s, kept out of tok/s)" in out.getvalue()
+    assert (
+        "first step" in out.getvalue() and "(compiling 30.0 s, kept out of tok/s)" in out.getvalue()
+    )
     monkeypatch.setattr(loop, "compile_seconds", lambda: 0.0)
     train(tiny_run_config(data_dir, steps=2), tmp_path / "b")
     rows = [json.loads(line) for line in (tmp_path / "b" / "metrics.jsonl").open()]

@@ -224,7 +224,6 @@ class AttentionCore(nn.Module):
             v = v.repeat_interleave(probs.shape[1] // v.shape[1], dim=1)
         return probs @ v, probs
 
-
     def _say(self, path: str, reason: str, ctx: ScoreContext) -> None:
         """Keep the path of a call the engine did not run (``last_plan``) and log it once per
         configuration as the engine logs its own (not while compiling: a log call would break

@@ -37,11 +37,11 @@ from torch import nn
 import attnlab
 from attnlab.base.advice import restart
 from attnlab.base.errors import UserError
-from attnlab.runs.compile_stats import cache_counts, compile_seconds
 from attnlab.parts.exits import as_error
 from attnlab.parts.stats import train_stats
 from attnlab.runs import checkpoint, rundir
 from attnlab.runs.clipping import clip_grad_norm
+from attnlab.runs.compile_stats import cache_counts, compile_seconds
 from attnlab.runs.device import Precision
 from attnlab.runs.distributed import Dist
 from attnlab.runs.divergence import DivergenceMonitor
