@@ -121,9 +121,11 @@ def attention_note(
     """The attention path(s) the subject ran and their memory: O(T) for fused SDPA or flex,
     the gathered blocks for block-sparse SDPA, the materialised [B, H, T, T] cost."""
     if not subject.materialises_attention:
-        if not paths:
+        if paths:
+            return ", ".join(f"{p}, {PATH_MEMORY.get(p, '?')}" for p in paths)
+        if subject.config is None:
             return "SDPA, O(T)"  # a peer: its own attention call
-        return ", ".join(f"{p}, {PATH_MEMORY.get(p, '?')}" for p in paths)
+        return "not recorded (compiled)"  # the core logs nothing inside a compiled graph
     heads = 0
     if subject.config is not None:
         from attnlab.parts import Dims
