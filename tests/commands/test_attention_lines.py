@@ -93,3 +93,29 @@ def test_the_baseline_says_plain_sdpa_and_bench_and_check_say_theirs(
     verbose = _attention(_stderr(capsys, monkeypatch, *check, "--verbose"))
     assert any(line.startswith(SLIDING) for line in verbose)
     assert len(verbose) == len(set(verbose))
+
+
+@pytest.mark.fast
+def test_a_line_is_split_at_its_layer_and_a_length_counts_once() -> None:
+    """The layer is the ``[mask ...]`` that ends the engine's line, whatever brackets the reason
+    holds; reasons that differ only in a number (a decoding loop's key count) print once."""
+    import io
+    import logging
+
+    from attnlab.commands._attention_lines import AttentionLines
+
+    out = io.StringIO()
+    handler = AttentionLines(out)
+    layer = "mask Causal(); mods [ALiBi(n_heads=4, causal=True)]; Softmax()"
+    for msg in (
+        f"attention path explicit: Mine rewrites the [T, T] logits [{layer}]",
+        f"attention path block_sparse: too big at Tk=1500 [{layer}]",
+        f"attention path block_sparse: too big at Tk=1501 [{layer}]",
+        "attention engine: float32 denormals flushed to zero on CPU (flush_denormal)",
+    ):
+        handler.emit(logging.makeLogRecord({"msg": msg}))
+    assert out.getvalue().splitlines() == [
+        f"attention: explicit (Mine rewrites the [T, T] logits) [{layer}]",
+        f"attention: block_sparse (too big at Tk=1500) [{layer}]",
+        "attention engine: float32 denormals flushed to zero on CPU (flush_denormal)",
+    ]

@@ -21,7 +21,8 @@ from collections.abc import Iterator
 from typing import TextIO
 
 LOGGER = "attnlab.attention"
-_LINE = re.compile(r"^attention path (?P<path>\S+): (?P<reason>.*?)(?: \[(?P<layer>.*)\])?$")
+#: the layer is the " [mask ...]" that ends the line (a reason may hold brackets of its own)
+_LINE = re.compile(r"^attention path (?P<path>\S+): (?P<reason>.*?)(?: \[(?P<layer>mask .*)\])?$")
 
 
 class AttentionLines(logging.Handler):

@@ -247,8 +247,8 @@ def _explicit_reason(backend: str, ctx: ScoreContext, transform) -> str:
         return "need_weights: the attention maps are returned"
     if transform is not None:
         on = getattr(transform, "on", "logits")
-        return f"{type(transform).__name__} rewrites the [T, T] {on}"
-    return "a score part forms the [T, T] matrix"
+        return f"{type(transform).__name__} rewrites the T x T {on}"
+    return "a score part forms the T x T matrix"
 
 
 def _query_positions(ctx: ScoreContext, Tq: int, Tk: int, device) -> Tensor:
