@@ -104,7 +104,9 @@ def training_table(r: BenchResult) -> TextTable | None:
         "ratios (< 1 is faster); (best rounds): fastest round / baseline's fastest round. FLOPs: 2 x matmul weights + 4 T d_h per head per layer; training "
         "= 3 x forward. first step s: the untimed first step (optimizer state; compiling, with "
         "--compile or flex kernels), apart from ms/step; compile s: of it, torch.compile "
-        "(dynamo, inductor) and the attention engine's kernels (runs/compile_stats.py)."
+        "(dynamo, inductor) and the attention engine's kernels (runs/compile_stats.py). "
+        "attention: the path the layers took on the first step; not recorded: compiled (the "
+        "core records nothing inside a graph) or a part's own attention call."
     )
     t.notes.append(
         f"MFU peak: {m.peak_flops_measured / 1e9:,.1f} GFLOP/s measured in this run (best square "

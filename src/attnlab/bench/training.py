@@ -125,7 +125,8 @@ def attention_note(
             return ", ".join(f"{p}, {PATH_MEMORY.get(p, '?')}" for p in paths)
         if subject.config is None:
             return "SDPA, O(T)"  # a peer: its own attention call
-        return "not recorded (compiled)"  # the core logs nothing inside a compiled graph
+        # compiled (the core records nothing inside a graph), or a part's own attention call
+        return "not recorded"
     heads = 0
     if subject.config is not None:
         from attnlab.parts import Dims
