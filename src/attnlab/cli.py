@@ -23,6 +23,7 @@ from attnlab.base.errors import UserError
 from attnlab.base.failures import SYSTEM_FAILURES, describe, os_error_of
 from attnlab.base.import_noise import drop_import_noise
 from attnlab.base.warning_lines import cli_warnings
+from attnlab.commands._attention_lines import attention_lines
 from attnlab.commands._common import add_plugin_argument, plugin_specs
 from attnlab.parts.exits import as_error
 
@@ -51,7 +52,11 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(mod.NAME, help=mod.HELP, description=mod.HELP)
         mod.add_arguments(p)
         add_plugin_argument(p)
-        p.set_defaults(_run=mod.run, _restart=getattr(mod, "RESTART", RETRAIN))
+        p.set_defaults(
+            _run=mod.run,
+            _restart=getattr(mod, "RESTART", RETRAIN),
+            _attention=getattr(mod, "ATTENTION_LINES", "always"),
+        )
     return parser
 
 
@@ -109,6 +114,14 @@ def _cut_lines(message: str) -> str:
     )
 
 
+def _quiet_attention(args: argparse.Namespace) -> bool:
+    """No attention path lines: ``--quiet``, or a command that shows them with ``--verbose``
+    only (``ATTENTION_LINES = "verbose"``: check, whose battery runs every path on purpose)."""
+    if getattr(args, "quiet", False):
+        return True
+    return args._attention == "verbose" and not getattr(args, "verbose", False)
+
+
 def _main(argv: list[str], command: str) -> int:
     try:
         # plugins load before the parser is built and any config is validated
@@ -128,7 +141,9 @@ def _main(argv: list[str], command: str) -> int:
     if hasattr(signal, "SIGXFSZ"):  # a file-size limit then fails the write (EFBIG), not us
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     try:
-        with restart_as(args._restart):  # "how to start a run over", in this command's flags
+        # "how to start a run over", in this command's flags; the attention path each layer
+        # runs, and why, once per distinct line on stderr
+        with restart_as(args._restart), attention_lines(quiet=_quiet_attention(args)):
             return int(args._run(args) or exitcodes.OK)
     except BrokenPipeError:
         raise  # the output pipe closed: main() decides (see there)

@@ -167,3 +167,21 @@ def test_git_commit_only_from_an_attnlab_checkout(tmp_path, monkeypatch) -> None
         ["git", "-C", str(other), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
     ).stdout.strip()
     assert machine._git_commit() == head
+
+
+def test_the_attention_column_names_the_path_and_the_first_step_is_apart() -> None:
+    """Each variant's row says which attention path its layers ran (the baseline's plain SDPA,
+    a sliding window's block-sparse SDPA; the table used to say "SDPA, O(T)" for both) and
+    reports its untimed first step and the compiling inside it apart from ms/step."""
+    from attnlab.bench.variants import add_variant
+
+    window = add_variant("window:mask.kind=sliding,mask.window=4")
+    r = run_bench(
+        micro_spec(variants=["baseline", window], peers=[], sections=("training",)),
+        log=lambda _m: None,
+    )
+    base, win = r.row("training", "baseline"), r.row("training", window)
+    assert base.attention == "sdpa, O(T)"
+    assert win.attention == "block_sparse, O(T K)"
+    assert base.first_step_s > 0 and base.compile_s == 0.0  # eager: nothing compiled
+    assert "first step s" in to_markdown(r) and "compile s" in to_markdown(r)

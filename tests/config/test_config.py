@@ -146,30 +146,30 @@ IMPOSSIBLE = {
     "t5_flash": (["model.position.kind=t5", "model.attention.backend=flash"], "flash"),
     "sliding_flash": (
         [
-            "model.attention.mask=sliding",
-            "model.attention.window=4",
+            "model.mask.kind=sliding",
+            "model.mask.window=4",
             "model.attention.backend=flash",
         ],
         "needs an explicit mask",
     ),
-    "sliding_without_window": (["model.attention.mask=sliding"], "window >= 1"),
+    "sliding_without_window": (["model.mask.kind=sliding"], "window >= 1"),
     "local_global_without_globals": (
-        ["model.attention.mask=local_global", "model.attention.window=4"],
+        ["model.mask.kind=local_global", "model.mask.window=4"],
         "global_every or model.mask.n_global",
     ),
-    "prefix_without_length": (["model.attention.mask=prefix"], "prefix_len >= 1"),
+    "prefix_without_length": (["model.mask.kind=prefix"], "prefix_len >= 1"),
     "encoder_causal": (["model.family=encoder"], "hide the right context"),
     "encoder_prefix": (
-        ["model.family=encoder", "model.attention.mask=prefix", "model.attention.prefix_len=2"],
+        ["model.family=encoder", "model.mask.kind=prefix", "model.mask.prefix_len=2"],
         "hide the right context",
     ),
-    "decoder_bidirectional": (["model.attention.mask=bidirectional"], "causal LM"),
+    "decoder_bidirectional": (["model.mask.kind=full"], "causal LM"),
     "encoder_decoder_prefix": (
         [
             "model.family=encoder_decoder",
             "model.n_decoder_layers=2",
-            "model.attention.mask=prefix",
-            "model.attention.prefix_len=2",
+            "model.mask.kind=prefix",
+            "model.mask.prefix_len=2",
         ],
         "prefix LMs",
     ),
@@ -193,7 +193,7 @@ IMPOSSIBLE = {
         [
             "model.value.kind=moe",
             "model.family=encoder",
-            "model.attention.mask=bidirectional",
+            "model.mask.kind=full",
         ],
         "decoder' only",
     ),
@@ -246,7 +246,7 @@ def test_impossible_combination_is_refused_with_its_reason(name: str) -> None:
 @pytest.mark.fast
 def test_several_problems_are_reported_together() -> None:
     msg = refused(
-        "model.attention.mask=sliding",
+        "model.mask.kind=sliding",
         "model.query.kind=nonlinear",
         "model.query.scale_form=true",
         "model.attention.qk_norm=true",
@@ -291,7 +291,7 @@ def test_2d_virtual_heads_refused_outside_an_encoder() -> None:
     refused(
         "model.family=encoder_decoder",
         "model.n_decoder_layers=2",
-        "model.attention.mask=bidirectional",
+        "model.mask.kind=full",
         "model.score.kind=virtual_heads",
         "model.score.conv=2d",
     )
@@ -303,7 +303,7 @@ def test_2d_virtual_heads_allowed_in_an_encoder() -> None:
         [
             *SMALL,
             "model.family=encoder",
-            "model.attention.mask=bidirectional",
+            "model.mask.kind=full",
             "model.score.kind=virtual_heads",
             "model.score.conv=2d",
         ],

@@ -315,11 +315,11 @@ def test_the_largest_seed_builds_a_bigbird_model() -> None:
     cfg = load_config(
         "tiny",
         [
-            "model.attention.mask=bigbird",
-            "model.attention.window=2",
-            "model.attention.random_blocks=1",
-            "model.attention.block_size=8",
-            f"model.attention.random_seed={2**32 - 1}",
+            "model.mask.kind=bigbird",
+            "model.mask.window=2",
+            "model.mask.random_blocks=1",
+            "model.mask.block_size=8",
+            f"model.mask.random_seed={2**32 - 1}",
         ],
     )
     build_model(cfg.model)

@@ -5,11 +5,14 @@ fewer than 40 lines) through params, train, eval --lengths, generate and export.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
+import torch.utils._python_dispatch
+import torch.utils._pytree
 
 from attnlab.base.errors import InvalidRequestError, UserError
 from attnlab.cli import main
@@ -20,6 +23,7 @@ from attnlab.eval.perplexity import Document
 from attnlab.model import build_model
 from attnlab.model.generate import generate
 from attnlab.parts import registry
+from tests.helpers.hf import fake_run
 from tests.helpers.model import tiny
 
 TRAINED = 32  # the models below hold positions up to this: the "training" context
@@ -98,6 +102,62 @@ def test_lengths_past_a_learned_table_are_refused_with_the_reason() -> None:
     assert parse_lengths("256, 64,128,64") == [64, 128, 256]
     with pytest.raises(UserError, match="at least 2"):
         parse_lengths("64,0")
+
+
+# ------------------------------------------------------------------------ 8,192 tokens
+
+LONG = 8192
+#: the three models issue 34 names, each trained (here: initialised) at 64 tokens
+LONG_ARMS = {
+    "alibi": (["model.position.kind=alibi"], []),
+    "rope_yarn": (
+        ["model.position.kind=rope"],
+        ["--set", "model.position.scaling=yarn", "--set", "model.position.factor=128"],
+    ),
+    "sliding": (
+        ["model.position.kind=rope", "model.mask.kind=sliding", "model.mask.window=16"],
+        [],
+    ),
+}
+
+
+class LargestTensor(torch.utils._python_dispatch.TorchDispatchMode):
+    """The most elements any operation's output held while active."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.numel = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in torch.utils._pytree.tree_leaves(out):
+            if isinstance(t, torch.Tensor):
+                self.numel = max(self.numel, t.numel())
+        return out
+
+
+@pytest.mark.parametrize("arm", list(LONG_ARMS))
+def test_eval_lengths_reaches_8192_tokens_without_a_t_by_t_tensor(
+    arm: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """``attnlab eval --lengths 8192`` on ALiBi, RoPE with YaRN (set at evaluation) and a
+    sliding window, 1 layer, d = 32, 64 trained positions: it scores one window of 8,192 tokens
+    and no operation makes a tensor of T^2 / 4 elements (a dense mask or bias is T^2 or H T^2;
+    the largest legitimate one is the logits, T x 288)."""
+    monkeypatch.chdir(tmp_path)
+    model_sets, eval_sets = LONG_ARMS[arm]
+    small = ["model.n_layers=1", "model.d_model=32", "model.attention.n_heads=2"]
+    fake_run(tmp_path / "run", [*small, "model.max_seq_len=64", *model_sets])
+    (tmp_path / "long.txt").write_text("the quick brown fox jumps over the lazy dog. " * 190)
+    largest = LargestTensor()
+    with largest:
+        _attnlab(capsys, "eval", "run", "--tasks", "perplexity:long.txt", "--lengths", str(LONG),
+                 "--limit", "1", "--no-progress", *eval_sets)  # fmt: skip
+    assert largest.numel < LONG * LONG // 4, largest.numel
+    results = json.loads((tmp_path / "run" / "eval" / "results.json").read_text())
+    [row] = [v for k, v in results["tasks"].items() if k.startswith(f"perplexity:long@{LONG}")]
+    assert row["metrics"]["windows"] == 1 and len(row["loss_by_position"]) == LONG
+    assert all(map(math.isfinite, row["loss_by_position"]))
 
 
 # ------------------------------------------------------------------------ a position plugin

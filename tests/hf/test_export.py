@@ -41,8 +41,8 @@ CASES |= {
     ],
     "alibi_sliding_window": [
         "model.position.kind=alibi",
-        "model.attention.mask=sliding",
-        "model.attention.window=6",
+        "model.mask.kind=sliding",
+        "model.mask.window=6",
     ],
     "t5_rmsnorm_swiglu_qk_norm": [
         "model.position.kind=t5",
@@ -56,23 +56,23 @@ CASES |= {
         "model.attention.n_kv_heads=1",
     ],
     "local_global_sinusoidal": [
-        "model.attention.mask=local_global",
-        "model.attention.window=4",
-        "model.attention.global_every=5",
+        "model.mask.kind=local_global",
+        "model.mask.window=4",
+        "model.mask.global_every=5",
         "model.position.kind=sinusoidal",
     ],
     "bigbird_rope": [
-        "model.attention.mask=bigbird",
-        "model.attention.window=4",
-        "model.attention.n_global=1",
-        "model.attention.block_size=4",
-        "model.attention.random_blocks=1",
-        "model.attention.random_seed=5",
+        "model.mask.kind=bigbird",
+        "model.mask.window=4",
+        "model.mask.n_global=1",
+        "model.mask.block_size=4",
+        "model.mask.random_blocks=1",
+        "model.mask.random_seed=5",
         "model.position.kind=rope",
     ],
     "prefix_lm_post_ln": [
-        "model.attention.mask=prefix",
-        "model.attention.prefix_len=4",
+        "model.mask.kind=prefix",
+        "model.mask.prefix_len=4",
         "model.norm_position=post",
     ],
 }
@@ -287,7 +287,7 @@ def test_export_refuses_bad_input(tmp_path, exported):
     run = exported["baseline"].parent.parent / "runs" / "baseline"
     with pytest.raises(UserError, match="holds an earlier export; pass --force"):
         export(run, exported["baseline_unfused"])
-    enc = fake_run(tmp_path / "enc", ["model.family=encoder", "model.attention.mask=bidirectional"])
+    enc = fake_run(tmp_path / "enc", ["model.family=encoder", "model.mask.kind=full"])
     with pytest.raises(
         UserError, match=r"only model\.family='decoder' or 'retrieval' models export"
     ):

@@ -48,7 +48,7 @@ VARIANTS = {
     ),
     "virtual_heads": ("model.score.kind=virtual_heads", "model.score.kernel_size=3"),
     "virtual_heads_fused": ("model.score.kind=virtual_heads_fused", "model.score.kernel_size=3"),
-    "sliding": ("model.attention.mask=sliding", "model.attention.window=8"),
+    "sliding": ("model.mask.kind=sliding", "model.mask.window=8"),
 }
 PLUGIN = textwrap.dedent(
     '''
@@ -257,7 +257,7 @@ def test_long_prompt_shows_the_last_rows_and_says_what_it_summarised(runs, tmp_p
 @pytest.mark.fast
 @pytest.mark.parametrize("family", ["encoder", "encoder_decoder"])
 def test_other_families(family):
-    sets = [f"model.family={family}", "model.attention.mask=bidirectional"]
+    sets = [f"model.family={family}", "model.mask.kind=full"]
     if family == "encoder_decoder":
         sets = [f"model.family={family}", "model.n_decoder_layers=1"]
     torch.manual_seed(0)

@@ -200,7 +200,7 @@ def test_generate_refuses_to_run_past_learned_positions() -> None:
 def test_generate_on_a_prefix_lm_needs_the_prompt_to_cover_the_prefix() -> None:
     """Generated tokens inside the bidirectional prefix would make the cached and uncached paths
     disagree, so a prompt shorter than prefix_len is refused; a covering one decodes identically."""
-    model = build_model(tiny("model.attention.mask=prefix", "model.attention.prefix_len=6"))
+    model = build_model(tiny("model.mask.kind=prefix", "model.mask.prefix_len=6"))
     with torch.no_grad():
         for p in model.parameters():
             p.add_(torch.randn_like(p) * 0.3)

@@ -16,7 +16,7 @@ from tests.helpers.model import TINY, bump, perturbed
 
 pytestmark = pytest.mark.usefixtures("float64")
 
-ENCODER = ["model.family=encoder", "model.attention.mask=bidirectional"]
+ENCODER = ["model.family=encoder", "model.mask.kind=full"]
 ENC_DEC = ["model.family=encoder_decoder", "model.n_decoder_layers=3"]
 
 
@@ -40,7 +40,7 @@ def test_encoder_is_bidirectional(position: str) -> None:
 
 def test_encoder_sliding_window_is_symmetric() -> None:
     model = perturbed(
-        *ENCODER[:1], "model.n_layers=1", "model.attention.mask=sliding", "model.attention.window=2"
+        *ENCODER[:1], "model.n_layers=1", "model.mask.kind=sliding", "model.mask.window=2"
     )
     ids = torch.randint(0, 64, (1, 9))
     base = model(ids).logits
@@ -72,10 +72,10 @@ def test_masked_lm_loss_ignores_minus_100() -> None:
 # ------------------------------------------------------------------------------ encoder-decoder
 
 
-@pytest.mark.parametrize("mask", ["causal", "bidirectional"])
+@pytest.mark.parametrize("mask", ["causal", "full"])
 @pytest.mark.parametrize("position", ["learned", "t5", "rope"])
 def test_encoder_decoder_directions_and_cross_attention(mask: str, position: str) -> None:
-    model = perturbed(*ENC_DEC, f"model.attention.mask={mask}", f"model.position.kind={position}")
+    model = perturbed(*ENC_DEC, f"model.mask.kind={mask}", f"model.position.kind={position}")
     assert len(model.encoder.blocks) == 2 and len(model.decoder.blocks) == 3
     enc, dec = torch.randint(0, 64, (2, 7)), torch.randint(0, 64, (2, 6))
     # the encoder is bidirectional whatever the mask names

@@ -82,7 +82,7 @@ def test_bf16_autocast_matches_the_autocast_logits_path() -> None:
     [
         [],
         ["model.tie_embeddings=false"],
-        ["model.family=encoder", "model.attention.mask=bidirectional"],
+        ["model.family=encoder", "model.mask.kind=full"],
         ["model.value.kind=moe", "model.mlp=false"],
     ],
 )

@@ -114,7 +114,7 @@ VARIANTS = {
         "tiny",
         ["model.norm.kind=scalenorm", "model.position.kind=sinusoidal"],
     ),
-    "encoder": ("tiny", ["model.family=encoder", "model.attention.mask=bidirectional"]),
+    "encoder": ("tiny", ["model.family=encoder", "model.mask.kind=full"]),
     "encoder_decoder": ("tiny", ["model.family=encoder_decoder", "model.n_decoder_layers=3"]),
 }
 

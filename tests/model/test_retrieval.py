@@ -301,7 +301,7 @@ def test_config_refuses_impossible_retrieval_settings(planted):
     with pytest.raises(ConfigError, match="cca_layers"):
         load_config("tiny", ["model.family=retrieval", "model.retrieval.cca_layers=[5]"])
     with pytest.raises(ConfigError, match="causal LM"):
-        load_config("tiny", ["model.family=retrieval", "model.attention.mask=bidirectional"])
+        load_config("tiny", ["model.family=retrieval", "model.mask.kind=full"])
     cfg = tiny_run_config(planted, "model.family=retrieval", "model.retrieval.chunk_size=5")
     with pytest.raises(UserError, match=r"not a multiple of model\.retrieval\.chunk_size=5"):
         train(cfg, planted.parent / "bad-run")

@@ -24,7 +24,7 @@ PYTHIA = [
 NONLINEAR = ["model.query.kind=nonlinear"]
 IDENTITY_HEAD = ["model.readout.kind=identity_head"]
 VIRTUAL = ["model.score.kind=virtual_heads"]
-SLIDING = ["model.attention.mask=sliding", "model.attention.window=3"]
+SLIDING = ["model.mask.kind=sliding", "model.mask.window=3"]
 MOE = [
     "model.n_layers=1",
     "model.mlp=false",
@@ -99,10 +99,10 @@ VARIANTS: dict[str, list[str]] = {
     "sliding_alibi": [*SLIDING, "model.position.kind=alibi"],
     "sliding_virtual_probs": [*SLIDING, *VIRTUAL, "model.score.on=probs"],
     "local_global": [
-        "model.attention.mask=local_global",
-        "model.attention.window=2",
-        "model.attention.global_every=4",
-        "model.attention.n_global=1",
+        "model.mask.kind=local_global",
+        "model.mask.window=2",
+        "model.mask.global_every=4",
+        "model.mask.n_global=1",
     ],
     "moe_values": MOE,
     "moe_values_nonlinear_query": [*MOE, *NONLINEAR],
@@ -125,7 +125,7 @@ def test_no_future_leak(name: str) -> None:
 
 
 def test_prefix_lm_is_causal_after_the_prefix_and_bidirectional_inside_it() -> None:
-    model = perturbed("model.attention.mask=prefix", "model.attention.prefix_len=4")
+    model = perturbed("model.mask.kind=prefix", "model.mask.prefix_len=4")
     ids = torch.randint(0, 64, (1, 10))
     base = model(ids).logits
     for t in (4, 7, 9):
@@ -199,7 +199,7 @@ def test_generate_with_and_without_cache_give_the_same_tokens(name: str) -> None
 
 @pytest.mark.fast
 def test_prefix_lm_cached_decoding_after_the_prefix() -> None:
-    model = perturbed("model.attention.mask=prefix", "model.attention.prefix_len=4")
+    model = perturbed("model.mask.kind=prefix", "model.mask.prefix_len=4")
     ids = torch.randint(0, 64, (2, 10))
     inc = _decode_with_cache(model, ids, [5, 2, 1, 1, 1])  # the prefill covers the prefix
     torch.testing.assert_close(inc, model(ids).logits, atol=1e-10, rtol=0)

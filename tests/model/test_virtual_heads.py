@@ -56,7 +56,7 @@ def test_identity_kernel_at_init(conv: str) -> None:
         ["model.score.on=probs", "model.position.kind=alibi"],
         [
             "model.family=encoder",
-            "model.attention.mask=bidirectional",
+            "model.mask.kind=full",
             "model.score.conv=2d",
         ],
     ],

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.usefixtures("float64")
 
 FUSED = "model.score.kind=virtual_heads_fused"
 REF = "model.score.kind=virtual_heads"
-ENCODER = ["model.family=encoder", "model.attention.mask=bidirectional"]
+ENCODER = ["model.family=encoder", "model.mask.kind=full"]
 MIXING = {
     "none": ["model.score.mixing=none"],
     "grouped": ["model.score.mixing=grouped", "model.score.group_size=2"],
@@ -348,7 +348,7 @@ def test_part_declares_no_attention_matrix_and_its_costs() -> None:
     [
         (["model.position.kind=t5"], "not bilinear"),
         ([*ENCODER, "model.position.kind=alibi"], "causal stack only"),
-        (["model.attention.mask=sliding", "model.attention.window=3"], "causal or bidirectional"),
+        (["model.mask.kind=sliding", "model.mask.window=3"], "causal or bidirectional"),
         (["model.score.on=probs", "model.attention.dropout=0.1"], "dropout=0"),
         ([*ENCODER, "model.score.conv=2d", "model.score.kernel_size=4"], "odd"),
         (["model.score.conv=2d"], "only allowed in model.family='encoder'"),

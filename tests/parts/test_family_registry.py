@@ -147,7 +147,7 @@ def prefix_lm(tmp_path_factory) -> Path:
 
 
 def _cfg(prefix_lm: Path, *sets: str):
-    base = ["model.family=prefix_lm", "model.attention.prefix_len=4", "model.n_layers=1"]
+    base = ["model.family=prefix_lm", "model.mask.prefix_len=4", "model.n_layers=1"]
     return load_config("tiny", [*base, *sets], plugins=[str(prefix_lm)])
 
 
@@ -219,7 +219,7 @@ def test_the_prefix_lm_plugin_runs_through_train_eval_generate_and_export(
     cfg = tmp_path / "run.toml"
     cfg.write_text(
         f'extends = "tiny"\nplugins = [{json.dumps(str(prefix_lm))}]\n'
-        '[model]\nfamily = "prefix_lm"\nn_layers = 1\nattention.prefix_len = 4\n'
+        '[model]\nfamily = "prefix_lm"\nn_layers = 1\nmask.prefix_len = 4\n'
         f"[data]\ncorpus = {json.dumps(str(data_dir.parent / 'corpus.jsonl'))}\n"
         f"dir = {json.dumps(str(data_dir))}\nseq_len = 32\n"
         "[train]\nmax_steps = 2\nbatch_size = 2\nwarmup_steps = 1\neval_every = 2\n"

@@ -24,7 +24,7 @@ from attnlab.runs.preflight import PreflightError, check, fmt_bytes, param_count
             [
                 "model.family='encoder_decoder'",
                 "model.n_decoder_layers=67",
-                "model.attention.mask='bidirectional'",
+                "model.mask.kind='full'",
             ],
         ),
     ],

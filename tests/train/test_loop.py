@@ -202,7 +202,7 @@ def test_progress_callback_receives_events(data_dir, tmp_path):
 @pytest.mark.parametrize(
     ("family", "extra"),
     [
-        ("encoder", ["model.attention.mask=bidirectional"]),
+        ("encoder", ["model.mask.kind=full"]),
         ("encoder_decoder", ["model.n_decoder_layers=1"]),
     ],
 )
@@ -232,7 +232,7 @@ def test_vocab_too_small_names_both_numbers(data_dir, tmp_path):
                 data_dir,
                 "model.vocab_size=257",
                 "model.family=encoder",
-                "model.attention.mask=bidirectional",
+                "model.mask.kind=full",
             ),
             tmp_path / "run",
         )

@@ -91,7 +91,7 @@ def test_causal_lm_batch_is_the_shifted_window():
 def test_objective_follows_the_family_and_refuses_a_mismatch():
     cfg = load_config("tiny")
     assert resolve_objective(cfg.model, cfg.train) == "causal_lm"
-    enc = load_config("tiny", ["model.family=encoder", "model.attention.mask=bidirectional"])
+    enc = load_config("tiny", ["model.family=encoder", "model.mask.kind=full"])
     assert resolve_objective(enc.model, enc.train) == "masked_lm"
     bad = load_config("tiny", ["train.objective=masked_lm"])
     with pytest.raises(UserError, match=r"does not fit model\.family=.decoder."):

@@ -66,6 +66,8 @@ def training_table(r: BenchResult) -> TextTable | None:
         "time vs baseline",
         "(best rounds)",
         "MFU (measured peak)",
+        "first step s",
+        "compile s",
     ]
     if sheet:
         cols.append("MFU (datasheet)")
@@ -87,6 +89,8 @@ def training_table(r: BenchResult) -> TextTable | None:
             _x(row.time_ratio),
             _x(row.time_ratio_best),
             _pct(row.mfu_measured),
+            _num(row.first_step_s, ",.2f"),
+            _num(row.compile_s, ",.2f"),
         ]
         if sheet:
             cells.append(_pct(row.mfu_datasheet))
@@ -98,7 +102,11 @@ def training_table(r: BenchResult) -> TextTable | None:
         f"ms/step: median over {r.spec['repeats']} interleaved rounds of {r.spec['steps']} steps "
         f"({r.spec['warmup']} warmup round(s) excluded); time vs baseline: median of per-round "
         "ratios (< 1 is faster); (best rounds): fastest round / baseline's fastest round. FLOPs: 2 x matmul weights + 4 T d_h per head per layer; training "
-        "= 3 x forward."
+        "= 3 x forward. first step s: the untimed first step (optimizer state; compiling, with "
+        "--compile or flex kernels), apart from ms/step; compile s: of it, torch.compile "
+        "(dynamo, inductor) and the attention engine's kernels (runs/compile_stats.py). "
+        "attention: the path the layers took on the first step; not recorded: compiled (the "
+        "core records nothing inside a graph) or a part's own attention call."
     )
     t.notes.append(
         f"MFU peak: {m.peak_flops_measured / 1e9:,.1f} GFLOP/s measured in this run (best square "

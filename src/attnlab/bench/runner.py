@@ -173,6 +173,10 @@ def build_subjects(
     cannot be built: name -> why) and the notes. With ``failed``, a subject whose build raises
     anything else (a part's own error) is recorded there instead of stopping the run."""
     subjects, skipped, notes = [], {}, []
+    if spec.compile:  # inductor's on-disk caches: a second bench reads its kernels (as train)
+        from attnlab.model.engine.compile_cost import use_inductor_cache
+
+        use_inductor_cache()
     for name in [*spec.variants, *spec.peers]:
         try:
             s = build_subject(name, spec.config, spec.seq_len, spec.device, spec.compile)

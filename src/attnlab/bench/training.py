@@ -20,6 +20,7 @@ from torch import Tensor
 
 from attnlab.bench.subjects import Subject
 from attnlab.bench.timing import Samples, error_text, interleaved, paired_ratio, synchronize
+from attnlab.runs.compile_stats import compile_seconds
 from attnlab.runs.device import Precision
 from attnlab.runs.optim import param_groups
 
@@ -82,15 +83,50 @@ class TrainingRow:
     attention: str
     summary: str
     first_loss: float
+    #: the untimed first step (optimizer state; compiling, with --compile or flex kernels)
+    first_step_s: float = 0.0
+    #: of it, compiling: torch.compile (dynamo, inductor) and the engine's kernels
+    compile_s: float = 0.0
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
-def attention_note(subject: Subject, batch: int, seq_len: int) -> str:
-    """Memory of the attention core: O(T) (fused SDPA) or the materialised [B, H, T, T] cost."""
+#: what each attention path keeps per layer (K: the keys a query block gathers; T for a full
+#: or causal mask, the window's blocks for a sliding one)
+PATH_MEMORY = {
+    "sdpa": "O(T)",
+    "flex": "O(T)",
+    "block_sparse": "O(T K)",
+    "explicit": "O(H T K)",
+}
+
+
+def attention_paths(model: torch.nn.Module) -> list[str]:
+    """The paths the model's attention layers took on their last call (``last_plan`` of each
+    :class:`~attnlab.model.attention.AttentionCore`), each once, in layer order."""
+    from attnlab.model.attention import AttentionCore
+
+    paths = [
+        m.last_plan.path
+        for m in model.modules()
+        if isinstance(m, AttentionCore) and m.last_plan is not None
+    ]
+    return list(dict.fromkeys(paths))
+
+
+def attention_note(
+    subject: Subject, batch: int, seq_len: int, paths: list[str] | None = None
+) -> str:
+    """The attention path(s) the subject ran and their memory: O(T) for fused SDPA or flex,
+    the gathered blocks for block-sparse SDPA, the materialised [B, H, T, T] cost."""
     if not subject.materialises_attention:
-        return "SDPA, O(T)"
+        if paths:
+            return ", ".join(f"{p}, {PATH_MEMORY.get(p, '?')}" for p in paths)
+        if subject.config is None:
+            return "SDPA, O(T)"  # a peer: its own attention call
+        # compiled (the core records nothing inside a graph), or a part's own attention call
+        return "not recorded"
     heads = 0
     if subject.config is not None:
         from attnlab.parts import Dims
@@ -128,10 +164,15 @@ def measure_training(
     x, y = random_batch(vocab, batch, seq_len, device)
     first: dict[str, float] = {}
     fns = {}
+    paid: dict[str, tuple[float, float, list[str]]] = {}
     for s in subjects:
         try:
             step = make_train_step(s, x, y, dtype)
+            synchronize(device)
+            t0, compiled = time.perf_counter(), compile_seconds()
             first[s.name] = float(step())  # also builds the optimizer state before any timing
+            dt = time.perf_counter() - t0
+            paid[s.name] = (dt, compile_seconds() - compiled, attention_paths(s.model))
         except Exception as e:
             if failed is None:
                 raise
@@ -175,9 +216,11 @@ def measure_training(
                 time_ratio_best=smp.low / ref.low,
                 mfu_measured=train_flops / peak_measured,
                 mfu_datasheet=train_flops / peak_datasheet if peak_datasheet else None,
-                attention=attention_note(s, batch, seq_len),
+                attention=attention_note(s, batch, seq_len, paid[s.name][2]),
                 summary=s.summary,
                 first_loss=first[s.name],
+                first_step_s=paid[s.name][0],
+                compile_s=paid[s.name][1],
             )
         )
     return rows

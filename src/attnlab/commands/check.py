@@ -21,6 +21,8 @@ exit codes: {exitcodes.OK} every property passed or was skipped with its reason,
 {exitcodes.FAILED} some property failed, {exitcodes.USER_ERROR} bad input (an unknown SLOT:KIND, \
 a bad option)
 """
+#: the attention path lines (the battery runs every path on purpose) with --verbose only
+ATTENTION_LINES = "verbose"
 
 #: short column names of the properties, in battery order
 COLUMNS = {

@@ -31,7 +31,16 @@ from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from attnlab.base.errors import UserError
-from attnlab.model.engine import AttentionEngine, AttentionSpec, EngineOptions, Softmax
+from attnlab.model.engine import (
+    AttentionEngine,
+    AttentionSpec,
+    Causal,
+    EngineOptions,
+    Full,
+    Plan,
+    Softmax,
+)
+from attnlab.model.engine.plan import announce
 from attnlab.model.masks import dense_allowed
 from attnlab.parts import ScoreContext
 
@@ -64,6 +73,8 @@ class AttentionCore(nn.Module):
         self.normaliser = normaliser if normaliser is not None else Softmax()
         path = "flex" if backend == "flex" else "auto"
         self.engine = AttentionEngine(AttentionSpec(), EngineOptions(path=path))
+        #: the path the last call took, whichever ran it (the engine, or the two calls below)
+        self.last_plan: Plan | None = None
 
     def attend(
         self,
@@ -89,7 +100,7 @@ class AttentionCore(nn.Module):
         if baseline and not need_weights:  # today's call, bit for bit
             return self.sdpa(q, k, v, ScoreContext(None, plain == "causal")), None
         self.engine.spec = AttentionSpec(mask, tuple(mods), norm)
-        return self.engine(
+        out = self.engine(
             q,
             k,
             v,
@@ -99,6 +110,8 @@ class AttentionCore(nn.Module):
             need_weights=need_weights,
             dropout=self.dropout if self.training else 0.0,
         )
+        self.last_plan = self.engine.last_plan
+        return out
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, ctx: ScoreContext):
         """q [B,H,Tq,dh], k/v [B,Hkv,Tk,dh] -> (out [B,H,Tq,dh], probs or None); a context
@@ -126,6 +139,9 @@ class AttentionCore(nn.Module):
         1 for queries a part has already scaled)."""
         drop = self.dropout if self.training else 0.0
         allowed, is_causal, mask = ctx.allowed, ctx.is_causal, None
+        dense = allowed is not None or ctx.bias is not None or ctx.padding is not None
+        why = "a dense [Tq, Tk] mask or bias" if dense else "nothing declared"
+        self._say("sdpa", f"mask is {'causal' if is_causal else 'full'}, {why}", ctx)
         if ctx.padding is not None:
             allowed = _with_padding(allowed, is_causal, ctx.padding, q.shape[2], k.shape[2])
             is_causal = False
@@ -169,6 +185,7 @@ class AttentionCore(nn.Module):
         maps the [B, H, Tq, Tk] logits or probabilities to [B, H', Tq, Tk] ones."""
         drop = self.dropout if self.training else 0.0
         Tq, Tk = q.shape[2], k.shape[2]
+        self._say("explicit", _explicit_reason(self.backend, ctx, transform), ctx)
         q_pos = _query_positions(ctx, Tq, Tk, q.device)
         allowed = _explicit_allowed(ctx, q_pos, Tq, Tk, q.shape[0], q.device)
         inside = allowed  # where the scores a transform reads are real (zero elsewhere)
@@ -206,6 +223,32 @@ class AttentionCore(nn.Module):
         if probs.shape[1] != v.shape[1]:
             v = v.repeat_interleave(probs.shape[1] // v.shape[1], dim=1)
         return probs @ v, probs
+
+    def _say(self, path: str, reason: str, ctx: ScoreContext) -> None:
+        """Keep the path of a call the engine did not run (``last_plan``) and log it once per
+        configuration as the engine logs its own (not while compiling: a log call would break
+        the graph)."""
+        if torch.compiler.is_compiling():
+            return
+        self.last_plan = Plan(path, reason)
+        mask = ctx.mask
+        if mask is None and ctx.allowed is None:
+            mask = Causal() if ctx.is_causal else Full()
+        norm = ctx.normaliser if ctx.normaliser is not None else self.normaliser
+        spec = AttentionSpec(mask, tuple(ctx.mods), norm).line() if mask is not None else ""
+        announce(self.last_plan, spec or f"mask dense; mods [{len(ctx.mods)}]; {norm!r}")
+
+
+def _explicit_reason(backend: str, ctx: ScoreContext, transform) -> str:
+    """Why a call runs the materialised path outside the engine."""
+    if backend == "math":
+        return "model.attention.backend = 'math'"
+    if ctx.need_weights:
+        return "need_weights: the attention maps are returned"
+    if transform is not None:
+        on = getattr(transform, "on", "logits")
+        return f"{type(transform).__name__} rewrites the T x T {on}"
+    return "a score part forms the T x T matrix"
 
 
 def _query_positions(ctx: ScoreContext, Tq: int, Tk: int, device) -> Tensor:

@@ -37,11 +37,11 @@ from torch import nn
 import attnlab
 from attnlab.base.advice import restart
 from attnlab.base.errors import UserError
-from attnlab.model.engine.compile_cost import compile_seconds
 from attnlab.parts.exits import as_error
 from attnlab.parts.stats import train_stats
 from attnlab.runs import checkpoint, rundir
 from attnlab.runs.clipping import clip_grad_norm
+from attnlab.runs.compile_stats import cache_counts, compile_seconds
 from attnlab.runs.device import Precision
 from attnlab.runs.distributed import Dist
 from attnlab.runs.divergence import DivergenceMonitor
@@ -338,7 +338,11 @@ class Loop:
                 step, lr=s.lr, min_lr=s.min_lr, warmup_steps=s.warmup_steps, max_steps=s.max_steps
             )
             set_lr(task.optimizer, lr)
-            t0, compiled_before = time.perf_counter(), compile_seconds()
+            t0, compiled_before, cached_before = (
+                time.perf_counter(),
+                compile_seconds(),
+                cache_counts(),
+            )
             loss, grad_norm = self._train_step(step)
             # with loss scaling an overflowing gradient is routine: the scaler skips that step
             reason = self.monitor.check(loss, None if self.precision.scaler else grad_norm)
@@ -351,7 +355,7 @@ class Loop:
                 return self._end(clock, "diverged", reason)
             self._optimizer_step()
             dt = time.perf_counter() - t0
-            first = self._first_step(clock, dt, compile_seconds() - compiled_before)
+            first = self._first_step(clock, dt, compile_seconds() - compiled_before, cached_before)
             c.step, c.tokens, c.last_loss = step + 1, c.tokens + s.tokens_per_step, loss
             c.train_time += dt
             clock.add(s.tokens_per_step, dt - first.get("compile_s", 0.0))
@@ -367,9 +371,13 @@ class Loop:
                 return LoopResult("running", st, c, self.resumed_from)
         return self._end(clock, "finished", None)
 
-    def _first_step(self, clock: _Clock, dt: float, compiled: float) -> dict[str, float]:
-        """The session's first step, reported apart: its time and what compiling the engine's
-        kernels took inside it (``compile_s``, left out of tokens/s); {} on later steps."""
+    def _first_step(
+        self, clock: _Clock, dt: float, compiled: float, cached_before: tuple[int, int]
+    ) -> dict[str, float]:
+        """The session's first step, reported apart: its time, what compiling (the engine's
+        kernels, torch.compile) took inside it (``compile_s``, left out of tokens/s) and the
+        graphs inductor's on-disk cache served or missed (``fxgraph_cache_hit``/``_miss``);
+        {} on later steps."""
         if clock.first_done:
             return {}
         clock.first_done = True
@@ -378,6 +386,9 @@ class Loop:
         out = {"first_step_s": round(dt, 4)}
         if compiled > 0:
             out["compile_s"] = round(compiled, 4)
+        hits, misses = (now - then for now, then in zip(cache_counts(), cached_before))
+        if hits or misses:
+            out |= {"fxgraph_cache_hit": hits, "fxgraph_cache_miss": misses}
         return out
 
     def _evaluate_now(self) -> float | None:

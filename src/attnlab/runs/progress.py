@@ -116,7 +116,10 @@ class LinePrinter:
         if first:  # the session's first step compiled: its cost, reported apart
             line += f"  first step {first:.1f} s"
             if compiled:
-                line += f" (compiling attention kernels {compiled:.1f} s, kept out of tok/s)"
+                line += f" (compiling {compiled:.1f} s, kept out of tok/s)"
+            if row.get("fxgraph_cache_hit") is not None:
+                hit, miss = row["fxgraph_cache_hit"], row["fxgraph_cache_miss"]
+                line += f"  inductor cache: {hit} graphs read, {miss} compiled"
         if ev.message:
             line += f"  {ev.message}"
         print(line, file=out, flush=True)
