@@ -5,7 +5,8 @@
   table drawn from seed 0, ``idf(t) = log(1 + (N - df + 0.5) / (df + 0.5))`` from the database
   chunks' token document frequencies (so frequent tokens weigh little, as in BM25). Inner
   products of such vectors approximate the cosine of the idf-weighted count vectors
-  (Johnson-Lindenstrauss). Cost: m d multiply-adds per chunk; nothing to download.
+  (Johnson-Lindenstrauss). Cost: m d multiply-adds per chunk (one sparse product per block);
+  nothing to download.
 * ``smollm2-table``: the mean of SmolLM2-135M's frozen input embeddings (d = 576) of the chunk's
   text (decoded by the data's tokenizer, re-encoded by SmolLM2's): a frozen embedding table.
 * ``smollm2``: SmolLM2-135M's last hidden states (d = 576), mean-pooled: a frozen transformer
@@ -54,9 +55,15 @@ class RandomProjection:
         self.dim = dim
 
     def __call__(self, chunks: np.ndarray) -> np.ndarray:
+        """One sparse product: the chunks' idf-weighted token counts [B, vocab] @ G (no [B, m,
+        d] gather: m d multiply-adds per chunk, read from G's rows)."""
+        from scipy.sparse import csr_matrix
+
         ids = np.asarray(chunks, dtype=np.int64)
-        vec = (self.table[ids] * self.idf[ids][..., None]).sum(axis=1)
-        return _normalize(vec)
+        b, m = ids.shape
+        ptr = np.arange(0, b * m + 1, m, dtype=np.int64)
+        counts = csr_matrix((self.idf[ids].ravel(), ids.ravel(), ptr), shape=(b, len(self.idf)))
+        return _normalize(np.asarray(counts @ self.table))
 
 
 def _normalize(vec: np.ndarray) -> np.ndarray:
