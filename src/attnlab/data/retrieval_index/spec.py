@@ -8,8 +8,8 @@ Three kinds (``attnlab data retrieval --kind KIND --encoder ENCODER``):
   other kinds existed keep loading.
 * ``bm25`` (encoder ``words``: the chunk decoded by the data's tokenizer and split into lower-case
   words; or ``unigrams``: the token ids): BM25 (lucene, k1 = 1.5, b = 0.75) indexed by bm25s and
-  searched with bounded cost (:mod:`.impact`): a query keeps its ``query_terms`` = 8 terms of
-  highest idf, each term its ``postings`` = 256 chunks of highest BM25 impact, so a query touches
+  searched with bounded cost (:mod:`.impact`): a query keeps its ``query_terms`` = 4 terms of
+  highest idf, each term its ``postings`` = 512 chunks of highest BM25 impact, so a query touches
   at most 2,048 postings whatever the database's size (bm25s' own ``retrieve`` fills a dense score
   row over the whole database per query: O(n) a query, O(n^2) a build). Terms in more than
   ``max(1000, chunks / 10)`` database chunks are stop terms (not indexed).
@@ -57,8 +57,8 @@ class IndexSpec(BaseModel):
     #: hnsw: graphs over contiguous chunk ranges, each built on one thread (see the module doc)
     shards: int = Field(2, ge=1, le=64)
     #: bm25: a query's highest-idf terms kept, and each term's highest-impact postings kept
-    query_terms: int = Field(8, ge=1)
-    postings: int = Field(256, ge=1)
+    query_terms: int = Field(4, ge=1)
+    postings: int = Field(512, ge=1)
 
     @property
     def slug(self) -> str:
