@@ -255,9 +255,9 @@ def test_a_run_names_its_index_and_every_command_uses_it(lab, capsys, tmp_path):
     assert Database.open(directory).index.kind == "hnsw"
     assert main(_generate(tmp_path / "dense", "--max-new-tokens", "12")) == 0
     assert "index loaded in" in capsys.readouterr().err
-    with _Damaged(directory / "index.faiss", how="flip"):
+    with _Damaged(directory / "index-00.faiss", how="flip"):
         assert main(_generate(tmp_path / "dense", "--max-new-tokens", "12")) == 2
-    assert "index.faiss" in capsys.readouterr().err
+    assert "index-00.faiss" in capsys.readouterr().err
     bad = tiny_run_config(data, *over, "model.retrieval.index=hnsw:bert", steps=2)
     with pytest.raises(UserError, match=r"model\.retrieval\.index='hnsw:bert'.*random"):
         train(bad, tmp_path / "bad")

@@ -1,7 +1,8 @@
-"""Issue 36, the retrieval indices that scale: BM25 over words/unigrams through bm25s' top-k
-retrieval (against a float64 BM25 written here), faiss HNSW over a random-projection encoder
-(against exact search), byte-identical builds for 1 and 2 workers, resumable after SIGKILL, the
-stored index queried live, planted facts retrieved, and the format-1 database still loading."""
+"""Issue 36, the retrieval indices that scale: BM25 over words/unigrams on bm25s' index with a
+bounded search (against a float64 BM25 written here, exact and bounded), sharded faiss HNSW over
+a random-projection encoder (against exact search), byte-identical builds for 1 and 2 workers,
+resumable after SIGKILL, the stored index queried live, planted facts retrieved, and the
+format-1 database still loading."""
 
 from __future__ import annotations
 
@@ -41,10 +42,11 @@ def facts(tmp_path_factory) -> Path:
     return out
 
 
-def _build(data: Path, kind: str, enc: str, **kw) -> Database:
+def _build(data: Path, kind: str, enc: str, spec: dict | None = None, **kw) -> Database:
+    index = index_spec(kind, enc).model_copy(update=spec or {})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RetrievalWarning)
-        return build_database(data, chunk_size=16, neighbours=2, index=index_spec(kind, enc), **kw)
+        return build_database(data, chunk_size=16, neighbours=2, index=index, **kw)
 
 
 @pytest.mark.parametrize(("kind", "enc"), KINDS)
@@ -74,10 +76,14 @@ def _bm25_reference(docs: list[list[int]], query: list[int]) -> np.ndarray:
     return out
 
 
+UNBOUNDED = {"query_terms": 10**6, "postings": 10**9}
+
+
 @pytest.mark.parametrize("enc", ["words", "unigrams"])
 def test_bm25_neighbours_are_the_top_scores_of_a_float64_bm25(facts, enc):
-    """Every validation chunk's neighbours are its two best chunks by an independent BM25."""
-    db = _build(facts, "bm25", enc, workers=1)
+    """With bounds that do not bind, every validation chunk's neighbours are its two best chunks
+    by an independent BM25."""
+    db = _build(facts, "bm25", enc, UNBOUNDED, workers=1, restart=True)
     data = TokenData.open(facts)
     decode = data.tokenizer.decode if enc == "words" else None
     ids, vocab = T.term_ids(np.asarray(data.train), 16, decode)
@@ -88,6 +94,51 @@ def test_bm25_neighbours_are_the_top_scores_of_a_float64_bm25(facts, enc):
         got = np.asarray(db.val)[q]
         best = np.sort(ref)[::-1][:2]
         assert np.allclose(np.sort(ref[got])[::-1], best, rtol=1e-4), q
+    _build(facts, "bm25", enc, workers=1, restart=True)  # the default bounds, for the others
+
+
+def _bounded_reference(docs: list[list[int]], query: list[int], terms: int, postings: int):
+    """BM25 restricted as the bounded search says: the query's ``terms`` distinct terms of
+    lowest df (ties to the lower id), each scoring only its ``postings`` best chunks."""
+    df = Counter(t for d in docs for t in set(d))
+    kept = sorted(set(query), key=lambda t: (df[t], t))[:terms]
+    out = np.zeros(len(docs))
+    for t in kept:
+        per = _bm25_reference(docs, [t])
+        best = np.lexsort((np.arange(len(docs)), -per))[:postings]
+        best = best[per[best] > 0]
+        out[best] += per[best] * query.count(t)
+    return out
+
+
+def test_bounded_bm25_scores_only_the_kept_terms_and_postings(facts, monkeypatch):
+    """With 2 query terms and 5 postings per term, a query touches at most 10 postings, and its
+    neighbours are the best chunks of the bounded BM25 written above (not of the full one)."""
+    from attnlab.data.retrieval_index import impact
+
+    touched = []
+    orig = impact._gather
+
+    def gather(index, qid, term, counts):
+        got = orig(index, qid, term, counts)
+        touched.append(np.bincount(got[0]).max(initial=0))
+        return got
+
+    monkeypatch.setattr(impact, "_gather", gather)
+    db = _build(facts, "bm25", "words", {"query_terms": 2, "postings": 5}, workers=1, restart=True)
+    assert touched and max(touched) <= 10
+    data = TokenData.open(facts)
+    ids, vocab = T.term_ids(np.asarray(data.train), 16, data.tokenizer.decode)
+    queries = T.query_ids(np.asarray(data.val), 16, data.tokenizer.decode, vocab)
+    differs = 0
+    for q in np.random.default_rng(1).choice(len(queries), 25, replace=False):
+        ref = _bounded_reference(ids, queries[q], 2, 5)
+        got = np.asarray(db.val)[q]
+        want = np.sort(ref[ref > 0])[::-1][:2]
+        assert np.allclose(np.sort(ref[got[got >= 0]])[::-1], want, rtol=1e-4), q
+        differs += not np.allclose(want, np.sort(_bm25_reference(ids, queries[q]))[::-1][:2])
+    assert differs > 0  # the bounds bind on this data: the full BM25 ranks otherwise
+    _build(facts, "bm25", "words", workers=1, restart=True)
 
 
 def test_hnsw_finds_the_exact_nearest_neighbours(facts):

