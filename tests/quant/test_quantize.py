@@ -29,13 +29,6 @@ torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="module")
-def tiny():
-    cfg = quantizable_config(load_config("tiny"))
-    torch.manual_seed(0)
-    return cfg, build_model(cfg.model).eval()
-
-
-@pytest.fixture(scope="module")
 def run(tmp_path_factory):
     return fake_run(tmp_path_factory.mktemp("q") / "run")
 
@@ -189,10 +182,9 @@ def test_the_directory_reloads_the_same_model_without_pickle(tiny, tmp_path, nam
     x = torch.randint(0, cfg.model.vocab_size, (2, 12), generator=torch.Generator().manual_seed(2))
     with torch.no_grad():
         assert torch.equal(back.model(x).logits, q(x).logits)
-    if name == "int4-weight":  # no safetensors form for the CPU int4 tensor: float, re-quantized
-        assert rec["stored_in_float_requantized_at_load"]
-    else:
-        assert rec["size_on_disk_bytes"] < 0.5 * sum(p.numel() * 4 for p in model.parameters())
+    assert not rec["stored_in_float_requantized_at_load"]  # int4 too: packed, not float
+    assert bool(rec["int4_packed"]) == (name == "int4-weight")
+    assert rec["size_on_disk_bytes"] < 0.5 * sum(p.numel() * 4 for p in model.parameters())
 
 
 def test_a_disallowed_class_in_the_metadata_is_refused(tiny, tmp_path):
