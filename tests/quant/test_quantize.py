@@ -57,6 +57,36 @@ def test_an_untied_head_is_quantized_and_a_tied_one_kept():
     tied = build_model(quantizable_config(load_config("tiny")).model)
     reasons = plan(tied).kept
     assert any("tied to the token embedding" in r for r in reasons.values()), reasons
+    assert "lm_head" in plan(tied, tied_head=True).quantized
+
+
+def test_a_tied_head_is_quantized_as_its_own_copy_and_reloads(tiny, tmp_path):
+    """tied_head=True: the head multiplies by an int8 copy of the embedding, whose lookups stay
+    float and untouched; the directory reloads it untied, with the same logits."""
+    cfg, model = tiny
+    q = copy.deepcopy(model)
+    done = quantize_model(q, get_scheme("int8-weight"), tied_head=True)
+    assert "lm_head" in done.quantized and "lm_head.weight" not in done.kept
+    assert type(q.lm_head.weight).__name__ == "Int8Tensor"
+    assert type(q.embed.weight.data) is torch.Tensor
+    assert torch.equal(q.embed.weight, model.embed.weight)
+    w = model.embed.weight.detach().double()
+    deq = q.lm_head.weight.qdata.double() * q.lm_head.weight.scale.double().view(-1, 1)
+    # round to nearest on the per-row grid of step max|w_row| / 127.5 (float32 scale: 1e-4 slack)
+    assert ((deq - w).abs() <= w.abs().amax(1, keepdim=True) / 255 * (1 + 1e-4)).all()
+    store.save(
+        tmp_path / "q",
+        q,
+        cfg,
+        {"scheme": "int8-weight", "group_size": None, "tied_head": True},
+        full_precision=model,
+    )
+    back = store.load(tmp_path / "q").model
+    assert type(back.lm_head.weight).__name__ == "Int8Tensor"
+    assert back.lm_head.weight is not back.embed.weight
+    x = torch.randint(0, cfg.model.vocab_size, (2, 12), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        assert torch.equal(back(x).logits, q(x).logits)
 
 
 class _Gated(Part):
