@@ -325,6 +325,17 @@ def test_quantize_refuses_a_foreign_out_and_replaces_its_own_only_with_force(run
     assert p.returncode == 2 and "applies to int4-weight only" in p.stderr
 
 
+def test_quantize_tied_head_quantizes_the_head_and_export_refuses_it(run, tmp_path):
+    out = tmp_path / "qh"
+    p = attnlab("quantize", str(run), "--scheme", "int8-weight", "--tied-head", "--out", str(out))
+    assert p.returncode == 0, p.stderr
+    info = json.loads((out / "quantized.json").read_text())
+    assert info["tied_head"] is True and "lm_head" in info["quantized"]
+    assert not any("tied to the token embedding" in r["reason"] for r in info["kept"])
+    p = attnlab("export", str(out), "--out", str(tmp_path / "hf"))
+    assert p.returncode == 2 and "--tied-head" in p.stderr and "Traceback" not in p.stderr
+
+
 def test_check_weights_reads_a_quantized_weights_inner_tensors(tiny):
     from attnlab.base.errors import NonFiniteError
     from attnlab.base.finite import check_weights
