@@ -65,7 +65,7 @@ def read_bandwidth_gbs(mib: int = 512, rounds: int = 5) -> tuple[float, float]:
     return x.numel() * 4 / times[0] / 1e9, x.numel() * 4 / times[len(times) // 2] / 1e9
 
 
-def build(args: argparse.Namespace):
+def build(args: argparse.Namespace, work: Path):
     from attnlab.config import load_config
     from attnlab.model import build_model
     from attnlab.quant import get_scheme, quantizable_config, quantize_model
@@ -81,7 +81,6 @@ def build(args: argparse.Namespace):
     dirs, kernels = {}, {"float32": "aten.mm / attnlab decode layout (float32)"}
     if args.no_unfused:
         del models["float32-unfused"]
-    work = Path(tempfile.mkdtemp(prefix="attnlab-quant-bench-"))
     for name in args.schemes.split(","):
         scheme_name, head = name.removesuffix(HEAD), name.endswith(HEAD)
         scheme = get_scheme(scheme_name)
@@ -103,11 +102,15 @@ def build(args: argparse.Namespace):
     return cfg, models, dirs, kernels
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--preset", default="gpt2-124m")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    p.add_argument("--schemes", default="int8-weight,int4-weight,int8-dynamic")
+    p.add_argument(
+        "--schemes",
+        default="int8-weight,int4-weight,int8-dynamic",
+        help=f"comma-separated; a name ending {HEAD!r} quantizes the tied LM head too",
+    )
     p.add_argument("--group-size", type=int, default=128)
     p.add_argument("--prompt-len", type=int, default=16)
     p.add_argument("--new-tokens", type=int, default=32)
@@ -119,30 +122,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=int, default=1, help="untimed rounds first (compiles)")
     p.add_argument("--out", metavar="STEM")
     args = p.parse_args(argv)
-    from attnlab.quant.speed import decode_speeds, measure_memory
-
-    torch.set_num_threads(args.threads)
-    load_start = os.getloadavg()
-    _, models, dirs, kernels = build(args)
-    bw = bandwidth_gbs()
-    read_bw = read_bandwidth_gbs()
-    rows = decode_speeds(
-        models,
-        prompt_len=args.prompt_len,
-        new_tokens=args.new_tokens,
-        repeats=args.repeats,
-        warmup=args.warmup,
-        plain=frozenset({EAGER}),
+    args.command = "python benchmarks/quantization.py " + " ".join(
+        sys.argv[1:] if argv is None else argv
     )
-    read_bw_end = read_bandwidth_gbs()
+    return args
+
+
+def memory(rows: list, dirs: dict, args: argparse.Namespace) -> None:
+    """Each row's resident and peak decode memory, a fresh process per model."""
+    from attnlab.quant.speed import measure_memory
+
     for row in rows:
-        if args.no_memory:
-            break
-        spec = {
-            "prompt_len": args.prompt_len,
-            "new_tokens": args.new_tokens,
-            "threads": args.threads,
-        }
+        spec = {"prompt_len": args.prompt_len, "new_tokens": args.new_tokens}
+        spec["threads"] = args.threads
         if row.name in dirs:
             spec["quantized"] = str(dirs[row.name][0])
             spec["plain"] = row.name == EAGER
@@ -154,8 +146,28 @@ def main(argv: list[str] | None = None) -> int:
         mem = measure_memory(spec)
         row.rss_runtime_mib = mem["rss_runtime_mib"]
         row.rss_loaded_mib, row.peak_decode_mib = mem["rss_loaded_mib"], mem["peak_decode_mib"]
-    load_end = os.getloadavg()
-    result = {
+
+
+def measure(args: argparse.Namespace, work: Path) -> dict:
+    from attnlab.quant.speed import decode_speeds
+
+    torch.set_num_threads(args.threads)
+    load_start = os.getloadavg()
+    _, models, dirs, kernels = build(args, work)
+    bw = bandwidth_gbs()
+    read_bw = read_bandwidth_gbs()
+    rows = decode_speeds(
+        models,
+        prompt_len=args.prompt_len,
+        new_tokens=args.new_tokens,
+        repeats=args.repeats,
+        warmup=args.warmup,
+        plain=frozenset({EAGER}),
+    )
+    read_bw_end = read_bandwidth_gbs()
+    if not args.no_memory:
+        memory(rows, dirs, args)
+    return {
         "preset": args.preset,
         "overrides": args.set,
         "params": sum(p.numel() for p in models["float32"].parameters()),
@@ -163,15 +175,15 @@ def main(argv: list[str] | None = None) -> int:
         "prompt_len": args.prompt_len,
         "new_tokens": args.new_tokens,
         "repeats": args.repeats,
+        "warmup": args.warmup,
         "group_size": args.group_size,
         "torch": torch.__version__,
         "cpu": platform.processor() or platform.machine(),
         "copy_bandwidth_gbs": bw,
         "read_bandwidth_gbs": {"start": read_bw, "end": read_bw_end},
-        "command": "python benchmarks/quantization.py "
-        + " ".join(sys.argv[1:] if argv is None else argv),
+        "command": args.command,
         "loadavg_start": load_start,
-        "loadavg_end": load_end,
+        "loadavg_end": os.getloadavg(),
         "date": datetime.date.today().isoformat(),
         "rows": [
             {
@@ -183,6 +195,12 @@ def main(argv: list[str] | None = None) -> int:
             for r in rows
         ],
     }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    with tempfile.TemporaryDirectory(prefix="attnlab-quant-bench-") as work:
+        result = measure(args, Path(work))
     text = render(result)
     print(text)
     stem = Path(args.out) if args.out else _default_stem(result)
