@@ -120,3 +120,30 @@ def test_a_damaged_int4_payload_or_record_is_refused(int4_dir, tmp_path):
     path.write_bytes(path.read_bytes()[:-100])  # truncated
     with pytest.raises(UserError, match="cannot be read"):
         store.load(bad)
+
+
+def test_a_rounding_that_would_not_rebuild_the_same_tensor_falls_back_to_float(
+    tiny, tmp_path, monkeypatch
+):
+    """If torchao's rounding ever differs from the stored form's (a new release), the weight is
+    stored in float and quantized again at load, never written in a form that loads different."""
+    import attnlab.quant.int4_store as int4_store
+
+    cfg, model = tiny
+    q = copy.deepcopy(model)
+    quantize_model(q, get_scheme("int4-weight"), GROUP)
+    real = int4_store._rounding
+
+    def off_by_one_step(w, group_size):
+        qint, sz = real(w, group_size)
+        return qint, sz * 1.001
+
+    monkeypatch.setattr(int4_store, "_rounding", off_by_one_step)
+    rec = store.save(
+        tmp_path / "q", q, cfg, {"scheme": "int4-weight", "group_size": GROUP}, full_precision=model
+    )
+    assert rec["int4_packed"] == [] and rec["stored_in_float_requantized_at_load"]
+    monkeypatch.setattr(int4_store, "_rounding", real)
+    x = torch.randint(0, cfg.model.vocab_size, (2, 12), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        assert torch.equal(store.load(tmp_path / "q").model(x).logits, q(x).logits)
