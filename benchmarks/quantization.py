@@ -35,6 +35,8 @@ import torch
 
 #: int8-weight decoded by torchao's own eager kernel (no decode layout), for comparison
 EAGER = "int8-weight-torchao-eager"
+#: a scheme name ending so (``int8-weight+head``) quantizes the tied LM head too (``tied_head``)
+HEAD = "+head"
 
 
 def bandwidth_gbs(mib: int = 512, rounds: int = 5) -> float:
@@ -49,7 +51,21 @@ def bandwidth_gbs(mib: int = 512, rounds: int = 5) -> float:
     return 2 * src.numel() * 4 / best / 1e9
 
 
-def build(args: argparse.Namespace):
+def read_bandwidth_gbs(mib: int = 512, rounds: int = 5) -> tuple[float, float]:
+    """Streaming-read bandwidth, (best, median) over ``rounds``: bytes / seconds of ``x.sum()``
+    over a ``mib`` MiB float32 tensor (what decoding does to its weights: read each once), on
+    the threads torch is set to."""
+    x = torch.ones(mib * 2**18)
+    times = []
+    for _ in range(rounds):
+        t = time.perf_counter()
+        x.sum()
+        times.append(time.perf_counter() - t)
+    times.sort()
+    return x.numel() * 4 / times[0] / 1e9, x.numel() * 4 / times[len(times) // 2] / 1e9
+
+
+def build(args: argparse.Namespace, work: Path):
     from attnlab.config import load_config
     from attnlab.model import build_model
     from attnlab.quant import get_scheme, quantizable_config, quantize_model
@@ -63,59 +79,62 @@ def build(args: argparse.Namespace):
     unfused.load_state_dict(fused.state_dict())
     models = {"float32": fused, "float32-unfused": unfused}
     dirs, kernels = {}, {"float32": "aten.mm / attnlab decode layout (float32)"}
-    work = Path(tempfile.mkdtemp(prefix="attnlab-quant-bench-"))
+    if args.no_unfused:
+        del models["float32-unfused"]
     for name in args.schemes.split(","):
-        scheme = get_scheme(name)
+        scheme_name, head = name.removesuffix(HEAD), name.endswith(HEAD)
+        scheme = get_scheme(scheme_name)
         q = copy.deepcopy(unfused)
-        quantize_model(q, scheme, args.group_size if scheme.default_group_size else None)
-        info = {
-            "scheme": name,
-            "group_size": args.group_size if scheme.default_group_size else None,
-        }
+        size = args.group_size if scheme.default_group_size else None
+        quantize_model(q, scheme, size, tied_head=head)
+        info = {"scheme": scheme_name, "group_size": size, "tied_head": head}
         rec = save(work / name, q, cfg, info, full_precision=unfused)
         models[name] = q
         dirs[name] = (work / name, rec["size_on_disk_bytes"])
-        kernels[name] = scheme.kernel
-        if name == "int8-weight":  # the same model without attnlab's decode kernel
-            models[EAGER], dirs[EAGER] = q, dirs[name]
-            kernels[EAGER] = "aten.mm on the int8 weight cast to float32 (torchao's eager path)"
+        kernels[name] = scheme.kernel + (
+            "; the tied LM head as its own int8 copy" if head else "; the tied LM head float32"
+        )
+        if scheme_name == "int8-weight" and not args.no_eager and EAGER not in models:
+            models[EAGER], dirs[EAGER] = q, dirs[name]  # the same model, torchao's own kernel
+            kernels[EAGER] = (
+                f"aten.mm on the int8 weight cast to float32 (torchao's eager path; {name})"
+            )
     return cfg, models, dirs, kernels
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--preset", default="gpt2-124m")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    p.add_argument("--schemes", default="int8-weight,int4-weight,int8-dynamic")
+    p.add_argument(
+        "--schemes",
+        default="int8-weight,int4-weight,int8-dynamic",
+        help=f"comma-separated; a name ending {HEAD!r} quantizes the tied LM head too",
+    )
     p.add_argument("--group-size", type=int, default=128)
     p.add_argument("--prompt-len", type=int, default=16)
     p.add_argument("--new-tokens", type=int, default=32)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--no-memory", action="store_true")
+    p.add_argument("--no-eager", action="store_true", help=f"leave out the {EAGER} row")
+    p.add_argument("--no-unfused", action="store_true", help="leave out float32-unfused")
+    p.add_argument("--warmup", type=int, default=1, help="untimed rounds first (compiles)")
     p.add_argument("--out", metavar="STEM")
     args = p.parse_args(argv)
-    from attnlab.quant.speed import decode_speeds, measure_memory
-
-    torch.set_num_threads(args.threads)
-    load_start = os.getloadavg()
-    _, models, dirs, kernels = build(args)
-    bw = bandwidth_gbs()
-    rows = decode_speeds(
-        models,
-        prompt_len=args.prompt_len,
-        new_tokens=args.new_tokens,
-        repeats=args.repeats,
-        plain=frozenset({EAGER}),
+    args.command = "python benchmarks/quantization.py " + " ".join(
+        sys.argv[1:] if argv is None else argv
     )
+    return args
+
+
+def memory(rows: list, dirs: dict, args: argparse.Namespace) -> None:
+    """Each row's resident and peak decode memory, a fresh process per model."""
+    from attnlab.quant.speed import measure_memory
+
     for row in rows:
-        if args.no_memory:
-            break
-        spec = {
-            "prompt_len": args.prompt_len,
-            "new_tokens": args.new_tokens,
-            "threads": args.threads,
-        }
+        spec = {"prompt_len": args.prompt_len, "new_tokens": args.new_tokens}
+        spec["threads"] = args.threads
         if row.name in dirs:
             spec["quantized"] = str(dirs[row.name][0])
             spec["plain"] = row.name == EAGER
@@ -127,8 +146,28 @@ def main(argv: list[str] | None = None) -> int:
         mem = measure_memory(spec)
         row.rss_runtime_mib = mem["rss_runtime_mib"]
         row.rss_loaded_mib, row.peak_decode_mib = mem["rss_loaded_mib"], mem["peak_decode_mib"]
-    load_end = os.getloadavg()
-    result = {
+
+
+def measure(args: argparse.Namespace, work: Path) -> dict:
+    from attnlab.quant.speed import decode_speeds
+
+    torch.set_num_threads(args.threads)
+    load_start = os.getloadavg()
+    _, models, dirs, kernels = build(args, work)
+    bw = bandwidth_gbs()
+    read_bw = read_bandwidth_gbs()
+    rows = decode_speeds(
+        models,
+        prompt_len=args.prompt_len,
+        new_tokens=args.new_tokens,
+        repeats=args.repeats,
+        warmup=args.warmup,
+        plain=frozenset({EAGER}),
+    )
+    read_bw_end = read_bandwidth_gbs()
+    if not args.no_memory:
+        memory(rows, dirs, args)
+    return {
         "preset": args.preset,
         "overrides": args.set,
         "params": sum(p.numel() for p in models["float32"].parameters()),
@@ -136,12 +175,15 @@ def main(argv: list[str] | None = None) -> int:
         "prompt_len": args.prompt_len,
         "new_tokens": args.new_tokens,
         "repeats": args.repeats,
+        "warmup": args.warmup,
         "group_size": args.group_size,
         "torch": torch.__version__,
         "cpu": platform.processor() or platform.machine(),
         "copy_bandwidth_gbs": bw,
+        "read_bandwidth_gbs": {"start": read_bw, "end": read_bw_end},
+        "command": args.command,
         "loadavg_start": load_start,
-        "loadavg_end": load_end,
+        "loadavg_end": os.getloadavg(),
         "date": datetime.date.today().isoformat(),
         "rows": [
             {
@@ -153,6 +195,12 @@ def main(argv: list[str] | None = None) -> int:
             for r in rows
         ],
     }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    with tempfile.TemporaryDirectory(prefix="attnlab-quant-bench-") as work:
+        result = measure(args, Path(work))
     text = render(result)
     print(text)
     stem = Path(args.out) if args.out else _default_stem(result)
@@ -168,27 +216,44 @@ def _default_stem(result: dict) -> Path:
 
 
 def render(r: dict) -> str:
+    rb = r.get("read_bandwidth_gbs") or {}
+    start, end = rb.get("start") or (float("nan"),) * 2, rb.get("end") or (float("nan"),) * 2
     lines = [
         f"# Quantized decoding on CPU: {r['preset']} ({r['params'] / 1e6:.1f}M parameters)",
+        "",
+        f"`{r.get('command', '')}`",
         "",
         f"torch {r['torch']}, {r['threads']} threads, greedy decode with the KV cache of "
         f"{r['new_tokens']} tokens after {r['prompt_len']}, {r['repeats']} interleaved rounds; "
         f"load average {r['loadavg_start'][0]:.2f} at start, {r['loadavg_end'][0]:.2f} at end; "
-        f"copy bandwidth {r['copy_bandwidth_gbs']:.1f} GB/s (read + write, best of 5).",
+        f"copy bandwidth {r['copy_bandwidth_gbs']:.1f} GB/s (read + write, best of 5); "
+        f"streaming read {start[0]:.1f} GB/s best, {start[1]:.1f} median before the decodes, "
+        f"{end[0]:.1f} / {end[1]:.1f} after ({r['threads']} threads, sum over 512 MiB).",
         "",
-        "| model | decode tok/s (median) | best | speedup vs float32 | weight MiB | weights read GB/s "
+        "| model | decode tok/s (median) | best | speedup (ratio of medians) | per-round speedup "
+        "median [min, max] | weight MiB | weights read GB/s | bandwidth bound tok/s "
         "| size on disk MiB | RSS runtime MiB | RSS loaded MiB | peak decode MiB | kernel |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    best_read = max(start[0], end[0])
+
+    def num(v: float | None, fmt: str = ".0f") -> str:
+        return "" if v is None else format(v, fmt)
+
     for row in r["rows"]:
         disk = f"{row['size_on_disk_bytes'] / 2**20:.1f}" if row["size_on_disk_bytes"] else ""
-        rss = f"{row['rss_loaded_mib']:.0f}" if row["rss_loaded_mib"] is not None else ""
-        base = f"{row['rss_runtime_mib']:.0f}" if row["rss_runtime_mib"] is not None else ""
-        peak = f"{row['peak_decode_mib']:.0f}" if row["peak_decode_mib"] is not None else ""
+        paired = (
+            f"{row['speedup_paired']:.2f}x [{row['speedup_low']:.2f}, {row['speedup_high']:.2f}]"
+            if row.get("speedup_paired") is not None
+            else ""
+        )
+        bound = best_read * 1e9 / row["weight_bytes"]
         lines.append(
-            f"| {row['name']} | {row['decode_tokens_per_s']:.2f} | {row['decode_tokens_per_s_best']:.2f} "
-            f"| {row['speedup']:.2f}x | {row['weight_bytes'] / 2**20:.0f} | {row['weight_read_gbs']:.2f} "
-            f"| {disk} | {base} | {rss} | {peak} | {row['kernel']} |"
+            f"| {row['name']} | {row['decode_tokens_per_s']:.2f} | "
+            f"{row['decode_tokens_per_s_best']:.2f} | {row['speedup']:.2f}x | {paired} "
+            f"| {row['weight_bytes'] / 2**20:.0f} | {row['weight_read_gbs']:.2f} | {bound:.1f} "
+            f"| {disk} | {num(row['rss_runtime_mib'])} | {num(row['rss_loaded_mib'])} "
+            f"| {num(row['peak_decode_mib'])} | {row['kernel']} |"
         )
     return "\n".join(lines)
 

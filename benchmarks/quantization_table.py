@@ -19,6 +19,7 @@ as a user would.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import subprocess
@@ -119,11 +120,20 @@ def variant_rows(variant: str, args: argparse.Namespace, work: Path) -> list[dic
 
 
 def render(rows: list[dict], args: argparse.Namespace) -> str:
+    import platform
+
+    import torch
+
     out = [
         f"# Quantized variants: {args.preset}, {args.steps} steps of batch {args.batch_size} "
         f"on {args.data}",
         "",
-        f"load average at the end: {os.getloadavg()[0]:.2f}; decode: {args.new_tokens} tokens, "
+        f"`{args.command}`",
+        "",
+        f"{datetime.date.today().isoformat()}, {platform.processor() or platform.machine()}, "
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads; load average "
+        f"{args.load_start:.2f} at the start, {os.getloadavg()[0]:.2f} at the end; decode: "
+        f"{args.new_tokens} tokens, "
         f"{args.repeats} interleaved rounds (float32 and the schemes of each variant together)."
         + (" SMOKE RUN: not a result." if args.smoke else ""),
         "",
@@ -166,6 +176,10 @@ def main(argv: list[str] | None = None) -> int:
         "--memory", action="store_true", help="peak decode RSS, a fresh process per model (slow)"
     )
     args = p.parse_args(argv)
+    args.command = "python benchmarks/quantization_table.py " + " ".join(
+        sys.argv[1:] if argv is None else argv
+    )
+    args.load_start = os.getloadavg()[0]
     work = Path(args.work)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

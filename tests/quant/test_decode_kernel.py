@@ -30,6 +30,8 @@ def models():
     for name in ("int8-weight", "int8-dynamic"):
         out[name] = copy.deepcopy(full)
         quantize_model(out[name], get_scheme(name))
+    out["int8-weight-head"] = copy.deepcopy(full)
+    quantize_model(out["int8-weight-head"], get_scheme("int8-weight"), tied_head=True)
     return out
 
 
@@ -65,9 +67,19 @@ def test_int8_dynamic_and_small_weights_keep_their_own_kernel(models):
         assert all(m._kernel is None for m in _quantized_linears(small).values())
 
 
-def test_cached_greedy_decoding_with_the_kernel_equals_torchaos_kernel(models):
-    model = models["int8-weight"]
+@pytest.mark.parametrize("name", ["int8-weight", "int8-weight-head"])
+def test_cached_greedy_decoding_with_the_kernel_equals_torchaos_kernel(models, name):
+    model = models[name]
     prompt = torch.randint(0, 512, (1, 5), generator=torch.Generator().manual_seed(1))
     fast = generate(model, prompt, 12, temperature=0.0, use_cache=True)
     plain = generate(model, prompt, 12, temperature=0.0, use_cache=True, rows_layout=False)
     assert torch.equal(fast, plain)
+
+
+def test_a_quantized_tied_head_decodes_through_the_kernel(models):
+    """The LM head (d x vocab, the biggest matmul of decoding) takes the kernel when
+    tied_head=True quantizes it; without it, it stays the float embedding's split layout."""
+    with torch.inference_mode(), decode_layout(models["int8-weight-head"]):
+        assert models["int8-weight-head"].lm_head._kernel is not None
+    with torch.inference_mode(), decode_layout(models["int8-weight"]):
+        assert models["int8-weight"].lm_head._kernel is None

@@ -29,13 +29,6 @@ torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="module")
-def tiny():
-    cfg = quantizable_config(load_config("tiny"))
-    torch.manual_seed(0)
-    return cfg, build_model(cfg.model).eval()
-
-
-@pytest.fixture(scope="module")
 def run(tmp_path_factory):
     return fake_run(tmp_path_factory.mktemp("q") / "run")
 
@@ -64,6 +57,36 @@ def test_an_untied_head_is_quantized_and_a_tied_one_kept():
     tied = build_model(quantizable_config(load_config("tiny")).model)
     reasons = plan(tied).kept
     assert any("tied to the token embedding" in r for r in reasons.values()), reasons
+    assert "lm_head" in plan(tied, tied_head=True).quantized
+
+
+def test_a_tied_head_is_quantized_as_its_own_copy_and_reloads(tiny, tmp_path):
+    """tied_head=True: the head multiplies by an int8 copy of the embedding, whose lookups stay
+    float and untouched; the directory reloads it untied, with the same logits."""
+    cfg, model = tiny
+    q = copy.deepcopy(model)
+    done = quantize_model(q, get_scheme("int8-weight"), tied_head=True)
+    assert "lm_head" in done.quantized and "lm_head.weight" not in done.kept
+    assert type(q.lm_head.weight).__name__ == "Int8Tensor"
+    assert type(q.embed.weight.data) is torch.Tensor
+    assert torch.equal(q.embed.weight, model.embed.weight)
+    w = model.embed.weight.detach().double()
+    deq = q.lm_head.weight.qdata.double() * q.lm_head.weight.scale.double().view(-1, 1)
+    # round to nearest on the per-row grid of step max|w_row| / 127.5 (float32 scale: 1e-4 slack)
+    assert ((deq - w).abs() <= w.abs().amax(1, keepdim=True) / 255 * (1 + 1e-4)).all()
+    store.save(
+        tmp_path / "q",
+        q,
+        cfg,
+        {"scheme": "int8-weight", "group_size": None, "tied_head": True},
+        full_precision=model,
+    )
+    back = store.load(tmp_path / "q").model
+    assert type(back.lm_head.weight).__name__ == "Int8Tensor"
+    assert back.lm_head.weight is not back.embed.weight
+    x = torch.randint(0, cfg.model.vocab_size, (2, 12), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        assert torch.equal(back(x).logits, q(x).logits)
 
 
 class _Gated(Part):
@@ -189,10 +212,9 @@ def test_the_directory_reloads_the_same_model_without_pickle(tiny, tmp_path, nam
     x = torch.randint(0, cfg.model.vocab_size, (2, 12), generator=torch.Generator().manual_seed(2))
     with torch.no_grad():
         assert torch.equal(back.model(x).logits, q(x).logits)
-    if name == "int4-weight":  # no safetensors form for the CPU int4 tensor: float, re-quantized
-        assert rec["stored_in_float_requantized_at_load"]
-    else:
-        assert rec["size_on_disk_bytes"] < 0.5 * sum(p.numel() * 4 for p in model.parameters())
+    assert not rec["stored_in_float_requantized_at_load"]  # int4 too: packed, not float
+    assert bool(rec["int4_packed"]) == (name == "int4-weight")
+    assert rec["size_on_disk_bytes"] < 0.5 * sum(p.numel() * 4 for p in model.parameters())
 
 
 def test_a_disallowed_class_in_the_metadata_is_refused(tiny, tmp_path):
@@ -301,6 +323,17 @@ def test_quantize_refuses_a_foreign_out_and_replaces_its_own_only_with_force(run
         "quantize", str(run), "--scheme", "int8-weight", "--group-size", "32", "--out", str(out)
     )
     assert p.returncode == 2 and "applies to int4-weight only" in p.stderr
+
+
+def test_quantize_tied_head_quantizes_the_head_and_export_refuses_it(run, tmp_path):
+    out = tmp_path / "qh"
+    p = attnlab("quantize", str(run), "--scheme", "int8-weight", "--tied-head", "--out", str(out))
+    assert p.returncode == 0, p.stderr
+    info = json.loads((out / "quantized.json").read_text())
+    assert info["tied_head"] is True and "lm_head" in info["quantized"]
+    assert not any("tied to the token embedding" in r["reason"] for r in info["kept"])
+    p = attnlab("export", str(out), "--out", str(tmp_path / "hf"))
+    assert p.returncode == 2 and "--tied-head" in p.stderr and "Traceback" not in p.stderr
 
 
 def test_check_weights_reads_a_quantized_weights_inner_tensors(tiny):

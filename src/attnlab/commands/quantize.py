@@ -35,13 +35,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--out", required=True, metavar="DIR", help="the directory to write")
     p.add_argument("--force", action="store_true", help="replace an earlier quantized --out")
+    p.add_argument(
+        "--tied-head",
+        action="store_true",
+        help="quantize an LM head tied to the token embedding as its own copy (lookups stay float)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     from attnlab.quant.run import quantize_run
 
     rec = quantize_run(
-        args.source, args.scheme, args.out, group_size=args.group_size, force=args.force
+        args.source,
+        args.scheme,
+        args.out,
+        group_size=args.group_size,
+        force=args.force,
+        tied_head=args.tied_head,
     )
     group = f", group size {rec['group_size']}" if rec["group_size"] else ""
     size, full = rec["size_on_disk_bytes"], rec["full_precision_bytes"]

@@ -67,6 +67,12 @@ def prepare(source: str | Path) -> tuple[Any, Any, Any, int | None, Path | None,
             f"transformers: {scheme.not_exportable}. Export an int8-weight or int8-dynamic "
             "quantization of the run, or evaluate this directory with attnlab itself"
         )
+    if info.get("tied_head"):  # transformers re-ties lm_head to the float embedding at load
+        raise UserError(
+            f"{source} quantizes its tied LM head as its own copy (attnlab quantize --tied-head), "
+            "which transformers would tie back to the embedding; quantize the run again without "
+            "--tied-head to export it"
+        )
     q = load(source)
     run_dir = Path(info["source"]) if info.get("source") else None
     if run_dir is not None and not run_dir.is_dir():

@@ -36,12 +36,32 @@ def is_quantized(t: Tensor) -> bool:
     return type(t.data) is not Tensor
 
 
+def untie(model: nn.Module, names: set[str]) -> None:
+    """Give each module of ``names`` whose weight is shared with another module (an LM head
+    tied to the token embedding) its own copy, so quantizing it leaves the other one float.
+    Cost: one copy of each such weight (d x vocab for the head)."""
+    shared: dict[int, int] = {}
+    for _, p in model.named_parameters(remove_duplicate=False):
+        shared[id(p)] = shared.get(id(p), 0) + 1
+    for name in names:
+        lin = model.get_submodule(name)
+        if shared.get(id(lin.weight), 0) > 1:
+            lin.weight = nn.Parameter(lin.weight.detach().clone(), requires_grad=False)
+
+
 def quantize_model(
-    model: nn.Module, scheme: Scheme, group_size: int | None = None, only: set[str] | None = None
+    model: nn.Module,
+    scheme: Scheme,
+    group_size: int | None = None,
+    only: set[str] | None = None,
+    *,
+    tied_head: bool = False,
 ) -> Plan:
     """Quantize ``model``'s planned weights in place with ``scheme``; returns the plan, with the
     weights torchao could not take (an int4 group size that does not divide a Linear's inputs)
-    moved to the kept list with that reason. ``only``: quantize just these planned modules."""
+    moved to the kept list with that reason. ``only``: quantize just these planned modules.
+    ``tied_head``: quantize an LM head tied to the token embedding as its own copy
+    (:func:`attnlab.quant.plan.plan`); the embedding stays float for its lookups."""
     from attnlab.quant.schemes import quiet_torchao
 
     with quiet_torchao():
@@ -53,7 +73,7 @@ def quantize_model(
             f"{fused[0]} multiplies Q, K and V as one fused matmul; build the model with "
             f"{QUANT_OVERRIDES[0]} to quantize it (attnlab quantize does)"
         )
-    result = plan(model)
+    result = plan(model, tied_head=tied_head)
     targets = set(result.quantized) if only is None else set(result.quantized) & only
     for name in sorted(targets):
         lin = model.get_submodule(name)
@@ -63,6 +83,7 @@ def quantize_model(
             result.quantized.remove(name)
             result.kept[f"{name}.weight"] = f"{scheme.name} cannot take this Linear: {why}"
     config = scheme.config(group_size)
+    untie(model, targets)
     quantize_(model, config, filter_fn=lambda m, fqn: fqn in targets)
     for name in list(result.quantized):
         weight = model.get_submodule(name).weight

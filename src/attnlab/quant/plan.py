@@ -6,7 +6,9 @@ inputs and outputs) and ``full_precision_notes()`` (why it keeps the rest). Outs
 the model's own weights follow one rule each: the token and position embeddings are lookups,
 not matmuls (kept); the LM head is quantized when it has its own weight and kept when it is
 tied to the token embedding (``model.tie_embeddings``: quantizing it would quantize the
-lookups too). Biases stay float beside a quantized weight and are not listed.
+lookups too), unless ``tied_head=True``: then the head is quantized as its own copy of the
+embedding (:func:`attnlab.quant.apply.quantize_model` unties it) and the lookups stay float.
+Biases stay float beside a quantized weight and are not listed.
 
 Cost: one walk over the model's modules and parameters.
 """
@@ -78,8 +80,17 @@ def _part_reasons(prefix: str, part: Part, chosen: set[str]) -> dict[str, str]:
     return out
 
 
-def plan(model: nn.Module) -> Plan:
-    """The quantization plan of an attnlab model (see the module docstring)."""
+#: why a tied LM head stays float when ``tied_head`` is off
+TIED_HEAD_KEPT = (
+    "the LM head, tied to the token embedding (model.tie_embeddings): quantizing it would "
+    "quantize the embedding lookups too (tied_head=True quantizes a copy of it instead)"
+)
+
+
+def plan(model: nn.Module, tied_head: bool = False) -> Plan:
+    """The quantization plan of an attnlab model (see the module docstring). ``tied_head``:
+    quantize an LM head tied to the token embedding as its own copy (the biggest matmul of
+    decoding: d x vocab), keeping the embedding's lookups in float."""
     result = Plan()
     parts = _parts(model)
     for prefix, part in parts:
@@ -104,10 +115,12 @@ def plan(model: nn.Module) -> Plan:
         if isinstance(module, nn.Embedding):
             result.kept[name] = "an embedding: a table lookup, not a matmul"
         elif isinstance(module, nn.Linear) and embed is not None and p is embed.weight:
-            result.kept[name] = (
-                "the LM head, tied to the token embedding (model.tie_embeddings): quantizing it "
-                "would quantize the embedding lookups too"
-            )
+            if not tied_head:
+                result.kept[name] = TIED_HEAD_KEPT
+            elif min(module.in_features, module.out_features) >= QUANT_MIN_FEATURES:
+                result.quantized.append(owner)
+            else:
+                result.kept[name] = _linear_reason(module, "model")
         elif isinstance(module, nn.Linear) and name.endswith(".weight"):
             if min(module.in_features, module.out_features) >= QUANT_MIN_FEATURES:
                 result.quantized.append(owner)

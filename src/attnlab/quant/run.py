@@ -85,8 +85,11 @@ def quantize_run(
     *,
     group_size: int | None = None,
     force: bool = False,
+    tied_head: bool = False,
 ) -> dict[str, Any]:
-    """Write the quantized directory of ``source`` to ``out``; returns its record."""
+    """Write the quantized directory of ``source`` to ``out``; returns its record.
+    ``tied_head``: quantize an LM head tied to the token embedding as its own copy
+    (:func:`attnlab.quant.plan.plan`)."""
     scheme = get_scheme(scheme_name)
     size = scheme.group_size(group_size)
     scheme.config(size)  # the quant extra is there, before anything is loaded
@@ -94,10 +97,11 @@ def quantize_run(
     full, cfg, run_dir, step = load_source(source)
     check_out(out, run_dir, force)
     model = copy.deepcopy(full)
-    plan = quantize_model(model, scheme, size)
+    plan = quantize_model(model, scheme, size, tied_head=tied_head)
     info = {
         "scheme": scheme.name,
         "group_size": size,
+        "tied_head": tied_head,
         "summary": scheme.summary,
         "tolerance": scheme.tolerance,
         "source": str(Path(os.path.abspath(run_dir))),

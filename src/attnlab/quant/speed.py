@@ -3,7 +3,8 @@
 - decode tokens/s: greedy ``generate`` with the KV cache, ``new_tokens`` after a
   ``prompt_len``-token prompt at batch 1, every model timed once per round, rounds interleaved
   (a busy machine slows every model of a round alike; the median over rounds is reported with
-  the load average before and after);
+  the load average before and after, and the speedup both as a ratio of medians and as the
+  median, min and max of the per-round ratios: the spread);
 - peak memory: a fresh Python per model (``python -m attnlab.quant.speed memory ...``): resident
   memory of the runtime (imports, torchao's included for every model), after loading, then the high-water mark of one
   cached decode after resetting it (``/proc/self/clear_refs``), so the KV cache and the
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -44,6 +46,12 @@ class SpeedRow:
     rss_runtime_mib: float | None = None
     rss_loaded_mib: float | None = None
     peak_decode_mib: float | None = None
+    #: the per-round speedups against the baseline's same round (paired): median, min, max
+    speedup_paired: float | None = None
+    speedup_low: float | None = None
+    speedup_high: float | None = None
+    #: decode tokens/s of every round, in order
+    rounds_tokens_per_s: list[float] | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -98,17 +106,24 @@ def decode_speeds(
         for name, m in models.items()
     }
     samples = interleaved(fns, repeats, warmup=warmup)
-    base = samples[baseline or next(iter(models))].median
-    return [
-        SpeedRow(
-            name=name,
-            decode_tokens_per_s=new_tokens / s.median,
-            decode_tokens_per_s_best=new_tokens / s.low,
-            speedup=base / s.median,
-            weight_bytes=weight_bytes(models[name]),
+    ref = samples[baseline or next(iter(models))]
+    rows = []
+    for name, s in samples.items():
+        paired = sorted(r / t for r, t in zip(ref.seconds, s.seconds))
+        rows.append(
+            SpeedRow(
+                name=name,
+                decode_tokens_per_s=new_tokens / s.median,
+                decode_tokens_per_s_best=new_tokens / s.low,
+                speedup=ref.median / s.median,
+                weight_bytes=weight_bytes(models[name]),
+                speedup_paired=statistics.median(paired),
+                speedup_low=paired[0],
+                speedup_high=paired[-1],
+                rounds_tokens_per_s=[new_tokens / t for t in s.seconds],
+            )
         )
-        for name, s in samples.items()
-    ]
+    return rows
 
 
 # ------------------------------------------------------------------------------ memory, per process

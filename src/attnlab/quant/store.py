@@ -12,8 +12,11 @@
                            (its int8 data and scales, flattened by
                            ``torchao.prototype.safetensors.flatten_tensor_state_dict``, the
                            format transformers' TorchAoConfig saves) and every other tensor
-                           in float; a weight torchao has no safetensors form for (int4 on
-                           CPU) is stored in float and quantized again at load
+                           in float; an int4 weight (torchao has no safetensors form for its
+                           CPU tensor) as its nibbles packed two per byte and its groups'
+                           scales and zeros (:mod:`attnlab.quant.int4_store`, checksummed),
+                           rebuilt at load into the same tensor; any other weight without a
+                           stored form in float, quantized again at load
 
 Loading never unpickles. A quantized weight comes back through torchao's
 ``unflatten_tensor_state_dict``, which rebuilds only the tensor classes and attribute types on
@@ -38,6 +41,8 @@ from torch import nn
 
 from attnlab.base.errors import UserError
 from attnlab.quant.apply import is_quantized, quantizable_config, quantize_model
+from attnlab.quant.int4_store import META_KEY as INT4_META
+from attnlab.quant.int4_store import int4_payload, int4_weight
 from attnlab.quant.schemes import get_scheme, quiet_torchao
 
 KIND = "quantized"
@@ -64,13 +69,15 @@ def is_quantized_dir(path: str | os.PathLike) -> bool:
 def _state(
     model: nn.Module, full_precision: nn.Module
 ) -> tuple[dict[str, torch.Tensor], dict[str, str], list[str]]:
-    """(flattened tensors, their torchao metadata, the modules whose weight is stored in float
-    to be quantized again at load: the exact float weight of ``full_precision``, not a
-    dequantized one, so that the rounding is redone exactly)."""
+    """(flattened tensors, their metadata, the modules whose weight is stored in float to be
+    quantized again at load: the exact float weight of ``full_precision``, not a dequantized
+    one, so that the rounding is redone exactly)."""
     from torchao.prototype.safetensors.safetensors_support import flatten_tensor_state_dict
     from torchao.prototype.safetensors.safetensors_utils import ALLOWED_TENSORS_SUBCLASSES
 
     state: dict[str, torch.Tensor] = {}
+    int4: dict[str, torch.Tensor] = {}
+    int4_records: dict[str, Any] = {}
     seen: set[int] = set()
     requant = []
     fp = full_precision.state_dict()
@@ -80,12 +87,18 @@ def _state(
                 continue
             seen.add(t.data_ptr())
             state[name] = t.contiguous()
-        elif type(t).__name__ not in ALLOWED_TENSORS_SUBCLASSES:
+        elif type(t).__name__ in ALLOWED_TENSORS_SUBCLASSES:
+            state[name] = t
+        elif (packed := int4_payload(t, fp[name])) is not None:
+            int4.update({f"{name}.{k}": v for k, v in packed[0].items()})
+            int4_records[name] = packed[1]
+        else:
             requant.append(name.rpartition(".")[0])
             state[name] = fp[name].contiguous()
-        else:
-            state[name] = t
     tensors, meta = flatten_tensor_state_dict(state)
+    if int4_records:
+        tensors.update(int4)
+        meta[INT4_META] = json.dumps(int4_records)
     return tensors, meta, requant
 
 
@@ -122,6 +135,7 @@ def save(
             **info,
             "torchao": torchao.__version__,
             "stored_in_float_requantized_at_load": requant,
+            "int4_packed": sorted(json.loads(meta.get(INT4_META, "{}"))),
             "size_on_disk_bytes": (tmp / WEIGHTS_FILE).stat().st_size,
         }
         (tmp / INFO_FILE).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
@@ -171,7 +185,7 @@ def _tokenizer(cfg: Any) -> Any:
 
 
 def _read_state(path: Path) -> dict[str, torch.Tensor]:
-    from safetensors import safe_open
+    from safetensors import SafetensorError, safe_open
     from safetensors.torch import load_file
     from torchao.prototype.safetensors.safetensors_support import unflatten_tensor_state_dict
 
@@ -179,11 +193,24 @@ def _read_state(path: Path) -> dict[str, torch.Tensor]:
         with safe_open(path / WEIGHTS_FILE, framework="pt") as f:
             meta = f.metadata() or {}
         tensors = load_file(path / WEIGHTS_FILE)
+        int4_records = json.loads(meta.pop(INT4_META, "{}"))
+        if not isinstance(int4_records, dict):
+            raise ValueError(f"{INT4_META} is not a mapping")
+        int4 = {
+            name: {
+                k[len(name) + 1 :]: tensors.pop(k)
+                for k in list(tensors)
+                if k.startswith(f"{name}.")
+            }
+            for name in int4_records
+        }
         state, leftover = unflatten_tensor_state_dict(tensors, meta)
-    except (OSError, ValueError, KeyError, json.JSONDecodeError) as e:
+    except (OSError, ValueError, KeyError, SafetensorError) as e:  # a damaged or truncated file
         raise UserError(
             f"{path / WEIGHTS_FILE} cannot be read as a torchao state ({e}); quantize the run again"
         ) from None
+    for name, record in int4_records.items():
+        state[name] = int4_weight(name, int4[name], record, str(path / WEIGHTS_FILE))
     if leftover:
         raise UserError(f"{path / WEIGHTS_FILE} holds tensors of no weight: {sorted(leftover)[:4]}")
     return state
@@ -203,7 +230,13 @@ def load(path: str | os.PathLike, device: str | torch.device = "cpu") -> Quantiz
     requant = set(info.get("stored_in_float_requantized_at_load") or [])
     _put_state(model, state, path)
     if requant:
-        quantize_model(model, scheme, info.get("group_size"), only=requant)
+        quantize_model(
+            model,
+            scheme,
+            info.get("group_size"),
+            only=requant,
+            tied_head=bool(info.get("tied_head")),
+        )
     return Quantized(model.to(device), cfg, _tokenizer(cfg), info)
 
 
