@@ -22,6 +22,7 @@ from torch import Tensor, nn
 
 from attnlab.base.errors import UserError
 from attnlab.base.section import Section
+from attnlab.model.engine.band import band_plan, band_width, run_banded
 from attnlab.model.engine.contracts import Mask, Normaliser, ScoreMod, mod_parameters
 from attnlab.model.engine.flex import BlockMaskCache, flex_attend
 from attnlab.model.engine.folds import Folded, columns, fold
@@ -113,6 +114,10 @@ class AttentionEngine:
         if self.options.flush_denormal and q.device.type == "cpu" and not call.folded.trivial:
             flush_denormals()
         out, weights = None, None
+        auto_causal = plan.path == "block_sparse" and dense == "causal"
+        band = band_width(call, q, Tk) if auto_causal and self.options.path == "auto" else None
+        if band is not None:
+            plan, out = band_plan(call, band), run_banded(q, k, v, call, band)
         if plan.path == "sdpa":
             out = dense_sdpa(q, k, v, dense, call)
             if out is None:

@@ -115,7 +115,7 @@ def sdpa_stack(qt: Tensor, kt: Tensor, vt: Tensor, st: Stack, call: Call) -> Ten
             bias = F.pad(bias, (0, 1)) if sink else bias
         return sdpa_mask(allowed, bias, B, qs.dtype)
 
-    params = _learned(as_bias, call.mods)
+    params = learned_params(as_bias, call.mods)
     if params and qs.device.type == "cpu" and not call.dropout:
         out = biased_flash(qs, ks, vs, call.scale, lambda: attn_mask(fold(call.mods)), params)
     else:
@@ -131,7 +131,7 @@ def sdpa_stack(qt: Tensor, kt: Tensor, vt: Tensor, st: Stack, call: Call) -> Ten
     return out[..., :dv] if out.shape[-1] != dv else out
 
 
-def _learned(as_bias: list, mods) -> list[Tensor]:
+def learned_params(as_bias: list, mods) -> list[Tensor]:
     """The parameters a float bias's gradient reaches (none outside autograd): those of the
     bias mods and of every scale mod (a gain after a bias multiplies it)."""
     if not torch.is_grad_enabled() or not as_bias:

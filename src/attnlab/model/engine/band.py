@@ -1,0 +1,230 @@
+"""A causal bias that is constant beyond a band: plain SDPA over the far keys, a float bias over
+the band, merged by log-sum-exp (T5's buckets on CPU).
+
+A bias mod may declare ``band = D``: for causal pairs, ``bias(h, i, j)`` is the same per head
+(``c_h = bias(h, D, 0)``) whenever ``i - j >= D``. Softmax is shift-invariant per row, so with
+``b'(h, i, j) = bias(h, i, j) - c_h`` the attention is unchanged and ``b'`` is zero outside
+the band ``0 <= i - j < D``. So, with s = scale q . k::
+
+    far:  (o_f, lse_f) = SDPA(q[D:], k[:T-D], v[:T-D], is_causal)    keys i - j >= D, no bias
+    band: (o_b, lse_b) = SDPA per query block of D rows over its own and the previous key
+          block, float mask b' (-inf outside the band): [H, D, 2D], the same for every block
+    lse = logaddexp(lse_f, lse_b),   out = o_f exp(lse_f - lse) + o_b exp(lse_b - lse)
+
+Backward (``BandedBias``): each part's kernel backward gets the merged ``out`` and ``lse``, so
+its P = exp(s + b' - lse) is the row's global weight and rowsum(dO * out) the global one: the
+two parts' dq, dk, dv add up to the exact gradient (as ring attention splits keys). The bias's
+own gradient is dS = P (dO v^T - rowsum(dO * out)) over the band only, recomputed in backward
+and handed to the graph of ``b'`` (which ``make_bias`` rebuilds from the mod's parameters);
+``c_h``'s gradient, minus the band's dS summed, equals the far keys' (a softmax row's dS sums
+to 0), so nothing beyond the band needs a gradient.
+
+Cost: the far part is causal SDPA on T - D rows (fused, blocks above the diagonal skipped), the
+band 2 D keys per row (half of them masked), dS in backward over the band: O(B H T D) time and
+memory beyond causal SDPA's, never H T^2.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from attnlab.model.engine.grouped import Call, learned_params
+from attnlab.model.engine.plan import Plan
+
+_fwd = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+_bwd = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward
+
+#: dtypes the band path runs in (half precision keeps the float-bias path: its bias in float32)
+BAND_DTYPES = (torch.float32, torch.float64)
+
+
+def band_bias(bias: Callable, H: int, D: int, device, dtype) -> Tensor:
+    """[2, H, D, 2D]: b' on a block's own and previous key blocks, -inf outside the band;
+    [0] for every block after the first (rows D.., keys 0..2D: the previous block first),
+    [1] for the first block (rows 0.., keys 0..2D: its own block first, then none)."""
+    h = torch.arange(H, device=device).view(1, H, 1, 1)
+    r = torch.arange(D, device=device).view(1, 1, D, 1)
+    c = torch.arange(2 * D, device=device).view(1, 1, 1, 2 * D)
+    zero = torch.zeros(1, dtype=torch.long, device=device).view(1, 1, 1, 1)
+    far = bias(zero, h, zero + D, zero)  # c_h: [1, H, 1, 1]
+    out = []
+    for i in (r + D, r):  # a later block's rows (keys from D before it), the first block's
+        b = bias(zero, h, i, c) - far
+        inside = (c <= i) & (i - c < D)
+        out.append(b.masked_fill(~inside, float("-inf")))
+    return torch.cat(out).to(dtype)
+
+
+class _Blocks:
+    """q, k, v cut into query blocks of D rows, each with its own and the previous key block:
+    [B nb, H, D, d] and [B nb, H, 2D, d] (the first block: its own block and padding)."""
+
+    def __init__(self, q: Tensor, k: Tensor, v: Tensor, D: int) -> None:
+        B, H, T, _ = q.shape
+        self.B, self.H, self.T, self.D = B, H, T, D
+        self.nb = -(-T // D)
+        self.Tp = self.nb * D
+
+    def rows(self, x: Tensor) -> Tensor:
+        """[B, H, T, ...] -> [B nb, H, D, ...] (rows past T zero)."""
+        pad = [0, 0] * (x.dim() - 3) + [0, self.Tp - self.T]
+        x = F.pad(x, pad) if self.Tp != self.T else x
+        x = x.unflatten(2, (self.nb, self.D)).transpose(1, 2)
+        return x.reshape(self.B * self.nb, self.H, self.D, *x.shape[4:])
+
+    def unrows(self, x: Tensor) -> Tensor:
+        """The inverse of ``rows``: [B nb, H, D, ...] -> [B, H, T, ...]."""
+        x = x.unflatten(0, (self.B, self.nb)).transpose(1, 2).flatten(2, 3)
+        return x[:, :, : self.T]
+
+    def keys(self, x: Tensor) -> Tensor:
+        """[B, H, T, d] -> [B nb, H, 2D, d]: block b's keys are blocks b - 1 and b; the first
+        block sees blocks 0 and 1 (its mask, ``band_bias``'s [1], allows only its own)."""
+        D = self.D
+        x = F.pad(x, (0, 0, D, self.Tp - self.T))  # one zero block in front
+        x = x.unfold(2, 2 * D, D).transpose(-1, -2)  # [B, H, nb, 2D, d]
+        first = x[:, :, :1].roll(-D, dims=3)  # the first block: its own block, then zeros
+        x = torch.cat([first, x[:, :, 1:]], 2)
+        return x.transpose(1, 2).reshape(self.B * self.nb, self.H, 2 * D, x.shape[-1])
+
+    def unkeys(self, x: Tensor) -> Tensor:
+        """The adjoint of ``keys``: each block's 2D key gradients added back to [B, H, T, d]."""
+        D, B, nb = self.D, self.B, self.nb
+        x = x.unflatten(0, (B, nb)).transpose(1, 2)  # [B, H, nb, 2D, d]
+        own = torch.cat([x[:, :, :1, :D], x[:, :, 1:, D:]], 2)  # block b's own keys
+        prev = F.pad(x[:, :, 1:, :D], (0, 0, 0, 0, 0, 1))  # block b's keys, seen by b + 1
+        return (own + prev).flatten(2, 3)[:, :, : self.T]
+
+    def mask(self, bias: Tensor) -> Tensor:
+        """[B nb, H, D, 2D] from ``band_bias``'s [2, H, D, 2D]: the first block of each batch
+        row takes [1], the others [0] (a copy: O(B T H D), the band's own size)."""
+        per_block = torch.cat([bias[1:2], bias[0:1].expand(self.nb - 1, -1, -1, -1)])
+        return per_block.repeat(self.B, 1, 1, 1)
+
+
+def _merge(o_f, lse_f, o_b, lse_b):
+    lse = torch.logaddexp(lse_f, lse_b)
+    out = o_f * (lse_f - lse).exp()[..., None] + o_b * (lse_b - lse).exp()[..., None]
+    return out, lse
+
+
+class BandedBias(torch.autograd.Function):
+    """out = softmax(scale q k^T + bias, causal) v for a bias constant beyond ``D`` keys
+    (``make_bias()`` -> ``band_bias``'s [2, H, D, 2D]), gradients for q, k, v and ``params``."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, scale: float, D: int, make_bias: Callable[[], Tensor], *params):
+        G = q.shape[1] // k.shape[1]
+        kr, vr = (k.repeat_interleave(G, 1), v.repeat_interleave(G, 1)) if G > 1 else (k, v)
+        with torch.no_grad():
+            bias = make_bias()
+        bl = _Blocks(q, kr, vr, D)
+        mask = bl.mask(bias)
+        o_b, lse_b = _fwd(
+            bl.rows(q), bl.keys(kr), bl.keys(vr), 0.0, False, attn_mask=mask, scale=scale
+        )
+        out, lse = bl.unrows(o_b), bl.unrows(lse_b)
+        if q.shape[2] > D:
+            o_f, lse_f = _fwd(q[:, :, D:], kr[:, :, :-D], vr[:, :, :-D], 0.0, True, scale=scale)
+            o_near, l_near = _merge(o_f, lse_f, out[:, :, D:], lse[:, :, D:])
+            out = torch.cat([out[:, :, :D], o_near], 2)
+            lse = torch.cat([lse[:, :, :D], l_near], 2)
+        ctx.save_for_backward(q, k, v, out, lse, *params)
+        ctx.scale, ctx.D, ctx.make_bias, ctx.groups = scale, D, make_bias, G
+        return out
+
+    @staticmethod
+    def backward(ctx, dout):
+        q, k, v, out, lse, *params = ctx.saved_tensors
+        G, D, scale = ctx.groups, ctx.D, ctx.scale
+        kr, vr = (k.repeat_interleave(G, 1), v.repeat_interleave(G, 1)) if G > 1 else (k, v)
+        dout = dout.contiguous()
+        with torch.enable_grad():
+            bias = ctx.make_bias()
+        bl = _Blocks(q, kr, vr, D)
+        mask = bl.mask(bias.detach())
+        qb, kb, vb = bl.rows(q), bl.keys(kr), bl.keys(vr)
+        ob, db, lb = bl.rows(out).contiguous(), bl.rows(dout).contiguous(), bl.rows(lse)
+        if bl.Tp != bl.T:  # rows past T: dO = 0, and a finite lse keeps their P finite
+            lb = lb.masked_fill(bl.rows(torch.ones_like(lse, dtype=torch.bool)) == 0, 0.0)
+        dqb, dkb, dvb = _bwd(db, qb, kb, vb, ob, lb, 0.0, False, attn_mask=mask, scale=scale)
+        dq, dk, dv = bl.unrows(dqb), bl.unkeys(dkb), bl.unkeys(dvb)
+        if q.shape[2] > D:
+            f = _bwd(
+                dout[:, :, D:], q[:, :, D:], kr[:, :, :-D], vr[:, :, :-D], out[:, :, D:],
+                lse[:, :, D:], 0.0, True, scale=scale,
+            )  # fmt: skip
+            dq = dq + F.pad(f[0], (0, 0, D, 0))
+            dk = dk + F.pad(f[1], (0, 0, 0, D))
+            dv = dv + F.pad(f[2], (0, 0, 0, D))
+        if G > 1:
+            dk, dv = dk.unflatten(1, (-1, G)).sum(2), dv.unflatten(1, (-1, G)).sum(2)
+        grads = [None] * len(params)
+        if params:
+            grads = _bias_grads(qb, kb, vb, ob, db, lb, mask, scale, bias, params, bl.B)
+        return (dq, dk, dv, None, None, None, *grads)
+
+
+def _bias_grads(qb, kb, vb, ob, db, lb, mask, scale, bias, params, B):
+    """dS over the band (recomputed), summed per block kind, into the bias's own graph."""
+    p = torch.exp((qb @ kb.transpose(-1, -2)) * scale + mask - lb[..., None])
+    ds = p * (db @ vb.transpose(-1, -2) - (db * ob).sum(-1, keepdim=True))
+    ds = ds.unflatten(0, (B, -1)).sum(0)  # [nb, H, D, 2D]
+    d_bias = torch.stack([ds[1:].sum(0), ds[0]])
+    return torch.autograd.grad(bias, params, d_bias, allow_unused=True)
+
+
+def banded_bias(
+    q: Tensor, k: Tensor, v: Tensor, scale: float, D: int, make_bias: Callable[[], Tensor], params
+) -> Tensor:
+    """The call above: q [B, H, T, d], k/v [B, H_kv, T, d], causal from position 0."""
+    return BandedBias.apply(
+        q.contiguous(), k.contiguous(), v.contiguous(), scale, D, make_bias, *params
+    )
+
+
+def band_width(call: Call, q: Tensor, Tk: int) -> int | None:
+    """D when ``call`` (causal from position 0, square) can run here: CPU, float32/64, softmax,
+    no dropout, every mod a bias declaring a band (no gain, columns or general mod), Tk > D."""
+    f = call.folded
+    if q.device.type != "cpu" or q.dtype not in BAND_DTYPES or call.dropout:
+        return None
+    if call.normaliser.sdpa != "softmax" or not call.normaliser.shift_invariant:
+        return None
+    if f.gain is not None or f.columns or f.general or not f.biases or q.shape[2] != Tk:
+        return None
+    bands = [m.band() if c is None else None for m, c in f.biases]
+    if None in bands or call.q_offset or Tk <= max(bands):
+        return None
+    return max(bands)
+
+
+def run_banded(q: Tensor, k: Tensor, v: Tensor, call: Call, D: int) -> Tensor:
+    """The call on the band path (``band_width`` said D)."""
+    mods = [m for m, _ in call.folded.biases]
+    H = q.shape[1]
+
+    def bias(b, h, i, j):
+        total = 0
+        for m in mods:
+            val = m.bias(b, h, i, j)
+            if val is None:
+                val = m.score_mod(torch.zeros((), dtype=q.dtype, device=q.device), b, h, i, j)
+            total = total + val
+        return total
+
+    make = lambda: band_bias(bias, H, D, q.device, q.dtype)  # noqa: E731
+    params = learned_params(mods, tuple(mods))
+    return banded_bias(q, k, v, call.scale, D, make, params)
+
+
+def band_plan(call: Call, D: int) -> Plan:
+    """The line that says this path runs."""
+    names = " + ".join(type(m).__name__ for m, _ in call.folded.biases)
+    why = f"mask is causal, {names} is one value per head beyond {D} keys"
+    how = "is_causal SDPA over the far keys + a float bias over the band, merged by log-sum-exp"
+    return Plan("block_sparse", f"{why}; {how}")
