@@ -20,6 +20,7 @@ from attnlab.model.engine import (
     T5Bias,
 )
 from attnlab.model.engine import engine as engine_module
+from attnlab.model.engine.band import band_bias, banded_bias
 from attnlab.testing import check_part
 from tests.helpers.engine_reference import reference
 
@@ -66,8 +67,15 @@ def test_the_band_path_equals_the_definition(seed):
     ref, _ = reference(q, k, v, spec, 0.37)
     assert (out - ref).abs().max() < TOL
     inputs = [q, k, v, t5.table.weight]
-    for got, want in zip(_grads(out, inputs, seed), _grads(ref, inputs, seed)):
-        assert (got - want).abs().max() < TOL
+    want = _grads(ref, inputs, seed)
+    for got, w in zip(_grads(out, inputs, seed), want):
+        assert (got - w).abs().max() < TOL
+    for rows in [r for r in (D // 2, D // 4) if r and D % r == 0]:  # smaller query blocks
+        make = lambda n: band_bias(t5.bias, H, D, n, "cpu", torch.float64)  # noqa: E731
+        out = banded_bias(q, k, v, 0.37, D, make, [t5.table.weight], rows)
+        assert (out - ref).abs().max() < TOL, rows
+        for got, w in zip(_grads(out, inputs, seed), want):
+            assert (got - w).abs().max() < TOL, rows
 
 
 @pytest.mark.fast

@@ -42,68 +42,65 @@ _bwd = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward
 BAND_DTYPES = (torch.float32, torch.float64)
 
 
-def band_bias(bias: Callable, H: int, D: int, device, dtype) -> Tensor:
-    """[2, H, D, 2D]: b' on a block's own and previous key blocks, -inf outside the band;
-    [0] for every block after the first (rows D.., keys 0..2D: the previous block first),
-    [1] for the first block (rows 0.., keys 0..2D: its own block first, then none)."""
+def band_bias(bias: Callable, H: int, D: int, rows: int, device, dtype) -> Tensor:
+    """[H, rows, D + rows]: b' for a query block of ``rows`` rows over the D + rows keys that
+    end with it (key c of the window sits D - c + r before row r), -inf outside the band."""
     h = torch.arange(H, device=device).view(1, H, 1, 1)
-    r = torch.arange(D, device=device).view(1, 1, D, 1)
-    c = torch.arange(2 * D, device=device).view(1, 1, 1, 2 * D)
+    r = torch.arange(rows, device=device).view(1, 1, rows, 1) + D
+    c = torch.arange(D + rows, device=device).view(1, 1, 1, D + rows)
     zero = torch.zeros(1, dtype=torch.long, device=device).view(1, 1, 1, 1)
-    far = bias(zero, h, zero + D, zero)  # c_h: [1, H, 1, 1]
-    out = []
-    for i in (r + D, r):  # a later block's rows (keys from D before it), the first block's
-        b = bias(zero, h, i, c) - far
-        inside = (c <= i) & (i - c < D)
-        out.append(b.masked_fill(~inside, float("-inf")))
-    return torch.cat(out).to(dtype)
+    b = bias(zero, h, r, c) - bias(zero, h, zero + D, zero)  # minus c_h: [1, H, 1, 1]
+    inside = (c <= r) & (r - c < D)
+    return b.masked_fill(~inside, float("-inf"))[0].to(dtype)
 
 
 class _Blocks:
-    """q, k, v cut into query blocks of D rows, each with its own and the previous key block:
-    [B nb, H, D, d] and [B nb, H, 2D, d] (the first block: its own block and padding)."""
+    """q cut into query blocks of ``rows`` rows ([B nb, H, rows, ...]), each with the D + rows
+    keys that end with it ([B nb, H, D + rows, d]; D a multiple of ``rows``; keys before
+    position 0 are zeros that ``mask`` hides)."""
 
-    def __init__(self, q: Tensor, k: Tensor, v: Tensor, D: int) -> None:
+    def __init__(self, q: Tensor, D: int, rows: int) -> None:
         B, H, T, _ = q.shape
-        self.B, self.H, self.T, self.D = B, H, T, D
-        self.nb = -(-T // D)
-        self.Tp = self.nb * D
+        self.B, self.H, self.T, self.D, self.R = B, H, T, D, rows
+        self.nb = -(-T // rows)
+        self.Tp = self.nb * rows
 
     def rows(self, x: Tensor) -> Tensor:
-        """[B, H, T, ...] -> [B nb, H, D, ...] (rows past T zero)."""
+        """[B, H, T, ...] -> [B nb, H, rows, ...] (rows past T zero)."""
         pad = [0, 0] * (x.dim() - 3) + [0, self.Tp - self.T]
         x = F.pad(x, pad) if self.Tp != self.T else x
-        x = x.unflatten(2, (self.nb, self.D)).transpose(1, 2)
-        return x.reshape(self.B * self.nb, self.H, self.D, *x.shape[4:])
+        x = x.unflatten(2, (self.nb, self.R)).transpose(1, 2)
+        return x.reshape(self.B * self.nb, self.H, self.R, *x.shape[4:])
 
     def unrows(self, x: Tensor) -> Tensor:
-        """The inverse of ``rows``: [B nb, H, D, ...] -> [B, H, T, ...]."""
+        """The inverse of ``rows``: [B nb, H, rows, ...] -> [B, H, T, ...]."""
         x = x.unflatten(0, (self.B, self.nb)).transpose(1, 2).flatten(2, 3)
         return x[:, :, : self.T]
 
     def keys(self, x: Tensor) -> Tensor:
-        """[B, H, T, d] -> [B nb, H, 2D, d]: block b's keys are blocks b - 1 and b; the first
-        block sees blocks 0 and 1 (its mask, ``band_bias``'s [1], allows only its own)."""
-        D = self.D
-        x = F.pad(x, (0, 0, D, self.Tp - self.T))  # one zero block in front
-        x = x.unfold(2, 2 * D, D).transpose(-1, -2)  # [B, H, nb, 2D, d]
-        first = x[:, :, :1].roll(-D, dims=3)  # the first block: its own block, then zeros
-        x = torch.cat([first, x[:, :, 1:]], 2)
-        return x.transpose(1, 2).reshape(self.B * self.nb, self.H, 2 * D, x.shape[-1])
+        """[B, H, T, d] -> [B nb, H, D + rows, d]: block b's window, positions b rows - D on."""
+        x = F.pad(x, (0, 0, self.D, self.Tp - self.T))
+        x = x.unfold(2, self.D + self.R, self.R).transpose(-1, -2)  # [B, H, nb, D + rows, d]
+        return x.transpose(1, 2).reshape(self.B * self.nb, self.H, self.D + self.R, x.shape[-1])
 
     def unkeys(self, x: Tensor) -> Tensor:
-        """The adjoint of ``keys``: each block's 2D key gradients added back to [B, H, T, d]."""
-        D, B, nb = self.D, self.B, self.nb
-        x = x.unflatten(0, (B, nb)).transpose(1, 2)  # [B, H, nb, 2D, d]
-        own = torch.cat([x[:, :, :1, :D], x[:, :, 1:, D:]], 2)  # block b's own keys
-        prev = F.pad(x[:, :, 1:, :D], (0, 0, 0, 0, 0, 1))  # block b's keys, seen by b + 1
-        return (own + prev).flatten(2, 3)[:, :, : self.T]
+        """The adjoint of ``keys``: each window's key gradients added back to [B, H, T, d]."""
+        s, nb = self.D // self.R, self.nb
+        x = x.unflatten(0, (self.B, nb)).transpose(1, 2)  # [B, H, nb, D + rows, d]
+        x = x.unflatten(3, (s + 1, self.R))  # [B, H, nb, s + 1, rows, d]
+        out = x.new_zeros(self.B, self.H, nb + s, self.R, x.shape[-1])
+        for t in range(s + 1):  # sub-block t of window b is block b + t - s
+            out[:, :, t : t + nb] += x[:, :, :, t]
+        return out[:, :, s:].flatten(2, 3)[:, :, : self.T]
 
     def mask(self, bias: Tensor) -> Tensor:
-        """[B nb, H, D, 2D] from ``band_bias``'s [2, H, D, 2D]: the first block of each batch
-        row takes [1], the others [0] (a copy: O(B T H D), the band's own size)."""
-        per_block = torch.cat([bias[1:2], bias[0:1].expand(self.nb - 1, -1, -1, -1)])
-        return per_block.repeat(self.B, 1, 1, 1)
+        """[B nb, H, rows, D + rows]: ``band_bias`` for every block, -inf at the keys before
+        position 0 (a copy: O(B T H D), the band's own size)."""
+        c = torch.arange(self.D + self.R, device=bias.device)
+        start = torch.arange(self.nb, device=bias.device)[:, None] * self.R - self.D
+        before = torch.zeros(self.nb, self.D + self.R, dtype=bias.dtype, device=bias.device)
+        before = before.masked_fill(start + c < 0, float("-inf"))
+        return (bias[None] + before[:, None, None]).repeat(self.B, 1, 1, 1)
 
 
 def _merge(o_f, lse_f, o_b, lse_b):
@@ -114,19 +111,18 @@ def _merge(o_f, lse_f, o_b, lse_b):
 
 class BandedBias(torch.autograd.Function):
     """out = softmax(scale q k^T + bias, causal) v for a bias constant beyond ``D`` keys
-    (``make_bias()`` -> ``band_bias``'s [2, H, D, 2D]), gradients for q, k, v and ``params``."""
+    (``make_bias()`` -> ``band_bias``'s [H, rows, D + rows]), gradients for q, k, v and
+    ``params``; the band in query blocks of ``rows`` rows (D a multiple of it)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, scale: float, D: int, make_bias: Callable[[], Tensor], *params):
+    def forward(ctx, q, k, v, scale: float, D: int, rows: int, make_bias, *params):
         G = q.shape[1] // k.shape[1]
         kr, vr = (k.repeat_interleave(G, 1), v.repeat_interleave(G, 1)) if G > 1 else (k, v)
         with torch.no_grad():
             bias = make_bias()
-        bl = _Blocks(q, kr, vr, D)
-        mask = bl.mask(bias)
-        o_b, lse_b = _fwd(
-            bl.rows(q), bl.keys(kr), bl.keys(vr), 0.0, False, attn_mask=mask, scale=scale
-        )
+        bl = _Blocks(q, D, rows)
+        qb, kb, vb = bl.rows(q), bl.keys(kr), bl.keys(vr)
+        o_b, lse_b = _fwd(qb, kb, vb, 0.0, False, attn_mask=bl.mask(bias), scale=scale)
         out, lse = bl.unrows(o_b), bl.unrows(lse_b)
         if q.shape[2] > D:
             o_f, lse_f = _fwd(q[:, :, D:], kr[:, :, :-D], vr[:, :, :-D], 0.0, True, scale=scale)
@@ -134,7 +130,7 @@ class BandedBias(torch.autograd.Function):
             out = torch.cat([out[:, :, :D], o_near], 2)
             lse = torch.cat([lse[:, :, :D], l_near], 2)
         ctx.save_for_backward(q, k, v, out, lse, *params)
-        ctx.scale, ctx.D, ctx.make_bias, ctx.groups = scale, D, make_bias, G
+        ctx.scale, ctx.D, ctx.R, ctx.make_bias, ctx.groups = scale, D, rows, make_bias, G
         return out
 
     @staticmethod
@@ -145,12 +141,11 @@ class BandedBias(torch.autograd.Function):
         dout = dout.contiguous()
         with torch.enable_grad():
             bias = ctx.make_bias()
-        bl = _Blocks(q, kr, vr, D)
+        bl = _Blocks(q, D, ctx.R)
         mask = bl.mask(bias.detach())
         qb, kb, vb = bl.rows(q), bl.keys(kr), bl.keys(vr)
         ob, db, lb = bl.rows(out).contiguous(), bl.rows(dout).contiguous(), bl.rows(lse)
-        if bl.Tp != bl.T:  # rows past T: dO = 0, and a finite lse keeps their P finite
-            lb = lb.masked_fill(bl.rows(torch.ones_like(lse, dtype=torch.bool)) == 0, 0.0)
+        # rows past T (zero q, dO and out) get lse 0: their P = exp(b') stays finite
         dqb, dkb, dvb = _bwd(db, qb, kb, vb, ob, lb, 0.0, False, attn_mask=mask, scale=scale)
         dq, dk, dv = bl.unrows(dqb), bl.unkeys(dkb), bl.unkeys(dvb)
         if q.shape[2] > D:
@@ -164,27 +159,35 @@ class BandedBias(torch.autograd.Function):
         if G > 1:
             dk, dv = dk.unflatten(1, (-1, G)).sum(2), dv.unflatten(1, (-1, G)).sum(2)
         grads = [None] * len(params)
-        if params:
-            grads = _bias_grads(qb, kb, vb, ob, db, lb, mask, scale, bias, params, bl.B)
-        return (dq, dk, dv, None, None, None, *grads)
-
-
-def _bias_grads(qb, kb, vb, ob, db, lb, mask, scale, bias, params, B):
-    """dS over the band (recomputed), summed per block kind, into the bias's own graph."""
-    p = torch.exp((qb @ kb.transpose(-1, -2)) * scale + mask - lb[..., None])
-    ds = p * (db @ vb.transpose(-1, -2) - (db * ob).sum(-1, keepdim=True))
-    ds = ds.unflatten(0, (B, -1)).sum(0)  # [nb, H, D, 2D]
-    d_bias = torch.stack([ds[1:].sum(0), ds[0]])
-    return torch.autograd.grad(bias, params, d_bias, allow_unused=True)
+        if params:  # dS over the band, recomputed, into the bias's own graph
+            p = torch.exp((qb @ kb.transpose(-1, -2)) * scale + mask - lb[..., None])
+            ds = p * (db @ vb.transpose(-1, -2) - (db * ob).sum(-1, keepdim=True))
+            grads = torch.autograd.grad(bias, params, ds.sum(0), allow_unused=True)
+        return (dq, dk, dv, None, None, None, None, *grads)
 
 
 def banded_bias(
-    q: Tensor, k: Tensor, v: Tensor, scale: float, D: int, make_bias: Callable[[], Tensor], params
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    scale: float,
+    D: int,
+    make_bias: Callable[[int], Tensor],
+    params: list[Tensor],
+    rows: int | None = None,
 ) -> Tensor:
-    """The call above: q [B, H, T, d], k/v [B, H_kv, T, d], causal from position 0."""
-    return BandedBias.apply(
-        q.contiguous(), k.contiguous(), v.contiguous(), scale, D, make_bias, *params
-    )
+    """The call above: q [B, H, T, d], k/v [B, H_kv, T, d], causal from position 0;
+    ``make_bias(rows)`` -> ``band_bias`` (``rows``: the band's query block, default
+    :func:`band_rows`)."""
+    rows = band_rows(D) if rows is None else rows
+    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+    return BandedBias.apply(q, k, v, scale, D, rows, lambda: make_bias(rows), *params)
+
+
+def band_rows(D: int) -> int:
+    """The band's query block: D / 2 when D is even and >= 64 (a window of 1.5 D keys; D rows
+    would compute 2 D), else D."""
+    return D // 2 if D % 2 == 0 and D >= 64 else D
 
 
 def band_width(call: Call, q: Tensor, Tk: int) -> int | None:
@@ -217,7 +220,7 @@ def run_banded(q: Tensor, k: Tensor, v: Tensor, call: Call, D: int) -> Tensor:
             total = total + val
         return total
 
-    make = lambda: band_bias(bias, H, D, q.device, q.dtype)  # noqa: E731
+    make = lambda rows: band_bias(bias, H, D, rows, q.device, q.dtype)  # noqa: E731
     params = learned_params(mods, tuple(mods))
     return banded_bias(q, k, v, call.scale, D, make, params)
 

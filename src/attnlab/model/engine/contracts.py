@@ -168,10 +168,10 @@ class ScoreMod:
         return None
 
     def band(self) -> int | None:
-        """``kind = "bias"`` only: D such that, on causal pairs, ``bias(b, h, i, j)`` equals
-        ``bias(b, h, D, 0)`` (one value per head) whenever ``i - j >= D`` (T5's last bucket);
-        None: no such D. The engine then runs the far keys on plain causal SDPA
-        (``band.py``)."""
+        """``kind = "bias"`` only: D such that, on causal pairs, ``bias(b, h, i, j)`` depends
+        on h and j - i alone and equals ``bias(b, h, D, 0)`` (one value per head) whenever
+        ``i - j >= D`` (T5's last bucket); None: no such D. The engine then runs the far keys
+        on plain causal SDPA and the bias over the band only (``band.py``)."""
         return None
 
 
