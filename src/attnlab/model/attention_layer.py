@@ -158,7 +158,10 @@ class Attention(DecodeLayout, nn.Module):
             if tp is not None:
                 q, (k, v) = tp.query(q), tp.keys_values(k, v)
             k, v = self._heads(k, self.Hkv), self._heads(v, self.Hkv)
-            sctx = ScoreContext(ctx.allowed, ctx.is_causal, ctx.bias, ctx.need_weights, ctx.padding)
+            if not self.declared:  # a part that forms the matrix reads the dense forms (T x T)
+                sctx = ScoreContext(
+                    ctx.allowed, ctx.is_causal, ctx.bias, ctx.need_weights, ctx.padding
+                )
         q = self._heads(q, self.H)
         if self.q_norm is not None and tp is not None:
             q, k = tp.norm(self.q_norm, q), tp.norm(self.k_norm, k)
