@@ -157,10 +157,17 @@ def with_columns(qs, ks, vs, cols, B: int, Hkv: int):
     n, K, R = cols.k.shape
     qc = cols.q.expand(B, *cols.q.shape).reshape(B * n, *cols.q.shape[1:])
     kc = cols.k[None, :, None].expand(B, n, Hkv, K, R).reshape(B * n, Hkv, K, R)
-    qs, ks = torch.cat([qs, qc.to(qs.dtype)], -1), torch.cat([ks, kc.to(ks.dtype)], -1)
-    width = pad_to(max(qs.shape[-1], vs.shape[-1]))
-    pad = lambda t: F.pad(t, (0, width - t.shape[-1])) if t.shape[-1] != width else t  # noqa: E731
-    return pad(qs), pad(ks), pad(vs)
+    width = pad_to(max(qs.shape[-1] + R, vs.shape[-1]))
+
+    def widen(t: Tensor, extra: Tensor | None = None) -> Tensor:
+        """``t`` with ``extra`` and zeros appended up to ``width``: one copy (cat's)."""
+        parts = [t] if extra is None else [t, extra.to(t.dtype)]
+        have = sum(p.shape[-1] for p in parts)
+        if have != width:
+            parts.append(t.new_zeros(*t.shape[:-1], width - have))
+        return torch.cat(parts, -1) if len(parts) > 1 else t
+
+    return widen(qs, qc), widen(ks, kc), widen(vs)
 
 
 def sdpa_mask(allowed: Tensor, bias: Tensor | None, B: int, dtype) -> Tensor | None:
