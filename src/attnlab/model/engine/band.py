@@ -103,7 +103,8 @@ class _Blocks:
         return (bias[None] + before[:, None, None]).repeat(self.B, 1, 1, 1)
 
 
-def _merge(o_f, lse_f, o_b, lse_b):
+def merge_lse(o_f: Tensor, lse_f: Tensor, o_b: Tensor, lse_b: Tensor) -> tuple[Tensor, Tensor]:
+    """Two softmax attentions over disjoint keys of the same rows as one: (out, lse)."""
     lse = torch.logaddexp(lse_f, lse_b)
     out = o_f * (lse_f - lse).exp()[..., None] + o_b * (lse_b - lse).exp()[..., None]
     return out, lse
@@ -126,7 +127,7 @@ class BandedBias(torch.autograd.Function):
         out, lse = bl.unrows(o_b), bl.unrows(lse_b)
         if q.shape[2] > D:
             o_f, lse_f = _fwd(q[:, :, D:], kr[:, :, :-D], vr[:, :, :-D], 0.0, True, scale=scale)
-            o_near, l_near = _merge(o_f, lse_f, out[:, :, D:], lse[:, :, D:])
+            o_near, l_near = merge_lse(o_f, lse_f, out[:, :, D:], lse[:, :, D:])
             out = torch.cat([out[:, :, :D], o_near], 2)
             lse = torch.cat([lse[:, :, :D], l_near], 2)
         ctx.save_for_backward(q, k, v, out, lse, *params)

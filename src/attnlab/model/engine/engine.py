@@ -23,6 +23,7 @@ from torch import Tensor, nn
 from attnlab.base.errors import UserError
 from attnlab.base.section import Section
 from attnlab.model.engine.band import band_plan, band_width, run_banded
+from attnlab.model.engine.centred import centred_groups, run_centred
 from attnlab.model.engine.contracts import Mask, Normaliser, ScoreMod, mod_parameters
 from attnlab.model.engine.flex import BlockMaskCache, flex_attend
 from attnlab.model.engine.folds import Folded, columns, fold
@@ -121,8 +122,7 @@ class AttentionEngine:
         if plan.path == "sdpa":
             out = dense_sdpa(q, k, v, dense, call)
             if out is None:
-                reason = f"a folded bias would round more than fold_tolerance in one {q.dtype} "
-                plan = Plan("block_sparse", reason + f"call at Tk={Tk}; centred per block")
+                plan, out = self._centred(q, k, v, call, dense)
         if plan.path == "flex":
             out = flex_attend(q, k, v, call, self.options.flex_compile, self._block_masks)
         elif out is None:
@@ -135,6 +135,18 @@ class AttentionEngine:
         announce(plan, self.spec.line())
         self.last_plan = plan
         return out, weights
+
+    def _centred(self, q, k, v, call: Call, dense: str) -> tuple[Plan, Tensor | None]:
+        """A folded bias too long for one call: SDPA per group of rows, each centred on its
+        own (``centred.py``), where it runs; else the block-sparse path, centred per block."""
+        Tk = k.shape[2]
+        why = f"a folded bias would round more than fold_tolerance in one {q.dtype} call at "
+        groups = centred_groups(call, q, Tk) if dense == "causal" else None
+        if groups is None:
+            return Plan("block_sparse", why + f"Tk={Tk}; centred per block"), None
+        rows = groups[0][1] - groups[0][0]
+        how = f"Tk={Tk}; is_causal SDPA per group of {rows} rows centred on it, merged by lse"
+        return Plan("sdpa", why + how), run_centred(q, k, v, call, groups)
 
     def _grad(self, q: Tensor, k: Tensor, v: Tensor) -> bool:
         """Whether this call builds a graph (inputs or a mod's parameters need grad)."""
