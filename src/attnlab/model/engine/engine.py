@@ -25,13 +25,14 @@ from attnlab.base.section import Section
 from attnlab.model.engine.band import band_plan, band_width, run_banded
 from attnlab.model.engine.centred import centred_groups, run_centred
 from attnlab.model.engine.contracts import Mask, Normaliser, ScoreMod, mod_parameters
+from attnlab.model.engine.denormals import flush_denormals
 from attnlab.model.engine.flex import BlockMaskCache, flex_attend
 from attnlab.model.engine.folds import Folded, columns, fold
 from attnlab.model.engine.grouped import Call, run_layout, with_columns
 from attnlab.model.engine.layout import Layout, build_layout, dense_layout
 from attnlab.model.engine.masks import Causal, Padded
 from attnlab.model.engine.normalisers import Softmax
-from attnlab.model.engine.plan import Plan, Situation, announce, choose, log
+from attnlab.model.engine.plan import Plan, Situation, announce, choose
 
 
 class EngineOptions(Section):
@@ -166,19 +167,6 @@ class AttentionEngine:
                 self._layouts.popitem(last=False)
         self._layouts.move_to_end(key)
         return self._layouts[key]
-
-
-_flushed: list[bool] = []
-
-
-def flush_denormals() -> None:
-    """``torch.set_flush_denormal(True)``, once per process, logged. A bias or fold sends the
-    logits of far keys 87-103 below their row's maximum, where exp lands in float32's denormal
-    range, which x86 computes about 100 times slower (measured: causal ALiBi's SDPA backward
-    2.8x the baseline with denormals, 1.5x without). A weight below 1.2e-38 is 0 either way."""
-    if not _flushed:
-        _flushed.append(torch.set_flush_denormal(True))
-        log.info("attention engine: float32 denormals flushed to zero on CPU (flush_denormal)")
 
 
 def dense_sdpa(
