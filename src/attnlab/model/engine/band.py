@@ -161,10 +161,21 @@ class BandedBias(torch.autograd.Function):
             dk, dv = dk.unflatten(1, (-1, G)).sum(2), dv.unflatten(1, (-1, G)).sum(2)
         grads = [None] * len(params)
         if params:  # dS over the band, recomputed, into the bias's own graph
-            p = torch.exp((qb @ kb.transpose(-1, -2)) * scale + mask - lb[..., None])
-            ds = p * (db @ vb.transpose(-1, -2) - (db * ob).sum(-1, keepdim=True))
-            grads = torch.autograd.grad(bias, params, ds.sum(0), allow_unused=True)
+            ds = _band_ds(qb, kb, vb, ob, db, lb, mask, scale)
+            grads = torch.autograd.grad(bias, params, ds, allow_unused=True)
         return (dq, dk, dv, None, None, None, None, *grads)
+
+
+def _band_ds(qb, kb, vb, ob, db, lb, mask, scale: float) -> Tensor:
+    """dS = P (dO v^T - rowsum(dO * out)), P = exp(scale q k^T + mask - lse), over the band's
+    [B nb, H, rows, K] pairs, summed over blocks and batch -> [H, rows, K] (two fused
+    multiply-adds and two in-place passes over the band)."""
+    n, H, R, K = mask.shape
+    flat = lambda t: t.reshape(n * H, *t.shape[2:])  # noqa: E731
+    s = torch.baddbmm(flat(mask - lb[..., None]), flat(qb), flat(kb).transpose(1, 2), alpha=scale)
+    delta = -(db * ob).sum(-1, keepdim=True)
+    dp = torch.baddbmm(flat(delta), flat(db), flat(vb).transpose(1, 2))
+    return s.exp_().mul_(dp).view(n, H, R, K).sum(0)
 
 
 def banded_bias(
