@@ -8,7 +8,7 @@ speed where the device allows, exact everywhere, and saying which path it took.
 - ``mods``: per-head scale, ALiBi, T5 buckets, soft-capping; ``normalisers``: softmax,
   softmax-plus-one, sigmoid;
 - ``plan``: which path a call takes (sdpa, block_sparse, flex, explicit) and why;
-- ``folds``, ``layout``, ``grouped``, ``flex``: the paths; ``engine``: the entry point.
+- ``folds``, ``layout``, ``grouped``, ``band``, ``centred``, ``flex``: the paths; ``denormals``; ``engine``: the entry point.
 
 See ``docs/attention-engine.md``.
 """

@@ -146,7 +146,8 @@ class ScoreMod:
       the default, means ``score_mod(0, ...)``); SDPA takes it as a float mask over the gathered pairs only, and
       ``separable(h, q_idx, kv_idx, centre) -> [Term] | None`` may write it exactly as a few
       extra q/k columns (``centre`` [n] a position per group the terms may subtract, to keep
-      the column products small in floating point).
+      the column products small in floating point), and ``band() -> D`` may declare that the
+      bias is one value per head beyond D keys (causal), so only a band of width D needs it.
 
     ``uses_batch``: the mod reads ``b``.
     """
@@ -164,6 +165,13 @@ class ScoreMod:
         return None
 
     def separable(self, h: Tensor, q_idx: Tensor, kv_idx: Tensor, centre: Tensor):
+        return None
+
+    def band(self) -> int | None:
+        """``kind = "bias"`` only: D such that, on causal pairs, ``bias(b, h, i, j)`` depends
+        on h and j - i alone and equals ``bias(b, h, D, 0)`` (one value per head) whenever
+        ``i - j >= D`` (T5's last bucket); None: no such D. The engine then runs the far keys
+        on plain causal SDPA and the bias over the band only (``band.py``)."""
         return None
 
 

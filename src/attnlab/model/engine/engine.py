@@ -22,14 +22,17 @@ from torch import Tensor, nn
 
 from attnlab.base.errors import UserError
 from attnlab.base.section import Section
+from attnlab.model.engine.band import band_plan, band_width, run_banded
+from attnlab.model.engine.centred import centred_groups, run_centred
 from attnlab.model.engine.contracts import Mask, Normaliser, ScoreMod, mod_parameters
+from attnlab.model.engine.denormals import flush_denormals
 from attnlab.model.engine.flex import BlockMaskCache, flex_attend
 from attnlab.model.engine.folds import Folded, columns, fold
 from attnlab.model.engine.grouped import Call, run_layout, with_columns
 from attnlab.model.engine.layout import Layout, build_layout, dense_layout
 from attnlab.model.engine.masks import Causal, Padded
 from attnlab.model.engine.normalisers import Softmax
-from attnlab.model.engine.plan import Plan, Situation, announce, choose, log
+from attnlab.model.engine.plan import Plan, Situation, announce, choose
 
 
 class EngineOptions(Section):
@@ -113,11 +116,14 @@ class AttentionEngine:
         if self.options.flush_denormal and q.device.type == "cpu" and not call.folded.trivial:
             flush_denormals()
         out, weights = None, None
+        auto_causal = plan.path == "block_sparse" and dense == "causal"
+        band = band_width(call, q, Tk) if auto_causal and self.options.path == "auto" else None
+        if band is not None:
+            plan, out = band_plan(call, band), run_banded(q, k, v, call, band)
         if plan.path == "sdpa":
             out = dense_sdpa(q, k, v, dense, call)
             if out is None:
-                reason = f"a folded bias would round more than fold_tolerance in one {q.dtype} "
-                plan = Plan("block_sparse", reason + f"call at Tk={Tk}; centred per block")
+                plan, out = self._centred(q, k, v, call, dense)
         if plan.path == "flex":
             out = flex_attend(q, k, v, call, self.options.flex_compile, self._block_masks)
         elif out is None:
@@ -130,6 +136,18 @@ class AttentionEngine:
         announce(plan, self.spec.line())
         self.last_plan = plan
         return out, weights
+
+    def _centred(self, q, k, v, call: Call, dense: str) -> tuple[Plan, Tensor | None]:
+        """A folded bias too long for one call: SDPA per group of rows, each centred on its
+        own (``centred.py``), where it runs; else the block-sparse path, centred per block."""
+        Tk = k.shape[2]
+        why = f"a folded bias would round more than fold_tolerance in one {q.dtype} call at "
+        groups = centred_groups(call, q, Tk) if dense == "causal" else None
+        if groups is None:
+            return Plan("block_sparse", why + f"Tk={Tk}; centred per block"), None
+        rows = groups[0][1] - groups[0][0]
+        how = f"Tk={Tk}; is_causal SDPA per group of {rows} rows centred on it, merged by lse"
+        return Plan("sdpa", why + how), run_centred(q, k, v, call, groups)
 
     def _grad(self, q: Tensor, k: Tensor, v: Tensor) -> bool:
         """Whether this call builds a graph (inputs or a mod's parameters need grad)."""
@@ -149,19 +167,6 @@ class AttentionEngine:
                 self._layouts.popitem(last=False)
         self._layouts.move_to_end(key)
         return self._layouts[key]
-
-
-_flushed: list[bool] = []
-
-
-def flush_denormals() -> None:
-    """``torch.set_flush_denormal(True)``, once per process, logged. A bias or fold sends the
-    logits of far keys 87-103 below their row's maximum, where exp lands in float32's denormal
-    range, which x86 computes about 100 times slower (measured: causal ALiBi's SDPA backward
-    2.8x the baseline with denormals, 1.5x without). A weight below 1.2e-38 is 0 either way."""
-    if not _flushed:
-        _flushed.append(torch.set_flush_denormal(True))
-        log.info("attention engine: float32 denormals flushed to zero on CPU (flush_denormal)")
 
 
 def dense_sdpa(

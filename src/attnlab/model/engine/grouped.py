@@ -115,7 +115,7 @@ def sdpa_stack(qt: Tensor, kt: Tensor, vt: Tensor, st: Stack, call: Call) -> Ten
             bias = F.pad(bias, (0, 1)) if sink else bias
         return sdpa_mask(allowed, bias, B, qs.dtype)
 
-    params = _learned(as_bias, call.mods)
+    params = learned_params(as_bias, call.mods)
     if params and qs.device.type == "cpu" and not call.dropout:
         out = biased_flash(qs, ks, vs, call.scale, lambda: attn_mask(fold(call.mods)), params)
     else:
@@ -131,7 +131,7 @@ def sdpa_stack(qt: Tensor, kt: Tensor, vt: Tensor, st: Stack, call: Call) -> Ten
     return out[..., :dv] if out.shape[-1] != dv else out
 
 
-def _learned(as_bias: list, mods) -> list[Tensor]:
+def learned_params(as_bias: list, mods) -> list[Tensor]:
     """The parameters a float bias's gradient reaches (none outside autograd): those of the
     bias mods and of every scale mod (a gain after a bias multiplies it)."""
     if not torch.is_grad_enabled() or not as_bias:
@@ -157,10 +157,17 @@ def with_columns(qs, ks, vs, cols, B: int, Hkv: int):
     n, K, R = cols.k.shape
     qc = cols.q.expand(B, *cols.q.shape).reshape(B * n, *cols.q.shape[1:])
     kc = cols.k[None, :, None].expand(B, n, Hkv, K, R).reshape(B * n, Hkv, K, R)
-    qs, ks = torch.cat([qs, qc.to(qs.dtype)], -1), torch.cat([ks, kc.to(ks.dtype)], -1)
-    width = pad_to(max(qs.shape[-1], vs.shape[-1]))
-    pad = lambda t: F.pad(t, (0, width - t.shape[-1])) if t.shape[-1] != width else t  # noqa: E731
-    return pad(qs), pad(ks), pad(vs)
+    width = pad_to(max(qs.shape[-1] + R, vs.shape[-1]))
+
+    def widen(t: Tensor, extra: Tensor | None = None) -> Tensor:
+        """``t`` with ``extra`` and zeros appended up to ``width``: one copy (cat's)."""
+        parts = [t] if extra is None else [t, extra.to(t.dtype)]
+        have = sum(p.shape[-1] for p in parts)
+        if have != width:
+            parts.append(t.new_zeros(*t.shape[:-1], width - have))
+        return torch.cat(parts, -1) if len(parts) > 1 else t
+
+    return widen(qs, qc), widen(ks, kc), widen(vs)
 
 
 def sdpa_mask(allowed: Tensor, bias: Tensor | None, B: int, dtype) -> Tensor | None:

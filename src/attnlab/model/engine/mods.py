@@ -6,7 +6,8 @@
   (c a centre per group; the second column is row-constant and dropped under softmax), padded
   with v to a multiple of 8 so SDPA keeps its fused kernel. Bidirectional: a float bias.
 - ``T5Bias`` (Raffel et al. 2020): s' = s + table[bucket(j - i), h] (``model/positions.py``'s
-  buckets, a learned table): a float bias over the gathered pairs.
+  buckets, a learned table): a float bias over the gathered pairs; causal, it is one value per
+  head beyond ``max_distance`` keys (``band``), so only that band needs it (``band.py``).
 - ``SoftCap`` (Gemma 2): s' = c tanh(s / c): general, no fold (flex or the explicit path).
 
 Each costs O(1) per logit where it runs per entry; the folds cost r extra columns of q k^T.
@@ -99,6 +100,13 @@ class T5Bias(nn.Module, ScoreMod):
         self.table = table if table is not None else nn.Embedding(buckets, n_heads)
 
     bucket = T5RelativeBias.bucket
+
+    def band(self) -> int | None:
+        """Causal: every distance >= max_distance falls in the last bucket (one value per
+        head), so only the band of ``max_distance`` keys needs the table."""
+        if self.bidirectional or self.max_distance <= self.buckets // 2:
+            return None
+        return self.max_distance
 
     def score_mod(self, score, b, h, q_idx, kv_idx):
         return score + self.table.weight.to(score.dtype)[self.bucket(kv_idx - q_idx), h]

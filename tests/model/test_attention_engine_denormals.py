@@ -1,0 +1,26 @@
+"""The engine flushes float32 denormals on every intra-op thread, not only the calling one
+(``model/engine/denormals.py``): with 2 threads, exp over a large tensor of -100 (a denormal,
+3.7e-44) must come out all zero. Run in a fresh process: the flag is per thread and lasts."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+CHILD = """
+import torch
+torch.set_num_threads(2)
+x = torch.full((4_000_000,), -100.0)
+assert (torch.exp(x) > 0).all()  # denormal, not flushed yet
+from attnlab.model.engine.denormals import flush_denormals
+flush_denormals()
+print(float((torch.exp(x) > 0).float().mean()))
+"""
+
+
+@pytest.mark.fast
+def test_denormals_are_flushed_on_every_intra_op_thread():
+    out = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, check=True)
+    assert float(out.stdout.strip().splitlines()[-1]) == 0.0
