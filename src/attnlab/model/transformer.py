@@ -336,8 +336,15 @@ class Transformer(nn.Module):
 
 
 def build_model(cfg: ModelConfig) -> Transformer:
-    """Build the model a config describes (µP applied when ``cfg.parametrisation`` says so)."""
+    """Build the model a config describes (µP applied when ``cfg.parametrisation`` says so).
+
+    The floating-point mode goes back to torch's default first: an earlier model's score mods in
+    this process may have flushed denormals (``engine.denormals``), and a run's numbers must not
+    depend on what ran before it (compare trains its runs in one process with ``--jobs 1``)."""
+    from attnlab.model.engine.denormals import reset_denormals
     from attnlab.model.mup.apply import apply_configured
+
+    reset_denormals()
 
     model = Transformer(cfg)
     apply_configured(model, cfg)

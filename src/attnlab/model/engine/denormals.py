@@ -23,14 +23,14 @@ log = logging.getLogger("attnlab.attention")
 _done: list[int] = []
 
 
-def _every_omp_thread(threads: int) -> bool:
-    """Run ``torch.set_flush_denormal(True)`` on each thread of torch's OpenMP team (False when
+def _every_omp_thread(threads: int, on: bool = True) -> bool:
+    """Run ``torch.set_flush_denormal(on)`` on each thread of torch's OpenMP team (False when
     torch has no bundled libgomp, e.g. another platform's build)."""
     lib = Path(torch.__file__).parent / "lib" / "libgomp.so.1"
     if not lib.exists():
         return False
     gomp = ctypes.CDLL(str(lib))  # the instance torch already loaded (same file)
-    callback = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(lambda _: torch.set_flush_denormal(True))
+    callback = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(lambda _: torch.set_flush_denormal(on))
     gomp.GOMP_parallel.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint]
     gomp.GOMP_parallel(ctypes.cast(callback, ctypes.c_void_p), None, threads, 0)
     return True
@@ -47,3 +47,17 @@ def flush_denormals() -> None:
     every = threads > 1 and _every_omp_thread(threads)
     where = f"on {threads} intra-op threads" if every else "on the calling thread"
     log.info(f"attention engine: float32 denormals flushed to zero on CPU {where} (flush_denormal)")
+
+
+def reset_denormals() -> None:
+    """Back to torch's default (denormals kept) on every thread this module flushed, so that a
+    model built later in the same process (compare's next run, its evaluation) computes as in a
+    fresh process, whatever ran before it. Does nothing where nothing was flushed (a baseline's
+    process never sets the flag)."""
+    if not _done:
+        return
+    torch.set_flush_denormal(False)
+    for threads in _done:
+        if threads > 1:
+            _every_omp_thread(threads, on=False)
+    _done.clear()
