@@ -176,8 +176,13 @@ def test_a_ctrl_c_while_workers_start_waits_until_they_are_started():
     body_finished = False
     with pytest.raises(KeyboardInterrupt), _no_sigint():
         os.kill(os.getpid(), signal.SIGINT)
-        deadline = time.time() + 0.5
-        while time.time() < deadline:  # Python checks for signals meanwhile
+        # until a thread with SIGINT unblocked (the feeder) has taken it: under load that thread
+        # may wait for a core well past any fixed delay (a 0.5 s wait failed so, issue 32)
+        deadline = time.monotonic() + 60
+        while signal.SIGINT in signal.sigpending() and time.monotonic() < deadline:
+            pass
+        assert signal.SIGINT not in signal.sigpending(), "no thread took the SIGINT in 60 s"
+        for _ in range(10_000):  # Python runs the recorded handler between these bytecodes
             pass
         body_finished = True
     assert body_finished

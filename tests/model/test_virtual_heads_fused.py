@@ -426,23 +426,27 @@ def test_query_chunks_with_recomputation_are_exact(monkeypatch, flags, score) ->
 
 
 def test_bench_shows_the_fused_variants_as_sdpa_and_the_materialised_as_o_t2() -> None:
+    """The bench's attention column names the path each subject's layers took on a step."""
     from attnlab.bench.subjects import build_subject
-    from attnlab.bench.training import attention_note
+    from attnlab.bench.training import attention_note, attention_paths
 
     base = load_config(
         "tiny", ["model.d_model=32", "model.n_layers=1", "model.attention.n_heads=2"]
     )
-    notes = {
-        name: attention_note(build_subject(name, base, 16), batch=2, seq_len=16)
-        for name in (
-            "virtual_heads",
-            "virtual_heads_fused",
-            "virtual_heads_fused_full",
-            "virtual_heads_fused_probs",
-        )
-    }
+    notes = {}
+    for name in (
+        "virtual_heads",
+        "virtual_heads_fused",
+        "virtual_heads_fused_full",
+        "virtual_heads_fused_probs",
+    ):
+        subject = build_subject(name, base, 16)
+        with torch.no_grad():
+            subject.model(torch.randint(0, 50, (2, 16)))
+        paths = attention_paths(subject.model)
+        notes[name] = attention_note(subject, batch=2, seq_len=16, paths=paths)
     assert notes.pop("virtual_heads").startswith("O(T^2 H)")
-    assert set(notes.values()) == {"SDPA, O(T)"}
+    assert set(notes.values()) == {"sdpa, O(T)"}
 
 
 @pytest.mark.parametrize("dropout", [0.0, 0.3])

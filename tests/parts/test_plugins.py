@@ -378,7 +378,12 @@ def test_a_pickled_config_loads_its_plugins_in_a_fresh_process(lab, tmp_path):
 
 
 def _stderr_lines(p: subprocess.CompletedProcess) -> list[str]:
-    return [line for line in p.stderr.splitlines() if line.strip()]
+    """stderr's lines, without the attention-path lines every model-running command prints."""
+    return [
+        line
+        for line in p.stderr.splitlines()
+        if line.strip() and not line.startswith("attention: ")
+    ]
 
 
 def test_a_moved_plugin_is_replaced_by_plugin_newpath_in_every_command(lab, tmp_path):
