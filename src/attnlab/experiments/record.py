@@ -41,16 +41,23 @@ def write_record(exp: Experiment, out_dir: Path) -> None:
     write_owned(out_dir, EXPERIMENT_FILE, text.encode("utf-8"))  # an edited one: kept aside
 
 
-def read_record(out_dir: str | Path) -> dict[str, Any]:
-    path = Path(out_dir) / EXPERIMENT_FILE
+def read_out_json(out_dir: str | Path, name: str, command: str) -> Any:
+    """``OUT_DIR/NAME`` parsed, or a UserError naming the fix: the ``--out`` directory of
+    ``attnlab COMMAND`` when the file is missing, a rerun when it is not JSON."""
+    path = Path(out_dir) / name
     try:
-        record = json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise UserError(
-            f"{out_dir} has no {EXPERIMENT_FILE}; give the --out directory of `attnlab compare`"
+            f"{out_dir} has no {name}; give the --out directory of `attnlab {command}`"
         ) from None
     except (ValueError, UnicodeDecodeError) as e:
-        raise UserError(f"{path} is not valid JSON ({e}); rerun `attnlab compare`") from None
+        raise UserError(f"{path} is not valid JSON ({e}); rerun `attnlab {command}`") from None
+
+
+def read_record(out_dir: str | Path) -> dict[str, Any]:
+    path = Path(out_dir) / EXPERIMENT_FILE
+    record = read_out_json(out_dir, EXPERIMENT_FILE, "compare")
     ok = (
         isinstance(record, dict)
         and isinstance(record.get("baseline"), str)

@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 from pathlib import Path
 from typing import Any
 
 from attnlab.base.atomic import atomic_write_text
 from attnlab.base.errors import UserError
-from attnlab.experiments.record import read_record
+from attnlab.experiments.record import read_out_json, read_record
 from attnlab.experiments.reports.scaling_plots import gap_vs_size, loss_vs_size
 from attnlab.experiments.results import RunRow, collect
 from attnlab.experiments.scaling import (
@@ -45,14 +44,7 @@ CSV_COLUMNS = (
 def read_ladder(out: Path) -> dict[str, Any]:
     """``OUT/ladder.json``, or a UserError naming the fix."""
     path = out / LADDER_FILE
-    try:
-        rec = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UserError(
-            f"{out} has no {LADDER_FILE}; give the --out directory of `attnlab ladder`"
-        ) from None
-    except (ValueError, UnicodeDecodeError) as e:
-        raise UserError(f"{path} is not valid JSON ({e}); rerun `attnlab ladder`") from None
+    rec = read_out_json(out, LADDER_FILE, "ladder")
     if not isinstance(rec, dict) or not isinstance(rec.get("rungs"), list):
         raise UserError(f"{path} is not a ladder record; rerun `attnlab ladder`")
     return rec
