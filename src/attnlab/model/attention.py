@@ -75,6 +75,7 @@ class AttentionCore(nn.Module):
         self.engine = AttentionEngine(AttentionSpec(), EngineOptions(path=path))
         #: the path the last call took, whichever ran it (the engine, or the two calls below)
         self.last_plan: Plan | None = None
+        self._said: tuple | None = None  # (key, plan) of the last ``_say``: decoding repeats it
 
     def attend(
         self,
@@ -230,11 +231,17 @@ class AttentionCore(nn.Module):
         the graph)."""
         if torch.compiler.is_compiling():
             return
+        norm = ctx.normaliser if ctx.normaliser is not None else self.normaliser
+        key = (path, reason, id(ctx.mask), ctx.is_causal, ctx.allowed is None, id(norm))
+        key += tuple(map(id, ctx.mods))
+        if self._said is not None and self._said[0] == key:  # as the last call: said already
+            self.last_plan = self._said[1]
+            return
         self.last_plan = Plan(path, reason)
+        self._said = (key, self.last_plan)
         mask = ctx.mask
         if mask is None and ctx.allowed is None:
             mask = Causal() if ctx.is_causal else Full()
-        norm = ctx.normaliser if ctx.normaliser is not None else self.normaliser
         spec = AttentionSpec(mask, tuple(ctx.mods), norm).line() if mask is not None else ""
         announce(self.last_plan, spec or f"mask dense; mods [{len(ctx.mods)}]; {norm!r}")
 
